@@ -1,0 +1,208 @@
+"""Typed run configuration: one preset = one validated `Config`, logged whole as MLflow params.
+
+Presets live as YAML files in `binac_core/presets/` (`micro`, `tiny`, and real-model presets); `load_config`
+accepts a preset name or a path to a YAML file. Every field carries a docstring (pydantic reads them as field
+descriptions), so `binac train --help-config` and the MLflow params say what each value means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from binac_core.errors import BinacError
+
+PRESET_DIR = Path(__file__).parent / "presets"
+METHODS = ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class ModelConfig(_Section):
+    source: Literal["tiny", "hub"] = "tiny"
+    """`tiny`: a model built and pretrained here from a transformers config; `hub`: a pretrained model id/path."""
+    hub_id: str | None = None
+    """Hugging Face model id or local folder, used when `source` is `hub`."""
+    architecture: Literal["llama", "qwen2"] = "llama"
+    """Transformers architecture of the tiny model."""
+    vocab_size: int = Field(256, gt=16)
+    """Target vocabulary size of the tokenizer trained for the tiny model."""
+    hidden_size: int = Field(128, gt=0)
+    """Hidden size of the tiny model."""
+    num_layers: int = Field(4, gt=0)
+    """Transformer layers of the tiny model."""
+    num_heads: int = Field(4, gt=0)
+    """Attention heads of the tiny model."""
+    intermediate_size: int = Field(384, gt=0)
+    """MLP width of the tiny model."""
+    max_positions: int = Field(512, gt=0)
+    """Maximum sequence length (positions) of the tiny model."""
+    pretrain_steps: int = Field(1500, ge=0)
+    """Optimizer steps of from-scratch pretraining on synthetic teacher data (solve, critique, refine)."""
+    pretrain_batch_size: int = Field(64, gt=0)
+    """Sequences per pretraining step."""
+    pretrain_lr: float = Field(3e-3, gt=0)
+    """Peak AdamW learning rate of pretraining (cosine decay, short warmup)."""
+    pretrain_examples: int = Field(40000, gt=0)
+    """Synthetic teacher sequences generated for pretraining."""
+    pretrain_seed: int = 0
+    """Seed of the tiny model's initialisation and of the pretraining batch order (teacher data uses `task.data_seed`)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype for training and generation."""
+
+
+class TaskConfig(_Section):
+    benchmark: str = "synthetic"
+    """Benchmark to train and evaluate on: `synthetic` (built here) or `math`, `gsm8k`, `mbpp`, `gpqa_diamond`."""
+    difficulty: int = Field(4, ge=1, le=12)
+    """Synthetic only: the number of arithmetic steps in each problem."""
+    n_train: int = Field(4000, gt=0)
+    """Synthetic only: training problems generated."""
+    n_test: int = Field(200, gt=0)
+    """Held-out problems used for evaluation (synthetic: generated; benchmarks: the first n of the eval split)."""
+    data_seed: int = 1234
+    """Seed of the synthetic problem generator (independent of the run seed)."""
+    step_error_rate: float = Field(0.25, ge=0, le=1)
+    """Synthetic teacher: probability that a solution step of the pretraining data is wrong."""
+    critic_helpful_rate: float = Field(0.4, ge=0, le=1)
+    """Synthetic teacher: fraction of critiques in pretraining data that point at the real first error."""
+    critic_misleading_rate: float = Field(0.3, ge=0, le=1)
+    """Synthetic teacher: fraction of critiques that point at a step that is fine (the rest are vague)."""
+
+
+class LoraConfig(_Section):
+    rank: int = Field(8, gt=0)
+    """LoRA rank of the actor and critic adapters (use a vLLM-allowed rank for GPU runs: 8, 16, 32, 64...)."""
+    alpha: int = Field(16, gt=0)
+    """LoRA scaling numerator (effective scale alpha / rank)."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """LoRA dropout (0 keeps log-probs of sampling and training identical)."""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """Module names that get LoRA adapters."""
+
+
+class GenerationConfig(_Section):
+    backend: Literal["hf", "vllm"] = "hf"
+    """Generation backend: transformers (CPU or GPU) or vLLM (GPU, one engine serving the LoRA adapters)."""
+    max_new_tokens: int = Field(48, gt=0)
+    """Maximum new tokens of an actor answer (first attempt or refinement)."""
+    feedback_max_new_tokens: int = Field(16, gt=0)
+    """Maximum new tokens of a critic feedback."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature for training rollouts and sampled evaluation (0 = greedy)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling threshold."""
+    eval_temperature: float = Field(1.0, ge=0)
+    """Temperature of held-out evaluation (pass@1 is the mean over samples)."""
+    eval_samples: int = Field(1, gt=0)
+    """Samples per held-out problem in evaluation."""
+    batch_size: int = Field(64, gt=0)
+    """Prompts per generate() call."""
+
+
+class TrainConfig(_Section):
+    batch_problems: int = Field(16, gt=0)
+    """Problems sampled per iteration."""
+    group_size: int = Field(8, ge=2)
+    """Actor samples per problem (the GRPO group)."""
+    actor_lr: float = Field(2e-3, gt=0)
+    """AdamW learning rate of the actor adapter."""
+    clip_eps: float = Field(0.2, gt=0)
+    """PPO/GRPO ratio clip range."""
+    minibatch_size: int = Field(64, gt=0)
+    """Sequences per gradient step inside an update."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL estimate to the base model (adapter disabled); 0 disables the reference pass."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping norm."""
+    scale_rewards: bool = True
+    """Divide group-centred rewards by the group std (GRPO); False gives Dr. GRPO-style mean-only advantages."""
+    eval_every: int = Field(5, gt=0)
+    """Evaluate on the held-out split every k iterations (and at step 0 and the last step)."""
+    # --- Bi-NAC (critic) ---
+    critic_group_size: int = Field(2, ge=1)
+    """Feedbacks sampled per first attempt; the critic's advantages are normalised within this group."""
+    critic_lr: float = Field(2e-3, gt=0)
+    """AdamW learning rate of the critic adapter."""
+    critic_kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL estimate of the critic to its initial policy."""
+    lam: float = Field(0.5, ge=0)
+    """Bilevel penalty λ: critic reward (1+λ)·r1(z; θ) − λ·r1(z; θ⁺), θ⁺ = actor after its update."""
+    t_low: int = Field(1, ge=1)
+    """t_L: actor (lower level) optimizer passes over each iteration's batch (1 = on-policy, ratio starts at 1)."""
+    t_high: int = Field(1, ge=1)
+    """t_H: critic (upper level) optimizer passes over each iteration's batch, taken after the actor's."""
+    alpha_shaping: float = Field(1.0, ge=0)
+    """α: weight of the (r1 − r0) shaping bonus on the actor's second-turn reward (SCoRe stage II)."""
+    gated_k: int = Field(2, ge=1)
+    """K of the oracle-assisted `acc_gated@K` protocol (feedback rounds, verifier-gated)."""
+
+
+class Config(_Section):
+    name: str
+    """Preset name (recorded as the `preset` tag)."""
+    model: ModelConfig = ModelConfig()
+    """The base model (built here or loaded from the hub)."""
+    task: TaskConfig = TaskConfig()
+    """The problems: synthetic task family or a benchmark."""
+    lora: LoraConfig = LoraConfig()
+    """LoRA adapters for actor and critic."""
+    generation: GenerationConfig = GenerationConfig()
+    """Sampling settings."""
+    train: TrainConfig = TrainConfig()
+    """RL settings for actor (GRPO) and critic (Bi-NAC upper level)."""
+
+    def flat(self) -> dict[str, str]:
+        """Flat `section.field -> value` strings, for MLflow params."""
+        out: dict[str, str] = {"name": self.name}
+        for section in ("model", "task", "lora", "generation", "train"):
+            for key, value in getattr(self, section).model_dump().items():
+                out[f"{section}.{key}"] = ",".join(value) if isinstance(value, tuple | list) else str(value)
+        return out
+
+    def digest(self) -> str:
+        """Content hash of the whole config (part of every cache key)."""
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+    def base_digest(self) -> str:
+        """Hash of what determines the base model (model + task teacher settings), so methods share one base."""
+        blob = {"model": self.model.model_dump(mode="json"), "task": self.task.model_dump(mode="json")}
+        return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_config(preset: str, overrides: dict | None = None) -> Config:
+    """Load a preset by name (`tiny`, `micro`, ...) or a YAML file path; errors are one line naming the value."""
+    path = Path(preset)
+    if not path.suffix:
+        path = PRESET_DIR / f"{preset}.yaml"
+        if not path.exists():
+            raise BinacError(f"unknown preset {preset!r} (known: {', '.join(preset_names())})")
+    elif not path.exists():
+        raise BinacError(f"config file not found: {preset}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise BinacError(f"malformed config file {preset}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise BinacError(f"malformed config file {preset}: expected a mapping at top level")
+    raw.setdefault("name", path.stem)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        raw.setdefault(section, {})[key] = value
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise BinacError(f"invalid config {preset}: {where}: {err['msg']} (got {err.get('input')!r})") from None

@@ -1,0 +1,101 @@
+"""The stages of one Bi-NAC episode, as plain functions over JSON-able records (no orchestration here).
+
+x → y0 ~ actor(x) → z ~ critic(x, y0) → y1 ~ actor(x, y0, z) → r0 = R(x, y0), r1 = R(x, y1).
+
+Records are dicts so a stage's output can be written to disk and handed to the next stage by path:
+- attempt:  problem_id, sample_idx, prompt_text, prompt_ids, text, token_ids, logprobs, reward
+- feedback: problem_id, sample_idx, feedback_idx, text, prompt_ids, token_ids, logprobs (no tokens for a fixed text)
+- refined:  problem_id, sample_idx, feedback_idx, prompt_ids, text, token_ids, logprobs, reward
+The critic sees the problem and the attempt only (plus the execution error for code, when the grader gives one),
+never the reference answer: `binac_core.prompts.critic_messages` does not take it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from binac_core import prompts
+from binac_core.generation import AdapterRef, GenerationBackend, SamplingParams
+
+
+def stage_seed(*parts) -> int:
+    """A sampling seed derived from (run seed, step, stage, ...): reruns and resumed runs sample identically."""
+    return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:8], 16)
+
+
+def sample_problems(rows: list[dict], n: int, seed: int, step: int) -> list[dict]:
+    """n problems for this iteration: a fresh permutation per epoch, deterministic in (seed, step)."""
+    per_epoch = max(len(rows) // n, 1)
+    epoch, offset = divmod(step, per_epoch)
+    order = list(range(len(rows)))
+    random.Random(stage_seed(seed, "epoch", epoch)).shuffle(order)
+    return [rows[i] for i in order[offset * n : offset * n + n]]
+
+
+def generate_attempts(
+    backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None,
+    group_size: int, params: SamplingParams,
+) -> list[dict]:
+    msgs, keys = [], []
+    for row in problems:
+        for k in range(group_size):
+            msgs.append(prompts.actor_messages(benchmark, row))
+            keys.append((row["id"], k))
+    gens = backend.generate(msgs, actor, params)
+    out = []
+    for (pid, k), m, g in zip(keys, msgs, gens, strict=True):
+        out.append({
+            "problem_id": pid, "sample_idx": k, "prompt_text": m[-1]["content"], "prompt_ids": g.prompt_ids,
+            "text": g.text, "token_ids": g.token_ids, "logprobs": g.logprobs,
+        })
+    return out
+
+
+def sample_feedback(
+    backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[dict],
+    critic: AdapterRef | None, per_attempt: int, params: SamplingParams, fixed_text: str | None = None,
+) -> list[dict]:
+    """`per_attempt` feedbacks for each attempt from the critic adapter, or the fixed text (self-correction)."""
+    if fixed_text is not None:
+        return [
+            {"problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "feedback_idx": 0, "text": fixed_text,
+             "prompt_ids": [], "token_ids": [], "logprobs": []}
+            for a in attempts
+        ]
+    msgs, keys = [], []
+    for a in attempts:
+        row = problems[a["problem_id"]]
+        for j in range(per_attempt):
+            msgs.append(prompts.critic_messages(benchmark, row, a["text"], a.get("exec_error")))
+            keys.append((a["problem_id"], a["sample_idx"], j))
+    gens = backend.generate(msgs, critic, params)
+    return [
+        {"problem_id": p, "sample_idx": s, "feedback_idx": j, "text": g.text, "prompt_ids": g.prompt_ids,
+         "token_ids": g.token_ids, "logprobs": g.logprobs}
+        for (p, s, j), g in zip(keys, gens, strict=True)
+    ]
+
+
+def generate_refinements(
+    backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[dict],
+    feedbacks: list[dict], actor: AdapterRef | None, params: SamplingParams,
+) -> list[dict]:
+    by_key = {(a["problem_id"], a["sample_idx"]): a for a in attempts}
+    msgs = []
+    for f in feedbacks:
+        a = by_key[(f["problem_id"], f["sample_idx"])]
+        msgs.append(prompts.refine_messages(benchmark, problems[f["problem_id"]], a["text"], f["text"]))
+    gens = backend.generate(msgs, actor, params)
+    return [
+        {"problem_id": f["problem_id"], "sample_idx": f["sample_idx"], "feedback_idx": f["feedback_idx"],
+         "prompt_ids": g.prompt_ids, "text": g.text, "token_ids": g.token_ids, "logprobs": g.logprobs}
+        for f, g in zip(feedbacks, gens, strict=True)
+    ]
+
+
+def score(benchmark: str, problems: dict[str, dict], records: list[dict]) -> list[float]:
+    """Verifier rewards with the benchmark's one grading function (reward = evaluation)."""
+    from binac_core.grading import grade
+
+    return [grade(benchmark, problems[r["problem_id"]], r["text"]) for r in records]

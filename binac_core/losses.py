@@ -1,0 +1,74 @@
+"""The RL math, as pure tensor functions (unit-tested on hand-computed cases).
+
+- `group_advantages`: GRPO advantages, reward minus its group mean, divided by the group std when
+  `scale=True` (DeepSeekMath GRPO; `scale=False` is the Dr. GRPO variant). Groups of one or with zero spread get 0.
+- `critic_rewards`: the first-order value-penalty reward of a feedback z,
+  (1 + λ)·r1(z; θ) − λ·r1(z; θ⁺), θ⁺ = the actor after its update on the same batch (docs/algorithm.md).
+- `clipped_policy_loss`: PPO clipped surrogate with a token-level mean over every completion token of the batch
+  (DAPO's aggregation, as TRL's `loss_type="dapo"`), plus β·k3 KL to a reference (Schulman's unbiased estimator,
+  as in TRL/verl `low_var_kl` without clamping).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: bool = True, eps: float = 1e-6):
+    """rewards [N], groups [N] (integer group ids) -> advantages [N]. Std is the unbiased sample std."""
+    adv = torch.zeros_like(rewards, dtype=torch.float32)
+    for g in torch.unique(groups):
+        idx = groups == g
+        r = rewards[idx].float()
+        if r.numel() < 2:
+            continue
+        centred = r - r.mean()
+        adv[idx] = centred / (r.std() + eps) if scale else centred
+    return adv
+
+
+def critic_rewards(r1: torch.Tensor, r1_lookahead: torch.Tensor, lam: float) -> torch.Tensor:
+    """(1 + λ)·r1 − λ·r1⁺ elementwise; λ = 0 gives the plain reward of the refined answer."""
+    return (1.0 + lam) * r1.float() - lam * r1_lookahead.float()
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(π‖π_ref): exp(ref − logp) − (ref − logp) − 1 (always ≥ 0)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    n_tokens: int | None = None,
+):
+    """logp/old_logp/ref_logp/mask [B, T], adv [B]. Returns (loss, stats).
+
+    loss = Σ_tokens [ −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A) + β·k3 ] / n_tokens, with n_tokens = mask.sum() unless
+    given (callers that accumulate minibatches pass the whole batch's token count so the sum is one token mean).
+    """
+    mask = mask.float()
+    n = float(n_tokens if n_tokens is not None else mask.sum().clamp(min=1))
+    ratio = torch.exp(logp - old_logp)
+    a = adv.unsqueeze(1)
+    surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)
+    per_token = -surrogate
+    kl = torch.zeros_like(logp)
+    if ref_logp is not None:
+        kl = k3_kl(logp, ref_logp)
+        per_token = per_token + kl_coef * kl
+    loss = (per_token * mask).sum() / n
+    with torch.no_grad():
+        clipped = ((ratio - 1).abs() > clip_eps).float()
+        stats = {
+            "kl_sum": float((kl * mask).sum()),
+            "clip_sum": float((clipped * mask).sum()),
+            "tokens": float(mask.sum()),
+        }
+    return loss, stats

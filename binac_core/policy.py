@@ -1,0 +1,123 @@
+"""The in-process model: one base model with two named LoRA adapters (`actor`, `critic`) via peft.
+
+Both adapters start as the identity (LoRA's B matrix is zero-initialised), so the initial actor and the initial
+critic are the base model itself; the base (adapters disabled) is also the KL reference of both.
+
+A `Policy` stays loaded for the whole process. Pipeline stages exchange `AdapterRef`s (folder + digest), never
+weights: `sync(ref)` loads an adapter (and its optimizer state) from disk only when the in-memory copy has a
+different digest, so a resumed or cached run continues from exactly the saved state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+from pathlib import Path
+
+import torch
+from peft import LoraConfig as PeftLoraConfig
+from peft import get_peft_model, set_peft_model_state_dict
+from peft.utils import get_peft_model_state_dict
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from binac_core.config import Config
+from binac_core.generation import AdapterRef
+
+ADAPTERS = ("actor", "critic")
+
+
+def file_digest(folder: Path) -> str:
+    """sha256 over the files of a checkpoint folder (names and bytes), first 16 hex digits."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        h.update(f.relative_to(folder).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Policy:
+    def __init__(self, base_dir: str | Path, cfg: Config, seed: int = 0):
+        dtype = getattr(torch, cfg.model.dtype)
+        self.cfg = cfg
+        self.tokenizer = AutoTokenizer.from_pretrained(base_dir)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
+        lcfg = PeftLoraConfig(
+            r=cfg.lora.rank,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=cfg.lora.dropout,
+            target_modules=list(cfg.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
+        torch.manual_seed(seed)
+        self.model = get_peft_model(base, lcfg, adapter_name="actor")
+        self.model.add_adapter("critic", lcfg)
+        self.model.eval()
+        self.loaded: dict[str, str] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.lrs = {"actor": cfg.train.actor_lr, "critic": cfg.train.critic_lr}
+
+    # ---- adapters -------------------------------------------------------------------------------------------
+    def params(self, name: str) -> list[torch.nn.Parameter]:
+        return [p for n, p in self.model.named_parameters() if f".{name}." in n and "lora_" in n]
+
+    def optimizer(self, name: str) -> torch.optim.Optimizer:
+        if name not in self.optimizers:
+            self.optimizers[name] = torch.optim.AdamW(self.params(name), lr=self.lrs[name], weight_decay=0.0)
+        return self.optimizers[name]
+
+    @contextlib.contextmanager
+    def using(self, ref: AdapterRef | None):
+        """Activate an adapter (synced from disk if needed) or, for None, the bare base model."""
+        if ref is None:
+            with self.model.disable_adapter():
+                yield self.model
+            return
+        self.sync(ref)
+        self.model.set_adapter(ref.name)
+        yield self.model
+
+    def train_mode(self, name: str):
+        """Make `name` the only trainable adapter (peft freezes the inactive one) and return its optimizer."""
+        self.model.set_adapter(name)
+        for n, p in self.model.named_parameters():
+            p.requires_grad_(f".{name}." in n and "lora_" in n)
+        return self.optimizer(name)
+
+    def sync(self, ref: AdapterRef) -> None:
+        if self.loaded.get(ref.name) == ref.digest:
+            return
+        folder = Path(ref.path)
+        state = load_file(str(folder / "adapter_model.safetensors"))
+        set_peft_model_state_dict(self.model, state, adapter_name=ref.name)
+        opt_file = folder / "optimizer.pt"
+        self.optimizers.pop(ref.name, None)
+        if opt_file.exists():
+            self.optimizer(ref.name).load_state_dict(torch.load(opt_file, weights_only=True))
+        self.loaded[ref.name] = ref.digest
+
+    def save(self, name: str, folder: str | Path) -> AdapterRef:
+        """Write adapter `name` (+ its optimizer state) atomically into `folder` and return its reference."""
+        folder = Path(folder)
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(str(tmp), selected_adapters=[name])
+        # peft writes non-default adapters into a sub-folder named after the adapter: flatten it.
+        sub = tmp / name
+        if sub.is_dir():
+            for f in sub.iterdir():
+                f.replace(tmp / f.name)
+            sub.rmdir()
+        if name in self.optimizers:
+            torch.save(self.optimizers[name].state_dict(), tmp / "optimizer.pt")
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.replace(folder)
+        digest = file_digest(folder)
+        self.loaded[name] = digest
+        return AdapterRef(name, str(folder), digest)
+
+    def adapter_state(self, name: str) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=name).items()}

@@ -1,0 +1,40 @@
+"""Building the stored trajectory rows (schema: sql/schema.sql) from one step's stage outputs."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def trajectory_rows(
+    meta: dict, step: int, split: str, protocol: str, attempts: list[dict], r0: list[float],
+    feedbacks: list[dict] | None = None, refined: list[dict] | None = None, r1: list[float] | None = None,
+    critic_reward: list[float] | None = None, round_: int = 1,
+) -> list[dict]:
+    """One row per (attempt, feedback); without feedback, one row per attempt. `meta` carries run_id, method,
+    preset, seed, benchmark."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    base = {**meta, "step": step, "split": split, "protocol": protocol, "created_at": now}
+    by_key = {(a["problem_id"], a["sample_idx"]): (a, r) for a, r in zip(attempts, r0, strict=True)}
+    if not feedbacks:
+        return [
+            {**base, **_attempt_cols(a, r), "feedback_idx": 0, "round": 0, "feedback": None, "refined": None,
+             "refined_reward": None, "critic_reward": None, "feedback_tokens": None, "refined_tokens": None}
+            for a, r in zip(attempts, r0, strict=True)
+        ]
+    rows = []
+    for i, (f, y1) in enumerate(zip(feedbacks, refined, strict=True)):
+        a, r = by_key[(f["problem_id"], f["sample_idx"])]
+        rows.append({
+            **base, **_attempt_cols(a, r), "feedback_idx": f["feedback_idx"], "round": round_,
+            "feedback": f["text"], "refined": y1["text"], "refined_reward": r1[i],
+            "critic_reward": None if critic_reward is None else critic_reward[i],
+            "feedback_tokens": len(f["token_ids"]), "refined_tokens": len(y1["token_ids"]),
+        })
+    return rows
+
+
+def _attempt_cols(a: dict, reward: float) -> dict:
+    return {
+        "problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "prompt": a["prompt_text"],
+        "attempt": a["text"], "attempt_reward": reward, "attempt_tokens": len(a["token_ids"]),
+    }

@@ -1,0 +1,91 @@
+"""MLflow bookkeeping: one run per training run, found again by its run key so a re-run or a resumed run
+continues the same MLflow run instead of creating a second one; metrics are logged once per (key, step)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import mlflow
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from binac_core.workspace import Workspace
+
+EXPERIMENT = "binac"
+
+
+def client(ws: Workspace) -> MlflowClient:
+    mlflow.set_tracking_uri(ws.mlflow_uri)
+    return MlflowClient(ws.mlflow_uri)
+
+
+def experiment_id(c: MlflowClient, ws: Workspace, name: str = EXPERIMENT) -> str:
+    exp = c.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return c.create_experiment(name, artifact_location=(ws.artifact_root / name).as_uri())
+    except mlflow.exceptions.MlflowException:  # created concurrently by another run
+        return c.get_experiment_by_name(name).experiment_id
+
+
+def find_or_create_run(
+    ws: Workspace, run_key: str, run_name: str, tags: dict[str, str], params: dict[str, str],
+    parent_run_id: str | None = None, experiment: str = EXPERIMENT,
+) -> str:
+    c = client(ws)
+    exp = experiment_id(c, ws, experiment)
+    found = c.search_runs([exp], filter_string=f"tags.`binac.run_key` = '{run_key}'", max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+        c.update_run(run_id, status="RUNNING")
+        return run_id
+    all_tags = {**tags, "binac.run_key": run_key, "mlflow.runName": run_name}
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    run = c.create_run(exp, tags=all_tags, run_name=run_name)
+    c.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
+    return run.info.run_id
+
+
+def logged_steps(c: MlflowClient, run_id: str, key: str) -> set[int]:
+    return {m.step for m in c.get_metric_history(run_id, key)}
+
+
+def log_metrics_once(ws: Workspace, run_id: str, metrics: dict[str, float], step: int) -> int:
+    """Log each metric at `step` unless that (key, step) is already there; returns how many were logged."""
+    c = client(ws)
+    todo = [Metric(k, float(v), 0, step) for k, v in metrics.items() if step not in logged_steps(c, run_id, k)]
+    if todo:
+        import time
+
+        ts = int(time.time() * 1000)
+        c.log_batch(run_id, metrics=[Metric(m.key, m.value, ts, m.step) for m in todo])
+    return len(todo)
+
+
+def set_tags(ws: Workspace, run_id: str, tags: dict[str, str]) -> None:
+    client(ws).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
+def log_json(ws: Workspace, run_id: str, obj, artifact_file: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(artifact_file).name
+        path.write_text(json.dumps(obj, indent=2, default=str))
+        parent = str(Path(artifact_file).parent)
+        client(ws).log_artifact(run_id, str(path), None if parent == "." else parent)
+
+
+def log_path(ws: Workspace, run_id: str, local: str | Path, artifact_path: str | None = None) -> None:
+    local = Path(local)
+    c = client(ws)
+    if local.is_dir():
+        c.log_artifacts(run_id, str(local), artifact_path)
+    else:
+        c.log_artifact(run_id, str(local), artifact_path)
+
+
+def finish(ws: Workspace, run_id: str, status: str = "FINISHED") -> None:
+    client(ws).set_terminated(run_id, status=status)

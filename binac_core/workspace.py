@@ -1,0 +1,54 @@
+"""Where a run writes: everything lives under one folder, `$BINAC_HOME` (default `./.binac`).
+
+Layout:
+    mlflow.db, mlartifacts/      MLflow sqlite store and artifacts (unless MLFLOW_TRACKING_URI is set)
+    trajectories/                Parquet shards, one file per (run, split, step): atomic, idempotent writes
+    trajectories.duckdb          DuckDB file holding the `trajectories` view over the shards
+    models/base-<digest>/        tiny base models built here (shared by every run with the same model config)
+    runs/<run_key>/              adapter and optimizer checkpoints, rollout files, per-step outputs
+    prefect/                     Prefect result storage (the task cache records)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Workspace:
+    home: Path
+
+    @property
+    def mlflow_uri(self) -> str:
+        """`MLFLOW_TRACKING_URI` wins over the embedded sqlite store."""
+        return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{self.home / 'mlflow.db'}"
+
+    @property
+    def artifact_root(self) -> Path:
+        return self.home / "mlartifacts"
+
+    @property
+    def shards(self) -> Path:
+        return self.home / "trajectories"
+
+    @property
+    def duckdb_path(self) -> Path:
+        return self.home / "trajectories.duckdb"
+
+    @property
+    def prefect_storage(self) -> Path:
+        return self.home / "prefect"
+
+    def base_model_dir(self, digest: str) -> Path:
+        return self.home / "models" / f"base-{digest}"
+
+    def run_dir(self, run_key: str) -> Path:
+        return self.home / "runs" / run_key
+
+
+def workspace() -> Workspace:
+    home = Path(os.environ.get("BINAC_HOME", ".binac")).expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    return Workspace(home)

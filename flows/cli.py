@@ -1,0 +1,142 @@
+"""`binac`: the command line for local runs (train, compare, demo, evaluate, sql).
+
+Every argument is validated before any compute (before Prefect or a model starts); a bad value exits with
+status 2 and one line `error: ...` naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from binac_core.errors import BinacError
+
+
+def _env_defaults() -> None:
+    """Settings that must be in place before prefect is imported: cache records live under $BINAC_HOME."""
+    from binac_core.workspace import workspace
+
+    ws = workspace()
+    os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(ws.prefect_storage))
+    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(ws.prefect_storage))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _overrides(items: list[str]) -> dict:
+    """`--set train.actor_lr=1e-3` pairs, values parsed as YAML scalars."""
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise BinacError(f"--set expects section.field=value (got {item!r})")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BinacError(f"{what} must be comma-separated integers (got {text!r})") from None
+    if not values or any(v < 0 for v in values):
+        raise BinacError(f"{what} must be non-negative integers (got {text!r})")
+    return values
+
+
+def cmd_train(a) -> int:
+    from flows.train import plan
+
+    overrides = _overrides(a.set)
+    plan(a.preset, a.method, a.steps, a.seed, overrides, None)
+    _env_defaults()
+    from binac_core.workspace import workspace
+    from flows.train import train
+
+    res = train(a.preset, a.method, a.steps, a.seed, overrides)
+    ws = workspace()
+    print(f"MLflow store: {ws.mlflow_uri}  (run {res['run_id']})")
+    print(f"Trajectory store: {ws.duckdb_path}  (view `trajectories`)")
+    first, last = min(res["evals"]), max(res["evals"])
+    print(f"held-out acc_single: {res['evals'][first].get('eval/acc_single', float('nan')):.3f} (iter {first}) -> "
+          f"{res['evals'][last].get('eval/acc_single', float('nan')):.3f} (iter {last})")
+    return 0
+
+
+def cmd_compare(a) -> int:
+    from flows.compare import plan_compare
+
+    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
+    seeds = _int_list(a.seeds, "--seeds")
+    overrides = _overrides(a.set)
+    plan_compare(a.preset, methods, seeds, a.steps, overrides)
+    _env_defaults()
+    from flows.compare import compare
+
+    res = compare(a.preset, methods, seeds, a.steps, overrides)
+    print(res["report_text"])
+    return 0
+
+
+def cmd_demo(a) -> int:
+    a.preset, a.methods, a.seeds, a.steps, a.set = "tiny", "grpo,fixed_critic,binac", a.seeds, a.steps, []
+    return cmd_compare(a)
+
+
+def cmd_sql(a) -> int:
+    from flows.sql_cli import run_sql
+
+    return run_sql(a.query, a.param, a.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from binac_core.config import METHODS, preset_names
+
+    p = argparse.ArgumentParser(prog="binac", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("train", help="train one method (one MLflow run)")
+    t.add_argument("--preset", default="tiny", help=f"preset name or YAML file ({', '.join(preset_names())})")
+    t.add_argument("--method", default="grpo", help=f"one of {', '.join(METHODS)}")
+    t.add_argument("--steps", type=int, default=20, help="training iterations")
+    t.add_argument("--seed", type=int, default=0, help="run seed (sampling, adapter init, batch order)")
+    t.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a field")
+    t.set_defaults(func=cmd_train)
+
+    c = sub.add_parser("compare", help="every method x seed at equal actor-sample budgets, with a report")
+    c.add_argument("--preset", default="tiny")
+    c.add_argument("--methods", default="grpo,fixed_critic,binac", help="comma-separated methods")
+    c.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    c.add_argument("--steps", type=int, default=30, help="budget: as many actor samples as N grpo iterations")
+    c.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    c.set_defaults(func=cmd_compare)
+
+    d = sub.add_parser("demo", help="compare grpo, fixed_critic, binac on the tiny preset")
+    d.add_argument("--seeds", default="0", help="comma-separated seeds")
+    d.add_argument("--steps", type=int, default=30, help="budget in grpo iterations")
+    d.set_defaults(func=cmd_demo)
+
+    q = sub.add_parser("sql", help="run SQL (a query or a file from sql/) over the trajectory store")
+    q.add_argument("query", help="a SQL string or a path to a .sql file")
+    q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="query parameter")
+    q.add_argument("--out", help="write the result to a .csv or .parquet file instead of printing it")
+    q.set_defaults(func=cmd_sql)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BinacError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

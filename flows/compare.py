@@ -1,0 +1,60 @@
+"""The comparison: every method × seed as a `train` subflow under one MLflow parent run, at equal actor-sample
+budgets (the budget of `steps` GRPO iterations), then the report (table + plot) logged to the parent run."""
+
+from __future__ import annotations
+
+import hashlib
+
+from prefect import flow
+
+from binac_core import tracking
+from binac_core.config import load_config
+from binac_core.errors import BinacError
+from binac_core.methods import method_spec
+from binac_core.report import build_report
+from binac_core.workspace import workspace
+from flows.train import plan, train
+from tasks.track import finish_run, start_run
+
+
+def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, overrides: dict | None):
+    if not methods:
+        raise BinacError("--methods is empty")
+    if len(set(methods)) != len(methods):
+        raise BinacError(f"--methods lists a method twice: {','.join(methods)}")
+    if steps is None or steps < 1:
+        raise BinacError(f"--steps must be a positive integer (got {steps})")
+    cfg = load_config(preset, overrides)
+    budget = steps * method_spec("grpo").actor_samples_per_iteration(cfg)
+    for m in methods:
+        for s in seeds:
+            plan(preset, m, None, s, overrides, budget)
+    return cfg, budget
+
+
+@flow(name="compare")
+def compare(
+    preset: str = "micro", methods: list[str] = ("grpo", "fixed_critic", "binac"), seeds: list[int] = (0,),
+    steps: int = 2, overrides: dict | None = None,
+) -> dict:
+    methods, seeds = list(methods), list(seeds)
+    cfg, budget = plan_compare(preset, methods, seeds, steps, overrides)
+    key = hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}".encode()).hexdigest()[:12]
+    params = {**cfg.flat(), "methods": ",".join(methods), "seeds": ",".join(map(str, seeds)),
+              "steps": str(steps), "budget_actor_samples": str(budget)}
+    tags = {"method": "compare", "preset": cfg.name, "kind": "compare"}
+    parent = start_run(f"compare-{key}", f"compare-{cfg.name}", tags, params)
+    try:
+        runs = [train(preset, m, steps, s, overrides, budget, parent, key) for m in methods for s in seeds]
+        ws = workspace()
+        meta = {"preset": cfg.name, "seeds": seeds, "budget": budget, "steps": steps, "n_eval": cfg.task.n_test,
+                "eval_samples": cfg.generation.eval_samples, "eval_temperature": cfg.generation.eval_temperature}
+        report = build_report(runs, meta, ws.home / "reports" / f"compare-{key}")
+        for f in report["files"]:
+            tracking.log_path(ws, parent, f, "report")
+        tracking.finish(ws, parent, "FINISHED")
+    except BaseException:
+        finish_run(parent, "FAILED")
+        raise
+    return {"parent_run_id": parent, "report_text": report["text"], "report_files": report["files"],
+            "runs": [{k: r[k] for k in ("run_id", "method", "seed", "evals")} for r in runs]}

@@ -1,0 +1,126 @@
+"""One training run of one method: the Bi-NAC loop (or a baseline) as a chain of cached Prefect tasks.
+
+Per iteration:  sample problems → actor attempts y0 → [critic feedback z → actor refinement y1] → rewards
+→ actor update θ → θ⁺ → [look-ahead refinement under θ⁺ → critic reward → critic update φ]
+→ store trajectories → log metrics → every k iterations: evaluate (single, feedback, gated@K).
+Brackets depend on the method (binac_core/methods.py). Every stage is cached on its inputs, so re-running the
+same command reuses finished work and a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from prefect import flow
+
+from binac_core.config import load_config
+from binac_core.errors import BinacError
+from binac_core.methods import method_spec
+from binac_core.prompts import SELF_CORRECT_FEEDBACK
+from binac_core.workspace import workspace
+from tasks.actor_update import update_actor
+from tasks.critic_update import critic_reward, update_critic
+from tasks.evaluate import evaluate
+from tasks.feedback import sample_feedback
+from tasks.prepare import build_base_model, init_adapters, prepare_data
+from tasks.refine import refine
+from tasks.rollout import generate_rollouts, sample_batch
+from tasks.score import score_rewards
+from tasks.store import store_eval, store_train_step
+from tasks.track import finalize_run, finish_run, log_metrics, start_run
+
+
+def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict | None, budget: int | None):
+    """Validate everything before any compute: (config, method spec, iterations)."""
+    cfg = load_config(preset, overrides)
+    spec = method_spec(method)
+    if budget is None and (steps is None or steps < 1):
+        raise BinacError(f"--steps must be a positive integer (got {steps})")
+    if budget is not None and budget < 1:
+        raise BinacError(f"actor-sample budget must be positive (got {budget})")
+    if seed < 0:
+        raise BinacError(f"--seed must be >= 0 (got {seed})")
+    iterations = steps if budget is None else spec.iterations_for_budget(cfg, budget)
+    return cfg, spec, iterations
+
+
+@flow(name="train", log_prints=True)
+def train(
+    preset: str = "micro", method: str = "grpo", steps: int = 3, seed: int = 0, overrides: dict | None = None,
+    budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "",
+) -> dict:
+    """Train `method` for `steps` iterations (or until `budget` actor samples); returns run id and evaluations."""
+    cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
+    ws, cfg_d = workspace(), cfg.model_dump(mode="json")
+    key = hashlib.sha256(f"{cfg.digest()}|{method}|{seed}|{iterations}|{parent_key}".encode()).hexdigest()[:12]
+    run_dir, shared = ws.run_dir(f"{method}-s{seed}-{key}"), ws.run_dir(f"init-{cfg.digest()}-s{seed}")
+    base = build_base_model(cfg_d)
+    data = prepare_data(cfg_d)
+    tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark}
+    params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations)}
+    run_id = start_run(key, f"{method}-seed{seed}", tags, params, parent_run_id)
+    meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark}
+    try:
+        adapters = init_adapters(cfg_d, base, seed, str(shared))
+        actor, critic = adapters["actor"], adapters["critic"]
+        evals = {0: _evaluate(cfg_d, base, data, actor, critic, seed, 0, str(shared), meta, run_id)}
+        samples, t_start = 0, time.time()
+        for step in range(1, iterations + 1):
+            t0, out = time.time(), str(run_dir / f"step-{step:05d}")
+            batch = sample_batch(cfg_d, data["train"], seed, step, out)
+            attempts = generate_rollouts(cfg_d, base, batch, actor, seed, step, out)
+            r0 = score_rewards(cfg_d, batch, attempts, out, "attempts")
+            feedback = refined = r1 = crew = None
+            gens = [attempts]
+            if spec.feedback:
+                fixed = SELF_CORRECT_FEEDBACK if spec.feedback == "fixed" else None
+                feedback = sample_feedback(cfg_d, base, batch, attempts, None if fixed else critic, fixed, seed, step,
+                                           out)
+                refined = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out)
+                r1 = score_rewards(cfg_d, batch, refined, out, "refined")
+                gens += [feedback, refined]
+            stats = {}
+            if spec.train_actor:
+                two = spec.actor_second_turn
+                upd = update_actor(cfg_d, base, seed, actor, attempts, r0, out, refined if two else None,
+                                   r1 if two else None)
+                actor, stats["train/actor_loss"], stats["train/kl"] = upd["adapter"], upd["stats"]["loss"], \
+                    upd["stats"]["kl"]
+            if spec.feedback:
+                r1_ahead = None
+                if spec.lookahead:  # θ⁺ = the actor just updated on this batch
+                    ahead = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out, "lookahead")
+                    r1_ahead = score_rewards(cfg_d, batch, ahead, out, "lookahead")
+                    gens.append(ahead)
+                crew = critic_reward(cfg_d, r1, r1_ahead, out)
+            if spec.train_critic:
+                upd = update_critic(cfg_d, base, seed, critic, feedback, crew, out)
+                critic, stats["train/critic_loss"] = upd["adapter"], upd["stats"]["loss"]
+            metrics = store_train_step(meta, step, attempts, r0, feedback, refined, r1, crew)
+            samples += spec.actor_samples_per_iteration(cfg)
+            gen_s = sum(g.get("seconds", 0.0) for g in gens)
+            metrics.update(stats)
+            metrics.update({
+                "train/actor_samples": samples, "perf/step_s": time.time() - t0,
+                "perf/gen_tokens_per_s": sum(g.get("tokens", 0) for g in gens) / max(gen_s, 1e-9),
+            })
+            log_metrics(run_id, metrics, step)
+            if step % cfg.train.eval_every == 0 or step == iterations:
+                evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id)
+            eta = (time.time() - t_start) / step * (iterations - step)
+            print(f"[{method} seed {seed}] iter {step}/{iterations} reward_first "
+                  f"{metrics['train/reward_first']:.3f} samples {samples} ETA {eta:.0f}s")
+        finalize_run(run_id, cfg_d, actor, critic)
+    except BaseException:
+        finish_run(run_id, "FAILED")
+        raise
+    return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
+            "samples_per_iteration": spec.actor_samples_per_iteration(cfg), "actor": actor, "critic": critic}
+
+
+def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id) -> dict:
+    result = evaluate(cfg_d, base, data["eval"], actor, critic, seed, step, out)
+    metrics = store_eval(meta, step, result)
+    log_metrics(run_id, metrics, step)
+    return metrics

@@ -1,0 +1,29 @@
+-- The trajectory schema: one row per generated sample (a first attempt, with its feedback and refinement when
+-- the method has them). Training writes these rows as Parquet shards, one file per (run, protocol, step),
+-- replaced atomically, so a re-run or a resumed run never duplicates or loses rows; `trajectories.duckdb`
+-- holds the view `trajectories` over all shards (see binac_core/storage.py).
+CREATE TABLE trajectory_rows (
+    run_id          VARCHAR NOT NULL,  -- MLflow run id of the training/evaluation run
+    method          VARCHAR NOT NULL,  -- grpo | fixed_critic | binac | critic_only | self_correct | eval
+    preset          VARCHAR NOT NULL,  -- config preset name
+    seed            INTEGER NOT NULL,  -- run seed
+    step            INTEGER NOT NULL,  -- training iteration (eval rows: the iteration evaluated after)
+    split           VARCHAR NOT NULL,  -- train | eval
+    protocol        VARCHAR NOT NULL,  -- train rows: train; eval rows: single | feedback | gated
+    benchmark       VARCHAR NOT NULL,  -- synthetic | math500 | mbpp | gpqa_diamond | gsm8k ...
+    problem_id      VARCHAR NOT NULL,  -- the problem's id in its split
+    sample_idx      INTEGER NOT NULL,  -- index of the first attempt within its group
+    feedback_idx    INTEGER NOT NULL,  -- index of the feedback within the attempt's critic group (0 if none)
+    round           INTEGER NOT NULL,  -- feedback round (gated protocol: 1..K; otherwise 1 or 0 without feedback)
+    prompt          VARCHAR NOT NULL,  -- the actor's first-turn prompt (rendered text)
+    attempt         VARCHAR NOT NULL,  -- the first attempt y0
+    attempt_reward  DOUBLE NOT NULL,   -- verifier reward r0 of the attempt
+    feedback        VARCHAR,           -- critic feedback z (NULL for methods without feedback)
+    refined         VARCHAR,           -- refined answer y1 given (x, y0, z)
+    refined_reward  DOUBLE,            -- verifier reward r1 of the refinement
+    critic_reward   DOUBLE,            -- the critic's reward (1+λ)·r1(θ) − λ·r1(θ⁺) (training rows of critic methods)
+    attempt_tokens  INTEGER NOT NULL,  -- completion tokens of the attempt
+    feedback_tokens INTEGER,           -- completion tokens of the feedback
+    refined_tokens  INTEGER,           -- completion tokens of the refinement
+    created_at      TIMESTAMP NOT NULL -- when the step's rows were generated
+);

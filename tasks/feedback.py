@@ -1,0 +1,32 @@
+"""Stage 2: critic feedback z ~ π_φ(·|x, y0), several per attempt (or the fixed self-correction text)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prefect import task
+
+from binac_core.episodes import sample_feedback as sample
+from binac_core.episodes import stage_seed
+from binac_core.files import read_json, write_json
+from binac_core.generation import SamplingParams
+from tasks._common import CACHED, config, loaded, perf, ref
+
+
+@task(name="sample-feedback", **CACHED)
+def sample_feedback(
+    cfg_d: dict, base: dict, batch: dict, attempts: dict, critic: dict | None, fixed_text: str | None,
+    seed: int, step: int, out_dir: str,
+) -> dict:
+    cfg = config(cfg_d)
+    _, backend = loaded(cfg_d, base, seed)
+    g = cfg.generation
+    params = SamplingParams(g.feedback_max_new_tokens, g.temperature, g.top_p, stage_seed(seed, step, "feedback"))
+    problems = {r["id"]: r for r in read_json(batch)}
+    t0 = time.time()
+    out = sample(
+        backend, cfg.task.benchmark, problems, read_json(attempts), ref(critic), cfg.train.critic_group_size,
+        params, fixed_text,
+    )
+    return write_json(Path(out_dir) / "feedback.json", out) | perf(out, t0)

@@ -1,0 +1,31 @@
+"""Stage 3: the actor answers again with the feedback in context, y1 ~ π_θ(·|x, y0, z)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prefect import task
+
+from binac_core.episodes import generate_refinements, stage_seed
+from binac_core.files import read_json, write_json
+from binac_core.generation import SamplingParams
+from tasks._common import CACHED, config, loaded, perf, ref
+
+
+@task(name="refine", **CACHED)
+def refine(
+    cfg_d: dict, base: dict, batch: dict, attempts: dict, feedback: dict, actor: dict, seed: int, step: int,
+    out_dir: str, name: str = "refined",
+) -> dict:
+    """`name` separates the refinements under the current actor θ from the look-ahead ones under θ⁺."""
+    cfg = config(cfg_d)
+    _, backend = loaded(cfg_d, base, seed)
+    g = cfg.generation
+    params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, stage_seed(seed, step, name))
+    problems = {r["id"]: r for r in read_json(batch)}
+    t0 = time.time()
+    out = generate_refinements(
+        backend, cfg.task.benchmark, problems, read_json(attempts), read_json(feedback), ref(actor), params
+    )
+    return write_json(Path(out_dir) / f"{name}.json", out) | perf(out, t0)

@@ -1,0 +1,33 @@
+"""Stage 1: sample the iteration's problems and the actor's first attempts y0 ~ π_θ(·|x)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prefect import task
+
+from binac_core.episodes import generate_attempts, sample_problems, stage_seed
+from binac_core.files import read_json, write_json
+from binac_core.generation import SamplingParams
+from tasks._common import CACHED, config, loaded, perf, ref
+
+
+@task(name="sample-batch", **CACHED)
+def sample_batch(cfg_d: dict, train: dict, seed: int, step: int, out_dir: str) -> dict:
+    cfg = config(cfg_d)
+    rows = sample_problems(read_json(train), cfg.train.batch_problems, seed, step)
+    return write_json(Path(out_dir) / "batch.json", rows)
+
+
+@task(name="generate-rollouts", **CACHED)
+def generate_rollouts(cfg_d: dict, base: dict, batch: dict, actor: dict, seed: int, step: int, out_dir: str) -> dict:
+    cfg = config(cfg_d)
+    _, backend = loaded(cfg_d, base, seed)
+    g = cfg.generation
+    params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, stage_seed(seed, step, "attempts"))
+    t0 = time.time()
+    attempts = generate_attempts(
+        backend, cfg.task.benchmark, read_json(batch), ref(actor), cfg.train.group_size, params
+    )
+    return write_json(Path(out_dir) / "attempts.json", attempts) | perf(attempts, t0)

@@ -1,0 +1,66 @@
+"""Storing every generated sample in the trajectory store, one atomic shard per (run, protocol, step).
+
+The step's training metrics are computed here from exactly the rows stored, so the MLflow numbers and SQL over
+`trajectories` agree by construction. Not cached: a shard rewrite is idempotent."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from binac_core import storage
+from binac_core.files import read_json
+from binac_core.records import trajectory_rows
+from binac_core.workspace import workspace
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+@task(name="store-train-step", cache_policy=NO_CACHE)
+def store_train_step(
+    meta: dict, step: int, attempts: dict, r0: dict, feedback: dict | None = None, refined: dict | None = None,
+    r1: dict | None = None, critic_rewards: dict | None = None,
+) -> dict:
+    """Write the iteration's rows; return its reward metrics (train/reward_first, train/reward_refined...)."""
+    att, rew0 = read_json(attempts), read_json(r0)
+    fb = read_json(feedback) if feedback else None
+    y1 = read_json(refined) if refined else None
+    rew1 = read_json(r1) if r1 else None
+    crew = read_json(critic_rewards) if critic_rewards else None
+    rows = trajectory_rows(meta, step, "train", "train", att, rew0, fb, y1, rew1, crew)
+    storage.write_shard(workspace(), meta["run_id"], "train", step, rows)
+    metrics = {"train/reward_first": _mean(rew0)}
+    if fb:
+        metrics.update({
+            "train/reward_refined": _mean(r["refined_reward"] for r in rows),
+            "train/feedback_gain": _mean(r["refined_reward"] - r["attempt_reward"] for r in rows),
+            "train/feedback_tokens": _mean(r["feedback_tokens"] for r in rows),
+        })
+        if crew is not None:
+            metrics["train/critic_reward"] = _mean(crew)
+    return metrics
+
+
+@task(name="store-eval", cache_policy=NO_CACHE)
+def store_eval(meta: dict, step: int, result: dict) -> dict:
+    """Write one shard per protocol evaluated; return the `eval/acc_*` metrics."""
+    res = read_json(result)
+    ws = workspace()
+    single = res["single"]
+    storage.write_shard(ws, meta["run_id"], "eval-single", step,
+                        trajectory_rows(meta, step, "eval", "single", single["attempts"], single["r0"]))
+    if "feedback" in res:
+        f = res["feedback"]
+        rows = trajectory_rows(meta, step, "eval", "feedback", f["attempts"], f["r0"], f["feedback"], f["refined"],
+                               f["r1"])
+        storage.write_shard(ws, meta["run_id"], "eval-feedback", step, rows)
+    if "gated" in res:
+        rows = []
+        for k, rnd in enumerate(res["gated"], start=1):
+            rows += trajectory_rows(meta, step, "eval", "gated", rnd["attempts"], rnd["r0"], rnd["feedback"],
+                                    rnd["refined"], rnd["r1"], round_=k)
+        storage.write_shard(ws, meta["run_id"], "eval-gated", step, rows)
+    return {f"eval/{k}": v for k, v in res["metrics"].items()}

@@ -1,0 +1,57 @@
+"""Bookkeeping stages: the MLflow run and its per-iteration metrics.
+
+None of these are cached: each is idempotent instead (the run is found again by its key, a metric is logged
+once per step), so re-running them is always safe and never duplicates."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from binac_core import storage, tracking
+from binac_core.workspace import workspace
+
+
+@task(name="start-run", cache_policy=NO_CACHE)
+def start_run(run_key: str, run_name: str, tags: dict, params: dict, parent_run_id: str | None = None) -> str:
+    ws = workspace()
+    storage.ensure_view(ws)
+    return tracking.find_or_create_run(ws, run_key, run_name, tags, params, parent_run_id)
+
+
+@task(name="log-metrics", cache_policy=NO_CACHE)
+def log_metrics(run_id: str, metrics: dict, step: int) -> int:
+    return tracking.log_metrics_once(workspace(), run_id, metrics, step)
+
+
+@task(name="finish-run", cache_policy=NO_CACHE)
+def finish_run(run_id: str, status: str = "FINISHED") -> None:
+    tracking.finish(workspace(), run_id, status)
+
+
+@task(name="finalize-run", cache_policy=NO_CACHE)
+def finalize_run(run_id: str, cfg_d: dict, actor: dict, critic: dict) -> None:
+    """Artifacts (config, final adapters, a sample of trajectories as a table), then mark the run FINISHED.
+    Skipped parts that are already there, so a re-run does not append a second copy."""
+    ws = workspace()
+    c = tracking.client(ws)
+    have = {a.path for a in c.list_artifacts(run_id)}
+    if "config.json" not in have:
+        tracking.log_json(ws, run_id, cfg_d, "config.json")
+    if "adapters" not in have:
+        tracking.log_path(ws, run_id, actor["path"], "adapters/actor")
+        tracking.log_path(ws, run_id, critic["path"], "adapters/critic")
+    if "trajectories_sample.json" not in have:
+        con = storage.connect_readonly(ws)
+        try:
+            df = con.execute(
+                "SELECT step, split, protocol, problem_id, attempt, attempt_reward, feedback, refined, refined_reward "
+                "FROM trajectories WHERE run_id = ? ORDER BY split DESC, step DESC, problem_id LIMIT 50",
+                [run_id],
+            ).df()
+        finally:
+            con.close()
+        import mlflow
+
+        mlflow.log_table(data=df, artifact_file="trajectories_sample.json", run_id=run_id)
+    tracking.finish(ws, run_id, "FINISHED")
