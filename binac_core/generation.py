@@ -59,10 +59,18 @@ class HFBackend:
     def __init__(self, policy, batch_size: int = 64):
         self.policy = policy
         self.batch_size = batch_size
+        self.truncated_prompts = 0
 
-    def render(self, messages: list[dict]) -> list[int]:
+    def render(self, messages: list[dict], max_new_tokens: int) -> list[int]:
+        """Chat-template token ids; a prompt longer than the model's context minus the answer budget keeps its
+        end (the part nearest the answer) and is counted in `truncated_prompts`."""
         tok = self.policy.tokenizer
-        return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        room = self.policy.model.config.max_position_embeddings - max_new_tokens
+        if len(ids) > room:
+            self.truncated_prompts += 1
+            ids = ids[-room:]
+        return ids
 
     @torch.no_grad()
     def generate(self, prompts, adapter, params):
@@ -70,7 +78,7 @@ class HFBackend:
         gen = torch.Generator().manual_seed(params.seed)
         with self.policy.using(adapter):
             for start in range(0, len(prompts), self.batch_size):
-                chunk = [self.render(m) for m in prompts[start : start + self.batch_size]]
+                chunk = [self.render(m, params.max_new_tokens) for m in prompts[start : start + self.batch_size]]
                 out.extend(self._generate_ids(chunk, params, gen))
         return out
 

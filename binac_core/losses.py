@@ -23,7 +23,8 @@ def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: bool = 
         if r.numel() < 2:
             continue
         centred = r - r.mean()
-        adv[idx] = centred / (r.std() + eps) if scale else centred
+        std = r.std()
+        adv[idx] = centred if not scale else (centred / (std + eps) if std > 0 else torch.zeros_like(r))
     return adv
 
 
@@ -54,6 +55,10 @@ def clipped_policy_loss(
     given (callers that accumulate minibatches pass the whole batch's token count so the sum is one token mean).
     """
     mask = mask.float()
+    # Padding positions may hold anything (even -inf): neutralise them before they can turn the sum into NaN.
+    logp, old_logp = torch.where(mask > 0, logp, 0.0), torch.where(mask > 0, old_logp, 0.0)
+    if ref_logp is not None:
+        ref_logp = torch.where(mask > 0, ref_logp, 0.0)
     n = float(n_tokens if n_tokens is not None else mask.sum().clamp(min=1))
     ratio = torch.exp(logp - old_logp)
     a = adv.unsqueeze(1)

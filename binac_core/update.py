@@ -83,7 +83,7 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
                 logp, old, adv, mask, cfg.train.clip_eps, ref, kl_coef, n_tokens=n_tokens
             )
             loss.backward()
-            total["loss"] += float(loss)
+            total["loss"] += loss.item()
             for k in ("kl_sum", "clip_sum", "tokens"):
                 total[k] += st[k]
         torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)

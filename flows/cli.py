@@ -50,7 +50,7 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def cmd_train(a) -> int:
-    from flows.train import plan
+    from binac_core.plans import plan
 
     overrides = _overrides(a.set)
     plan(a.preset, a.method, a.steps, a.seed, overrides, None)
@@ -69,7 +69,7 @@ def cmd_train(a) -> int:
 
 
 def cmd_compare(a) -> int:
-    from flows.compare import plan_compare
+    from binac_core.plans import plan_compare
 
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     seeds = _int_list(a.seeds, "--seeds")
@@ -86,6 +86,24 @@ def cmd_compare(a) -> int:
 def cmd_demo(a) -> int:
     a.preset, a.methods, a.seeds, a.steps, a.set = "tiny", "grpo,fixed_critic,binac", a.seeds, a.steps, []
     return cmd_compare(a)
+
+
+def cmd_evaluate(a) -> int:
+    from binac_core.plans import plan_evaluate
+
+    args = (a.benchmark, a.model, a.actor_adapter, a.critic_adapter, a.protocol, a.samples, a.limit, a.preset,
+            a.temperature, a.max_new_tokens)
+    plan_evaluate(*args)
+    _env_defaults()
+    from binac_core.workspace import workspace
+    from flows.evaluate import evaluate
+
+    res = evaluate(*args, seed=a.seed)
+    for k, v in res["metrics"].items():
+        print(f"{k} = {v:.4f}  (n={a.limit} problems x {a.samples} samples)")
+    ws = workspace()
+    print(f"MLflow store: {ws.mlflow_uri}  (run {res['run_id']}); trajectories: {ws.duckdb_path}")
+    return 0
 
 
 def cmd_sql(a) -> int:
@@ -121,6 +139,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=int, default=30, help="budget in grpo iterations")
     d.set_defaults(func=cmd_demo)
 
+    e = sub.add_parser("evaluate", help="evaluate a model (+ adapters) on a benchmark under one protocol")
+    e.add_argument("--benchmark", required=True, help="math500 | mbpp | gpqa_diamond | gsm8k | synthetic ...")
+    e.add_argument("--model", required=True, help="Hugging Face id or local model folder")
+    e.add_argument("--actor-adapter", help="LoRA adapter folder for the actor")
+    e.add_argument("--critic-adapter", help="LoRA adapter folder for the critic")
+    e.add_argument("--protocol", default="single", help="single | feedback | gated")
+    e.add_argument("--samples", type=int, default=1, help="samples per problem (pass@1 = mean correct/N)")
+    e.add_argument("--limit", type=int, default=20, help="first K problems of the eval split")
+    e.add_argument("--preset", default="tiny", help="preset supplying generation and LoRA settings")
+    e.add_argument("--temperature", type=float, help="override the preset's eval temperature")
+    e.add_argument("--max-new-tokens", type=int, help="override the preset's answer length")
+    e.add_argument("--seed", type=int, default=0)
+    e.set_defaults(func=cmd_evaluate)
+
     q = sub.add_parser("sql", help="run SQL (a query or a file from sql/) over the trajectory store")
     q.add_argument("query", help="a SQL string or a path to a .sql file")
     q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="query parameter")
@@ -131,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _env_defaults()  # before any import of prefect: prefect reads its settings once, when it is imported
     try:
         return args.func(args)
     except BinacError as exc:

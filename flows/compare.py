@@ -8,28 +8,11 @@ import hashlib
 from prefect import flow
 
 from binac_core import tracking
-from binac_core.config import load_config
-from binac_core.errors import BinacError
-from binac_core.methods import method_spec
+from binac_core.plans import plan_compare
 from binac_core.report import build_report
 from binac_core.workspace import workspace
-from flows.train import plan, train
+from flows.train import train
 from tasks.track import finish_run, start_run
-
-
-def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, overrides: dict | None):
-    if not methods:
-        raise BinacError("--methods is empty")
-    if len(set(methods)) != len(methods):
-        raise BinacError(f"--methods lists a method twice: {','.join(methods)}")
-    if steps is None or steps < 1:
-        raise BinacError(f"--steps must be a positive integer (got {steps})")
-    cfg = load_config(preset, overrides)
-    budget = steps * method_spec("grpo").actor_samples_per_iteration(cfg)
-    for m in methods:
-        for s in seeds:
-            plan(preset, m, None, s, overrides, budget)
-    return cfg, budget
 
 
 @flow(name="compare")

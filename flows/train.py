@@ -14,9 +14,7 @@ import time
 
 from prefect import flow
 
-from binac_core.config import load_config
-from binac_core.errors import BinacError
-from binac_core.methods import method_spec
+from binac_core.plans import plan
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.workspace import workspace
 from tasks.actor_update import update_actor
@@ -29,20 +27,6 @@ from tasks.rollout import generate_rollouts, sample_batch
 from tasks.score import score_rewards
 from tasks.store import store_eval, store_train_step
 from tasks.track import finalize_run, finish_run, log_metrics, start_run
-
-
-def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict | None, budget: int | None):
-    """Validate everything before any compute: (config, method spec, iterations)."""
-    cfg = load_config(preset, overrides)
-    spec = method_spec(method)
-    if budget is None and (steps is None or steps < 1):
-        raise BinacError(f"--steps must be a positive integer (got {steps})")
-    if budget is not None and budget < 1:
-        raise BinacError(f"actor-sample budget must be positive (got {budget})")
-    if seed < 0:
-        raise BinacError(f"--seed must be >= 0 (got {seed})")
-    iterations = steps if budget is None else spec.iterations_for_budget(cfg, budget)
-    return cfg, spec, iterations
 
 
 @flow(name="train", log_prints=True)

@@ -26,11 +26,11 @@ def build_base_model(cfg_d: dict) -> dict:
 
 
 @task(name="prepare-data", **CACHED)
-def prepare_data(cfg_d: dict) -> dict:
-    """Train and eval problems written once per task config: {"train": ref, "eval": ref}."""
+def prepare_data(cfg_d: dict, splits: tuple[str, ...] = ("train", "eval")) -> dict:
+    """Problems written once per task config: {"train": ref, "eval": ref} (the splits asked for)."""
     cfg = config(cfg_d)
     folder = workspace().home / "data" / f"{cfg.task.benchmark}-{cfg.base_digest()}"
-    return {split: write_json(folder / f"{split}.json", load_problems(cfg, split)) for split in ("train", "eval")}
+    return {split: write_json(folder / f"{split}.json", load_problems(cfg, split)) for split in splits}
 
 
 @task(name="init-adapters", **CACHED)

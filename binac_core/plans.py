@@ -1,0 +1,79 @@
+"""Validation of every entry point's arguments, before any compute and without importing Prefect or torch:
+a bad value raises `BinacError` with one line naming it, and nothing is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from binac_core.config import load_config
+from binac_core.errors import BinacError
+from binac_core.methods import method_spec
+
+
+def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict | None, budget: int | None):
+    """Validate everything before any compute: (config, method spec, iterations)."""
+    cfg = load_config(preset, overrides)
+    spec = method_spec(method)
+    if budget is None and (steps is None or steps < 1):
+        raise BinacError(f"--steps must be a positive integer (got {steps})")
+    if budget is not None and budget < 1:
+        raise BinacError(f"actor-sample budget must be positive (got {budget})")
+    if seed < 0:
+        raise BinacError(f"--seed must be >= 0 (got {seed})")
+    iterations = steps if budget is None else spec.iterations_for_budget(cfg, budget)
+    return cfg, spec, iterations
+
+
+def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, overrides: dict | None):
+    if not methods:
+        raise BinacError("--methods is empty")
+    if len(set(methods)) != len(methods):
+        raise BinacError(f"--methods lists a method twice: {','.join(methods)}")
+    if steps is None or steps < 1:
+        raise BinacError(f"--steps must be a positive integer (got {steps})")
+    cfg = load_config(preset, overrides)
+    budget = steps * method_spec("grpo").actor_samples_per_iteration(cfg)
+    for m in methods:
+        for s in seeds:
+            plan(preset, m, None, s, overrides, budget)
+    return cfg, budget
+
+
+PROTOCOL_STAGES = {"single": ("single",), "feedback": ("single", "feedback"), "gated": ("single", "feedback", "gated")}
+
+
+def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature,
+                  max_new_tokens):
+    """Validate before any compute; returns (config, adapter refs as dicts)."""
+    from binac_core.data import benchmark_names
+
+    known = ["synthetic", *benchmark_names()]
+    if benchmark not in known:
+        raise BinacError(f"unknown benchmark {benchmark!r} (known: {', '.join(known)})")
+    if protocol not in PROTOCOL_STAGES:
+        raise BinacError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOL_STAGES)})")
+    if samples < 1 or limit < 1:
+        raise BinacError(f"--samples and --limit must be positive (got {samples}, {limit})")
+    local = Path(model)
+    if (model.startswith((".", "/")) or local.exists()) and not (local / "config.json").exists():
+        raise BinacError(f"model folder has no config.json: {model}")
+    overrides = {"model.source": "hub", "model.hub_id": str(local.resolve()) if local.exists() else model,
+                 "task.benchmark": benchmark, "task.n_test": limit, "generation.eval_samples": samples}
+    if temperature is not None:
+        overrides["generation.eval_temperature"] = temperature
+    if max_new_tokens is not None:
+        overrides["generation.max_new_tokens"] = max_new_tokens
+    cfg = load_config(preset, overrides)
+    refs = {}
+    for name, folder in (("actor", actor_adapter), ("critic", critic_adapter)):
+        if folder is None:
+            refs[name] = None
+            continue
+        if not (Path(folder) / "adapter_model.safetensors").exists():
+            raise BinacError(f"--{name}-adapter has no adapter_model.safetensors: {folder}")
+        from binac_core.policy import file_digest
+
+        refs[name] = {"name": name, "path": str(Path(folder).resolve()), "digest": file_digest(Path(folder))}
+    return cfg, refs
+
+

@@ -1,0 +1,87 @@
+"""The RL math on hand-computed cases."""
+
+import math
+
+import torch
+
+from binac_core.batches import attempt_samples, feedback_samples, refinement_rewards
+from binac_core.losses import clipped_policy_loss, critic_rewards, group_advantages, k3_kl
+
+
+def test_group_advantages_normalise_within_each_group():
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+    g = torch.tensor([0, 0, 0, 0, 1, 1])
+    adv = group_advantages(r, g, scale=True, eps=0.0)
+    # group 0: mean 0.25, sample std sqrt(0.25) = 0.5 -> (0.75/0.5, -0.25/0.5 ...)
+    assert torch.allclose(adv[:4], torch.tensor([1.5, -0.5, -0.5, -0.5]))
+    # group 1: no spread -> zero advantage (no signal), never NaN
+    assert torch.equal(adv[4:], torch.zeros(2))
+
+
+def test_group_advantages_mean_only_and_singletons():
+    adv = group_advantages(torch.tensor([3.0, 1.0, 5.0]), torch.tensor([0, 0, 1]), scale=False)
+    assert torch.allclose(adv, torch.tensor([1.0, -1.0, 0.0]))
+
+
+def test_critic_reward_value_penalty_form():
+    r1 = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    r1_plus = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    assert torch.allclose(critic_rewards(r1, r1_plus, 0.5), torch.tensor([1.0, 1.5, -0.5, 0.0]))
+    assert torch.equal(critic_rewards(r1, r1_plus, 0.0), r1)
+
+
+def test_clipped_loss_on_policy_is_minus_mean_advantage_per_token():
+    logp = torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.2, 0.2, 0.0]]))
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv = torch.tensor([1.0, -2.0])
+    loss, st = clipped_policy_loss(logp, logp.clone(), adv, mask, clip_eps=0.2)
+    # ratio 1: loss = -(3*1 + 2*(-2)) / 5 tokens = 0.2
+    assert math.isclose(float(loss), 0.2, rel_tol=1e-6)
+    assert st["tokens"] == 5 and st["clip_sum"] == 0
+
+
+def test_clipped_loss_clips_positive_advantage_above_1_plus_eps():
+    old = torch.log(torch.tensor([[0.5]]))
+    new = torch.log(torch.tensor([[0.8]]))  # ratio 1.6
+    loss, st = clipped_policy_loss(new, old, torch.tensor([1.0]), torch.ones(1, 1), clip_eps=0.2)
+    assert math.isclose(float(loss), -1.2, rel_tol=1e-6)
+    assert st["clip_sum"] == 1
+    # negative advantage: min(1.6 * -1, 1.2 * -1) = -1.6, so the loss is 1.6 (unclipped side)
+    loss, _ = clipped_policy_loss(new, old, torch.tensor([-1.0]), torch.ones(1, 1), clip_eps=0.2)
+    assert math.isclose(float(loss), 1.6, rel_tol=1e-6)
+
+
+def test_k3_kl_zero_at_reference_and_positive_elsewhere():
+    lp = torch.log(torch.tensor([0.5, 0.25]))
+    assert torch.allclose(k3_kl(lp, lp), torch.zeros(2))
+    ref = torch.log(torch.tensor([0.25, 0.5]))
+    # exp(d) - d - 1 with d = ref - logp = (-ln2, ln2): (0.5 + ln2 - 1, 2 - ln2 - 1)
+    expected = torch.tensor([0.5 + math.log(2) - 1, 1 - math.log(2)])
+    assert torch.allclose(k3_kl(lp, ref), expected, atol=1e-6)
+
+
+def test_kl_term_adds_beta_times_mean_k3():
+    lp = torch.log(torch.tensor([[0.5, 0.25]]))
+    ref = torch.log(torch.tensor([[0.25, 0.5]]))
+    loss, _ = clipped_policy_loss(lp, lp.clone(), torch.tensor([0.0]), torch.ones(1, 2), 0.2, ref, kl_coef=0.1)
+    assert math.isclose(float(loss), 0.1 * (0.5 + math.log(2) - 1 + 1 - math.log(2)) / 2, rel_tol=1e-5)
+
+
+def _rec(pid, k, j=0):
+    return {"problem_id": pid, "sample_idx": k, "feedback_idx": j, "prompt_ids": [1], "token_ids": [2], "logprobs": [0.0]}
+
+
+def test_shaped_refinement_reward_and_group_keys():
+    attempts = [_rec("a", 0), _rec("a", 1)]
+    refined = [_rec("a", 0, 0), _rec("a", 0, 1), _rec("a", 1, 0), _rec("a", 1, 1)]
+    shaped = refinement_rewards(refined, attempts, [0.0, 1.0], [1.0, 0.0, 1.0, 0.0], alpha=2.0)
+    # r1 + 2 (r1 - r0): attempt 0 had r0 = 0, attempt 1 had r0 = 1
+    assert shaped == [3.0, 0.0, 1.0, -2.0]
+    s = attempt_samples(attempts, [0.0, 1.0], scale=False)
+    assert [x.advantage for x in s] == [-0.5, 0.5]
+
+
+def test_feedback_advantages_compare_feedback_on_the_same_attempt_only():
+    fbs = [_rec("a", 0, 0), _rec("a", 0, 1), _rec("a", 1, 0), _rec("a", 1, 1)]
+    s = feedback_samples(fbs, [1.0, 0.0, 1.0, 1.0], scale=False)
+    assert [x.advantage for x in s] == [0.5, -0.5, 0.0, 0.0]

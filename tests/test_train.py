@@ -1,0 +1,87 @@
+"""Smoke tests of `binac train` on the micro preset: MLflow points, trajectory rows, cache reuse, bad input."""
+
+import os
+
+import pytest
+from conftest import binac_env, run_binac
+
+from binac_core import sqlrun, tracking
+from binac_core.workspace import Workspace
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, prefect_home):
+    home = tmp_path_factory.mktemp("binac-home-train")
+    env = binac_env(home, prefect_home)
+    args = ["train", "--preset", "micro", "--method", "grpo", "--steps", "3", "--seed", "0"]
+    first = run_binac(args, env)
+    return {"home": home, "env": env, "args": args, "stdout": first.stdout}
+
+
+def test_train_logs_three_points_and_stores_exactly_three_steps(trained):
+    ws = Workspace(trained["home"])
+    c = tracking.client(ws)
+    runs = c.search_runs([tracking.experiment_id(c, ws)])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert {run.data.tags[k] for k in ("method", "preset", "seed")} == {"grpo", "micro", "0"}
+    assert [m.step for m in c.get_metric_history(run.info.run_id, "train/reward_first")] == [1, 2, 3]
+    for key in ("train/actor_loss", "train/kl", "train/actor_samples", "perf/step_s", "perf/gen_tokens_per_s"):
+        assert len(c.get_metric_history(run.info.run_id, key)) == 3, key
+    assert c.get_metric_history(run.info.run_id, "train/actor_samples")[-1].value == 3 * 4 * 4
+    steps = sqlrun.run(ws, "SELECT step, count(*) n FROM trajectories WHERE split = 'train' GROUP BY step ORDER BY step")
+    assert steps["step"].tolist() == [1, 2, 3]
+    assert steps["n"].tolist() == [16, 16, 16]  # 4 problems x group of 4
+    arts = {a.path for a in c.list_artifacts(run.info.run_id)}
+    assert {"config.json", "adapters", "trajectories_sample.json"} <= arts
+    assert "Trajectory store" in trained["stdout"] and "held-out acc_single" in trained["stdout"]
+
+
+def test_rerun_is_served_from_cache_and_adds_no_rows(trained):
+    ws = Workspace(trained["home"])
+    before = sqlrun.run(ws, "SELECT count(*) n FROM trajectories")["n"][0]
+    stage_files = sorted(p for p in (trained["home"] / "runs").rglob("*.json"))
+    mtimes = [os.stat(p).st_mtime_ns for p in stage_files]
+    run_binac(trained["args"], trained["env"])
+    assert sqlrun.run(ws, "SELECT count(*) n FROM trajectories")["n"][0] == before
+    assert [os.stat(p).st_mtime_ns for p in stage_files] == mtimes  # no stage re-ran
+    c = tracking.client(ws)
+    runs = c.search_runs([tracking.experiment_id(c, ws)])
+    assert len(runs) == 1
+    assert len(c.get_metric_history(runs[0].info.run_id, "train/reward_first")) == 3
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--preset", "nope"], "unknown preset 'nope'"),
+        (["--method", "ppo"], "unknown method 'ppo'"),
+        (["--steps", "-2"], "--steps must be a positive integer (got -2)"),
+        (["--set", "train.group_size=1"], "train.group_size"),
+    ],
+)
+def test_bad_input_fails_fast_with_one_line_and_writes_nothing(tmp_path, prefect_home, args, needle):
+    env = binac_env(tmp_path / "home", prefect_home)
+    base = {"--preset": "micro", "--method": "grpo", "--steps": "2"}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    argv = ["train"] + [x for kv in base.items() for x in kv]
+    if "--set" in args:
+        argv = ["train", "--preset", "micro", "--set", args[1]]
+    proc = run_binac(argv, env, timeout=120, check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
+    assert not (tmp_path / "home" / "mlflow.db").exists()
+    assert not (tmp_path / "home" / "runs").exists()
+
+
+def test_malformed_config_file_names_the_file(tmp_path, prefect_home):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    proc = run_binac(["train", "--preset", str(bad)], binac_env(tmp_path / "h", prefect_home), 120, check=False)
+    assert proc.returncode == 2 and "malformed config file" in proc.stderr and str(bad) in proc.stderr
+    bad.write_text("model:\n  hidden_size: -3\n")
+    proc = run_binac(["train", "--preset", str(bad)], binac_env(tmp_path / "h", prefect_home), 120, check=False)
+    assert proc.returncode == 2 and "model.hidden_size" in proc.stderr
