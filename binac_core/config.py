@@ -105,6 +105,8 @@ class GenerationConfig(_Section):
     """Samples per held-out problem in evaluation."""
     batch_size: int = Field(64, gt=0)
     """Prompts per generate() call."""
+    vllm_gpu_memory_utilization: float = Field(0.45, gt=0, lt=1)
+    """vLLM only: fraction of GPU memory for the engine (the trainer needs the rest)."""
 
 
 class TrainConfig(_Section):
@@ -125,7 +127,10 @@ class TrainConfig(_Section):
     scale_rewards: bool = True
     """Divide group-centred rewards by the group std (GRPO); False gives Dr. GRPO-style mean-only advantages."""
     eval_every: int = Field(5, gt=0)
-    """Evaluate on the held-out split every k iterations (and at step 0 and the last step)."""
+    """`binac train`: evaluate on the held-out split every k iterations (and at step 0 and the last step)."""
+    eval_points: int = Field(4, gt=0)
+    """`binac compare`: evaluations per run after step 0, evenly spaced in actor samples, so every method's
+    accuracy-vs-samples curve has points at the same budget fractions."""
     # --- Bi-NAC (critic) ---
     critic_group_size: int = Field(2, ge=1)
     """Feedbacks sampled per first attempt; the critic's advantages are normalised within this group."""

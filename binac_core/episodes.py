@@ -55,8 +55,10 @@ def generate_attempts(
 def sample_feedback(
     backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[dict],
     critic: AdapterRef | None, per_attempt: int, params: SamplingParams, fixed_text: str | None = None,
+    errors: list[str | None] | None = None,
 ) -> list[dict]:
-    """`per_attempt` feedbacks for each attempt from the critic adapter, or the fixed text (self-correction)."""
+    """`per_attempt` feedbacks for each attempt from the critic adapter, or the fixed text (self-correction).
+    `errors` (code tasks) are the attempts' execution errors, appended to the critic's prompt."""
     if fixed_text is not None:
         return [
             {"problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "feedback_idx": 0, "text": fixed_text,
@@ -64,10 +66,11 @@ def sample_feedback(
             for a in attempts
         ]
     msgs, keys = [], []
-    for a in attempts:
+    for i, a in enumerate(attempts):
         row = problems[a["problem_id"]]
+        err = errors[i] if errors else None
         for j in range(per_attempt):
-            msgs.append(prompts.critic_messages(benchmark, row, a["text"], a.get("exec_error")))
+            msgs.append(prompts.critic_messages(benchmark, row, a["text"], err))
             keys.append((a["problem_id"], a["sample_idx"], j))
     gens = backend.generate(msgs, critic, params)
     return [
@@ -96,6 +99,19 @@ def generate_refinements(
 
 def score(benchmark: str, problems: dict[str, dict], records: list[dict]) -> list[float]:
     """Verifier rewards with the benchmark's one grading function (reward = evaluation)."""
-    from binac_core.grading import grade
+    from binac_core.grading import grade_batch
 
-    return [grade(benchmark, problems[r["problem_id"]], r["text"]) for r in records]
+    return grade_batch(benchmark, [problems[r["problem_id"]] for r in records], [r["text"] for r in records])
+
+
+def execution_errors(benchmark: str, problems: dict[str, dict], records: list[dict]) -> list[str | None] | None:
+    """For code benchmarks, the sandbox's failure reason of each answer (shown to the critic); else None."""
+    if benchmark != "mbpp":
+        return None
+    from binac_core.grading import check_program
+
+    out = []
+    for r in records:
+        res = check_program(problems[r["problem_id"]], r["text"])
+        out.append(None if res.passed else res.reason)
+    return out

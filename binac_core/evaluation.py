@@ -9,7 +9,14 @@ Round 1 of `gated` reuses the `feedback` protocol's feedback and refinement for 
 
 from __future__ import annotations
 
-from binac_core.episodes import generate_attempts, generate_refinements, sample_feedback, score, stage_seed
+from binac_core.episodes import (
+    execution_errors,
+    generate_attempts,
+    generate_refinements,
+    sample_feedback,
+    score,
+    stage_seed,
+)
 from binac_core.generation import AdapterRef, GenerationBackend, SamplingParams
 
 
@@ -31,7 +38,8 @@ def evaluate_protocols(
         out["metrics"]["acc_single"] = _mean(r0)
     if not {"feedback", "gated"} & set(protocols):
         return out
-    fb = sample_feedback(backend, benchmark, by_id, attempts, critic, 1, params("z1", gen["feedback_max_new_tokens"]))
+    fb = sample_feedback(backend, benchmark, by_id, attempts, critic, 1, params("z1", gen["feedback_max_new_tokens"]),
+                         errors=execution_errors(benchmark, by_id, attempts))
     y1 = generate_refinements(backend, benchmark, by_id, attempts, fb, actor, params("y1", gen["max_new_tokens"]))
     r1 = score(benchmark, by_id, y1)
     out["feedback"] = {"attempts": attempts, "r0": r0, "feedback": fb, "refined": y1, "r1": r1}
@@ -56,7 +64,8 @@ def _gated(backend, benchmark, by_id, attempts, r0, fb, y1, r1, actor, critic, k
             if not current:
                 break
             fb_r = sample_feedback(
-                backend, benchmark, by_id, current, critic, 1, params(f"z{rnd}", gen["feedback_max_new_tokens"])
+                backend, benchmark, by_id, current, critic, 1, params(f"z{rnd}", gen["feedback_max_new_tokens"]),
+                errors=execution_errors(benchmark, by_id, current),
             )
             y_r = generate_refinements(
                 backend, benchmark, by_id, current, fb_r, actor, params(f"y{rnd}", gen["max_new_tokens"])

@@ -95,8 +95,8 @@ class HFBackend:
         # transformers' sampler draws from the global torch RNG: seed it from our generator for reproducibility.
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
         res = model.generate(
-            input_ids=input_ids,
-            attention_mask=mask,
+            input_ids=input_ids.to(self.policy.device),
+            attention_mask=mask.to(self.policy.device),
             max_new_tokens=params.max_new_tokens,
             do_sample=not greedy,
             temperature=None if greedy else params.temperature,
@@ -110,7 +110,8 @@ class HFBackend:
         new = res.sequences[:, width:]
         logits = torch.stack(res.logits, dim=1).float()
         logp = torch.log_softmax(logits / (params.temperature or 1.0), dim=-1)
-        tok_logp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        tok_logp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()
+        new = new.cpu()
         out = []
         for i, p in enumerate(prompt_ids):
             ids = new[i].tolist()

@@ -20,6 +20,11 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
         raise BinacError(f"actor-sample budget must be positive (got {budget})")
     if seed < 0:
         raise BinacError(f"--seed must be >= 0 (got {seed})")
+    if cfg.task.benchmark != "synthetic":
+        from binac_core.data import load_benchmark
+
+        for split in ("train", "eval"):
+            load_benchmark(cfg.task.benchmark, split)  # missing data or a split it lacks: one line, named
     iterations = steps if budget is None else spec.iterations_for_budget(cfg, budget)
     return cfg, spec, iterations
 
@@ -52,6 +57,10 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
         raise BinacError(f"unknown benchmark {benchmark!r} (known: {', '.join(known)})")
     if protocol not in PROTOCOL_STAGES:
         raise BinacError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOL_STAGES)})")
+    if benchmark != "synthetic":
+        from binac_core.data import load_benchmark
+
+        load_benchmark(benchmark, "eval")  # a missing data folder or a malformed row fails here, named
     if samples < 1 or limit < 1:
         raise BinacError(f"--samples and --limit must be positive (got {samples}, {limit})")
     local = Path(model)
@@ -77,3 +86,13 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
     return cfg, refs
 
 
+
+
+def evaluation_steps(iterations: int, every: int, points: int | None) -> set[int]:
+    """Iterations after which to evaluate: `points` evenly spaced ones (budgeted comparison runs), or every
+    `every` iterations; the last iteration always."""
+    import math
+
+    if points:
+        return {math.ceil(i * iterations / points) for i in range(1, points + 1)}
+    return {s for s in range(1, iterations + 1) if s % every == 0} | {iterations}

@@ -45,6 +45,8 @@ class Policy:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        base.to(self.device)
         lcfg = PeftLoraConfig(
             r=cfg.lora.rank,
             lora_alpha=cfg.lora.alpha,
@@ -91,12 +93,13 @@ class Policy:
         if self.loaded.get(ref.name) == ref.digest:
             return
         folder = Path(ref.path)
-        state = load_file(str(folder / "adapter_model.safetensors"))
+        state = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
         set_peft_model_state_dict(self.model, state, adapter_name=ref.name)
         opt_file = folder / "optimizer.pt"
         self.optimizers.pop(ref.name, None)
         if opt_file.exists():
-            self.optimizer(ref.name).load_state_dict(torch.load(opt_file, weights_only=True))
+            state = torch.load(opt_file, weights_only=True, map_location=self.device)
+            self.optimizer(ref.name).load_state_dict(state)
         self.loaded[ref.name] = ref.digest
 
     def save(self, name: str, folder: str | Path) -> AdapterRef:

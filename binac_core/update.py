@@ -35,9 +35,12 @@ def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: fl
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = torch.tensor(s)
         attn[i, : len(s)] = 1
+    dev = next(model.parameters()).device
+    ids, attn = ids.to(dev), attn.to(dev)
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
     logp_all = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
-    tok = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    # Gather on the device, move only [B, T] to the CPU (the vocabulary axis can be 150k wide).
+    tok = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).cpu()
     t_max = max(len(s.token_ids) for s in samples)
     logp = torch.zeros(len(samples), t_max)
     mask = torch.zeros(len(samples), t_max)

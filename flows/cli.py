@@ -79,7 +79,18 @@ def cmd_compare(a) -> int:
     from flows.compare import compare
 
     res = compare(a.preset, methods, seeds, a.steps, overrides)
+    from binac_core.workspace import workspace
+
+    ws = workspace()
     print(res["report_text"])
+    print("held-out acc_single, before -> after training (single-turn protocol):")
+    for r in res["runs"]:
+        evals = {int(k): v for k, v in r["evals"].items()}
+        print(f"  {r['method']:>13} seed {r['seed']}: {evals[0]['eval/acc_single']:.3f} -> "
+              f"{evals[max(evals)]['eval/acc_single']:.3f}")
+    print(f"report: {res['report_files'][0]}")
+    print(f"MLflow store: {ws.mlflow_uri}  (parent run {res['parent_run_id']})")
+    print(f"Trajectory store: {ws.duckdb_path}  (view `trajectories`)")
     return 0
 
 

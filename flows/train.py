@@ -14,7 +14,8 @@ import time
 
 from prefect import flow
 
-from binac_core.plans import plan
+from binac_core.grading import grader_stats
+from binac_core.plans import evaluation_steps, plan
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.workspace import workspace
 from tasks.actor_update import update_actor
@@ -50,6 +51,7 @@ def train(
         actor, critic = adapters["actor"], adapters["critic"]
         evals = {0: _evaluate(cfg_d, base, data, actor, critic, seed, 0, str(shared), meta, run_id)}
         samples, t_start = 0, time.time()
+        eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None)
         for step in range(1, iterations + 1):
             t0, out = time.time(), str(run_dir / f"step-{step:05d}")
             batch = sample_batch(cfg_d, data["train"], seed, step, out)
@@ -60,7 +62,7 @@ def train(
             if spec.feedback:
                 fixed = SELF_CORRECT_FEEDBACK if spec.feedback == "fixed" else None
                 feedback = sample_feedback(cfg_d, base, batch, attempts, None if fixed else critic, fixed, seed, step,
-                                           out)
+                                           out, r0)
                 refined = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out)
                 r1 = score_rewards(cfg_d, batch, refined, out, "refined")
                 gens += [feedback, refined]
@@ -85,12 +87,13 @@ def train(
             samples += spec.actor_samples_per_iteration(cfg)
             gen_s = sum(g.get("seconds", 0.0) for g in gens)
             metrics.update(stats)
+            metrics.update({f"grader/{k}": v for k, v in grader_stats().items()})
             metrics.update({
                 "train/actor_samples": samples, "perf/step_s": time.time() - t0,
                 "perf/gen_tokens_per_s": sum(g.get("tokens", 0) for g in gens) / max(gen_s, 1e-9),
             })
             log_metrics(run_id, metrics, step)
-            if step % cfg.train.eval_every == 0 or step == iterations:
+            if step in eval_at:
                 evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id)
             eta = (time.time() - t_start) / step * (iterations - step)
             print(f"[{method} seed {seed}] iter {step}/{iterations} reward_first "

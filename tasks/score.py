@@ -6,13 +6,18 @@ from pathlib import Path
 
 from prefect import task
 
-from binac_core.episodes import score
+from binac_core.episodes import execution_errors, score
 from binac_core.files import read_json, write_json
 from tasks._common import CACHED, config
 
 
 @task(name="score-rewards", **CACHED)
 def score_rewards(cfg_d: dict, batch: dict, records: dict, out_dir: str, name: str) -> dict:
-    problems = {r["id"]: r for r in read_json(batch)}
-    rewards = score(config(cfg_d).task.benchmark, problems, read_json(records))
-    return write_json(Path(out_dir) / f"{name}.rewards.json", rewards)
+    """Rewards file; for code benchmarks the reference also names a file of execution errors (for the critic)."""
+    benchmark = config(cfg_d).task.benchmark
+    problems, recs = {r["id"]: r for r in read_json(batch)}, read_json(records)
+    ref = write_json(Path(out_dir) / f"{name}.rewards.json", score(benchmark, problems, recs))
+    errors = execution_errors(benchmark, problems, recs)
+    if errors is not None:
+        ref["errors"] = write_json(Path(out_dir) / f"{name}.errors.json", errors)
+    return ref

@@ -1,0 +1,90 @@
+"""Graders: `grade(benchmark, row, response) -> 1.0 | 0.0`, the one function both RL rewards and evaluation use.
+
+| benchmark | grader |
+| --- | --- |
+| `math`, `math500` | last `\\boxed{}` vs `row["answer"]`: normalised string match, else math-verify in a worker process |
+| `gsm8k` | final number of the response vs `row["answer"]`, compared as numbers |
+| `gpqa_diamond` | last `Answer: X` line (simple-evals regex) vs the letter `row["answer"]` |
+| `mbpp` | program from the last code block, run with `row["setup"]` and the asserts `row["tests"]` in the sandbox |
+| `synthetic` | `binac_core.synthetic.grade_response` |
+
+A grader failure (an exception, a math-verify timeout, a sandbox that cannot start) scores 0.0, is counted in
+`grader_stats()` and logged at WARNING; it never raises. An unknown benchmark or a row lacking the field its
+grader needs is a configuration error and raises `BinacError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from binac_core.errors import BinacError
+from binac_core.grading.sandbox import DEFAULT_TIMEOUT_S, ExecResult, SandboxError, isolation, run_python
+from binac_core.grading.stats import count_graded, grader_stats, record_failure, reset_grader_stats
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S", "ExecResult", "SandboxError", "check_program", "grade", "grade_batch", "grader_stats",
+    "isolation", "reset_grader_stats", "run_python",
+]
+
+REQUIRED_FIELDS = {
+    "math": ("answer",), "math500": ("answer",), "gsm8k": ("answer",), "gpqa_diamond": ("answer",),
+    "mbpp": ("tests",), "synthetic": ("answer",),
+}
+
+
+def grade(benchmark: str, row: dict, response: str) -> float:
+    """1.0 when `response` answers `row` correctly, else 0.0; failures are counted and logged, never raised."""
+    grader = _grader(benchmark)
+    _check_row(benchmark, row)
+    count_graded()
+    from binac_core.grading.math import GraderTimeout
+
+    try:
+        return 1.0 if grader(row, response) else 0.0  # a non-str response fails in the grader: counted
+    except GraderTimeout as exc:
+        record_failure("timeouts", benchmark, row.get("id"), exc)
+    except Exception as exc:  # a grader bug or a broken sandbox must not stop a run: count it and go on
+        record_failure("errors", benchmark, row.get("id"), exc)
+    return 0.0
+
+
+def grade_batch(benchmark: str, rows: Sequence[dict], responses: Sequence[str], workers: int | None = None) -> list[float]:
+    """`grade` over pairs, in threads (math-verify workers and sandboxes run in parallel); order kept."""
+    if len(rows) != len(responses):
+        raise BinacError(f"grade_batch: {len(rows)} rows but {len(responses)} responses")
+    workers = workers or max(2, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda pair: grade(benchmark, *pair), zip(rows, responses, strict=True)))
+
+
+def check_program(row: dict, response: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> ExecResult:
+    """The full sandbox result of an MBPP response (its `.reason` is the execution error shown to the critic)."""
+    from binac_core.grading.code import check_response
+
+    return check_response(row, response, timeout_s)
+
+
+def _grader(benchmark: str) -> Callable[[dict, str], bool]:
+    if benchmark in ("math", "math500"):
+        from binac_core.grading.math import is_correct
+    elif benchmark == "gsm8k":
+        from binac_core.grading.gsm8k import is_correct
+    elif benchmark == "gpqa_diamond":
+        from binac_core.grading.gpqa import is_correct
+    elif benchmark == "mbpp":
+        from binac_core.grading.code import is_correct
+    elif benchmark == "synthetic":
+        from binac_core import synthetic
+
+        return lambda row, response: synthetic.grade_response(row, response) > 0
+    else:
+        raise BinacError(f"unknown benchmark {benchmark!r} for grading (known: {', '.join(sorted(REQUIRED_FIELDS))})")
+    return is_correct
+
+
+def _check_row(benchmark: str, row: dict) -> None:
+    for field in REQUIRED_FIELDS[benchmark]:
+        if field not in row:
+            raise BinacError(f"{benchmark} row {row.get('id')!r} has no field {field!r}: cannot grade it")

@@ -1,0 +1,277 @@
+"""Synthetic task family: chains of single-digit modular arithmetic with a verifiable answer.
+
+A problem is a start digit and `difficulty` operations, e.g. question `7 +5 *3 -4` (everything mod 10). The
+solution trace writes one step per operation, each restating its left operand, then the answer:
+`7+5=2 2*3=6 6-4=2 A: 2`. A step can go wrong (a wrong result digit) and later steps then build on the wrong
+value, so "step k is wrong" is a short hint that fixes an attempt.
+
+This module holds the problems (seeded generation, disjoint train/eval splits), the chat prompts of the three
+roles (actor, critic, refinement), the grader, the rule-based oracle critic, and the noisy teacher whose
+solutions, critiques and refinements make the pretraining corpus. It does not tokenize or touch models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+from binac_core.errors import BinacError
+from binac_core.prompts import SELF_CORRECT_FEEDBACK
+
+MOD = 10
+OPS = "+-*"
+EVAL_PERCENT = 20
+"""Share (in %) of the question space reserved for evaluation; the split is a hash of the question text."""
+LOOKS_CORRECT = "Looks correct."
+CHECK_YOUR_WORK = "Check your work."
+_STEP_RE = re.compile(r"^(\d)([+\-*])(\d)=(\d)$")
+_NAMED_RE = re.compile(r"Step (\d+) is wrong")
+_ANSWER_RE = re.compile(r"A:\s*([^\s.]*)")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One written step `a op b = c`; `c` may be wrong, which is what the critic looks for."""
+
+    a: int
+    op: str
+    b: int
+    c: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.a}{self.op}{self.b}={self.c}"
+
+    @property
+    def locally_right(self) -> bool:
+        """True when `c` is the right result for the written operands (ignores whether `a` was right)."""
+        return self.c == apply_op(self.a, self.op, self.b)
+
+
+def apply_op(a: int, op: str, b: int) -> int:
+    if op == "+":
+        return (a + b) % MOD
+    if op == "-":
+        return (a - b) % MOD
+    return (a * b) % MOD
+
+
+# --------------------------------------------------------------------------- problems
+
+
+def parse_question(question: str) -> tuple[int, list[tuple[str, int]]]:
+    """`"7 +5 *3"` -> `(7, [("+", 5), ("*", 3)])`."""
+    first, *rest = question.split()
+    return int(first), [(tok[0], int(tok[1:])) for tok in rest]
+
+
+def solve_steps(question: str) -> list[Step]:
+    """The correct steps of a question."""
+    value, ops = parse_question(question)
+    steps = []
+    for op, b in ops:
+        step = Step(value, op, b, apply_op(value, op, b))
+        steps.append(step)
+        value = step.c
+    return steps
+
+
+def render_trace(steps: list[Step]) -> str:
+    """Steps -> `"7+5=2 2*3=6 A: 6"`; the answer is the last step's result."""
+    return " ".join(s.text for s in steps) + f" A: {steps[-1].c}"
+
+
+def split_of(question: str) -> str:
+    """`eval` or `train`, by a seed-independent hash: no seed's train/pretraining data meets any seed's eval set."""
+    bucket = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) % 100
+    return "eval" if bucket < EVAL_PERCENT else "train"
+
+
+def random_question(rng: random.Random, difficulty: int) -> str:
+    """A uniformly drawn question; operands are 1-9 so that `*0` never wipes out earlier steps."""
+    parts = [str(rng.randrange(MOD))]
+    parts += [f"{rng.choice(OPS)}{rng.randrange(1, MOD)}" for _ in range(difficulty)]
+    return " ".join(parts)
+
+
+def make_row(question: str) -> dict:
+    steps = solve_steps(question)
+    return {
+        "id": "syn-" + hashlib.sha1(question.encode()).hexdigest()[:12],
+        "question": question,
+        "answer": str(steps[-1].c),
+        "solution": render_trace(steps),
+        "difficulty": len(steps),
+    }
+
+
+def sample_questions(seed: int, difficulty: int, split: str, n: int) -> list[str]:
+    """`n` distinct questions of one split, deterministic in `seed`; raises when the question space is too small."""
+    rng = random.Random(f"{seed}:{split}:{difficulty}")
+    out: dict[str, None] = {}
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 50 * n + 1000:
+            raise BinacError(
+                f"difficulty {difficulty} has too few distinct {split} problems for {n} rows (found {len(out)})"
+            )
+        q = random_question(rng, difficulty)
+        if q not in out and split_of(q) == split:
+            out[q] = None
+    return list(out)
+
+
+def make_split(task_cfg, split: str) -> list[dict]:
+    """Rows of the `train` (`n_train`) or `eval` (`n_test`) split, from `task_cfg.data_seed` and `difficulty`."""
+    if split not in ("train", "eval"):
+        raise BinacError(f"unknown split {split!r} (known: train, eval)")
+    n = task_cfg.n_train if split == "train" else task_cfg.n_test
+    questions = sample_questions(task_cfg.data_seed, task_cfg.difficulty, split, n)
+    return [make_row(q) for q in questions]
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def actor_messages(row: dict) -> list[dict]:
+    return [{"role": "user", "content": f"Solve: {row['question']}"}]
+
+
+def critic_messages(row: dict, attempt: str) -> list[dict]:
+    """The problem and the attempt only: never the reference answer or the correct trace."""
+    return [{"role": "user", "content": f"Check: {row['question']}\nAttempt: {attempt.strip()}"}]
+
+
+def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
+    """The first turn as a conversation, then the feedback as the next user turn."""
+    return actor_messages(row) + [
+        {"role": "assistant", "content": attempt.strip()},
+        {"role": "user", "content": f"Feedback: {feedback.strip()}"},
+    ]
+
+
+# --------------------------------------------------------------------------- grading and parsing
+
+
+def final_answer(response: str) -> str | None:
+    """The token after the last `A:`, without a trailing period; None when there is none."""
+    found = _ANSWER_RE.findall(response)
+    return found[-1] if found and found[-1] else None
+
+
+def grade_response(row: dict, response: str) -> float:
+    """1.0 iff the final answer after `A:` equals the reference answer, else 0.0 (junk and no answer included)."""
+    return 1.0 if final_answer(response) == row["answer"] else 0.0
+
+
+def parse_steps(attempt: str) -> list[Step | str]:
+    """Each whitespace-separated piece before the first `A:`: a `Step` when well-formed, else the raw text."""
+    body = attempt.split("A:")[0]
+    out: list[Step | str] = []
+    for piece in body.split():
+        m = _STEP_RE.match(piece)
+        out.append(Step(int(m[1]), m[2], int(m[3]), int(m[4])) if m else piece)
+    return out
+
+
+def named_step(feedback: str) -> int | None:
+    """The step number a feedback names (`Step k is wrong`), or None."""
+    m = _NAMED_RE.search(feedback)
+    return int(m[1]) if m else None
+
+
+def name_step(k: int, piece: Step | str) -> str:
+    """The feedback that flags step `k` (1-based), quoting what the attempt wrote there."""
+    shown = piece.text if isinstance(piece, Step) else piece[:12]
+    return f"Step {k} is wrong: {shown}" if shown else f"Step {k} is wrong."
+
+
+def oracle_feedback(row: dict, attempt: str) -> str:
+    """Rule-based, error-aware critic: names the first step that differs from the correct one.
+
+    Says `Looks correct.` when every step and the answer are right. When all steps are right but the
+    answer line is missing or wrong there is no step to name, so it falls back to `Check your work.`.
+    A missing step is named with an empty quote. Uses the reference (it is an oracle, not a critic prompt).
+    """
+    gold = solve_steps(row["question"])
+    pieces = parse_steps(attempt)
+    for k, want in enumerate(gold, start=1):
+        got = pieces[k - 1] if k <= len(pieces) else ""
+        if got != want:
+            return name_step(k, got)
+    if len(pieces) == len(gold) and grade_response(row, attempt) == 1.0:
+        return LOOKS_CORRECT
+    return CHECK_YOUR_WORK
+
+
+# --------------------------------------------------------------------------- noisy teacher (pretraining data)
+
+
+def _wrong_digit(rng: random.Random, right: int) -> int:
+    return rng.choice([d for d in range(MOD) if d != right])
+
+
+def _continue(value: int, ops: list[tuple[str, int]], rng: random.Random, error_rate: float) -> list[Step]:
+    """Steps from `value` on; each result is wrong with prob `error_rate` and later steps build on it."""
+    steps = []
+    for op, b in ops:
+        right = apply_op(value, op, b)
+        step = Step(value, op, b, _wrong_digit(rng, right) if rng.random() < error_rate else right)
+        steps.append(step)
+        value = step.c
+    return steps
+
+
+def teacher_solve(question: str, rng: random.Random, error_rate: float) -> str:
+    """A noisy solution trace: each step wrong with prob `error_rate`, errors propagate consistently."""
+    start, ops = parse_question(question)
+    return render_trace(_continue(start, ops, rng, error_rate))
+
+
+def teacher_critique(
+    question: str, attempt: str, rng: random.Random, helpful_rate: float, misleading_rate: float
+) -> str:
+    """A mediocre critique of a teacher attempt: helpful, misleading or vague, in these proportions.
+
+    Helpful is the oracle's feedback (the first wrong step, or `Looks correct.`); misleading names a step
+    whose result is right for its written operands (falls back to vague when there is none); vague is
+    `SELF_CORRECT_FEEDBACK` or `Check your work.`. Expects a well-formed attempt (teacher traces are).
+    """
+    u = rng.random()
+    helpful = oracle_feedback({"question": question, "answer": str(solve_steps(question)[-1].c)}, attempt)
+    if u < helpful_rate:
+        return helpful
+    if u < helpful_rate + misleading_rate:
+        pieces = parse_steps(attempt)
+        fine = [k for k, p in enumerate(pieces, 1) if isinstance(p, Step) and p.locally_right]
+        fine = [k for k in fine if k != named_step(helpful)]
+        if fine:
+            k = rng.choice(fine)
+            return name_step(k, pieces[k - 1])
+    return rng.choice([SELF_CORRECT_FEEDBACK, CHECK_YOUR_WORK])
+
+
+def teacher_refine(question: str, attempt: str, feedback: str, rng: random.Random, error_rate: float) -> str:
+    """The second answer a feedback-following student writes.
+
+    `Looks correct.`: copy the attempt. `Step k is wrong`: keep steps before k, then change step k (its right
+    value if the attempt's was wrong, otherwise any other digit: the student trusts the critic), then go on with
+    teacher noise. Anything else (vague): solve again from scratch, with noise.
+    """
+    start, ops = parse_question(question)
+    pieces = parse_steps(attempt)
+    k = named_step(feedback)
+    if LOOKS_CORRECT in feedback:
+        return attempt.strip()
+    if k is None or not 1 <= k <= min(len(ops), len(pieces)) or not all(isinstance(p, Step) for p in pieces):
+        return teacher_solve(question, rng, error_rate)
+    kept: list[Step] = pieces[: k - 1]  # type: ignore[assignment]
+    value = kept[-1].c if kept else start
+    op, b = ops[k - 1]
+    right = apply_op(value, op, b)
+    old = pieces[k - 1].c  # type: ignore[union-attr]
+    redone = Step(value, op, b, right if old != right else _wrong_digit(rng, old))
+    return render_trace(kept + [redone] + _continue(redone.c, ops[k:], rng, error_rate))

@@ -1,0 +1,245 @@
+"""Adversarial sandbox tests: each runs one hostile program and checks one property of `run_python`.
+
+Properties that only bubblewrap provides (network, private filesystem view) are skipped, with the reason, where the
+sandbox had to fall back to rlimits; CI installs bubblewrap, so there they run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from binac_core.grading import sandbox
+from binac_core.grading.sandbox import OUTPUT_CAP, isolation, run_python
+
+needs_bwrap = pytest.mark.skipif(isolation() != "bwrap", reason="needs a working bubblewrap (fallback: rlimits only)")
+
+
+def test_a_correct_program_passes():
+    result = run_python("def f(x):\n    return x + 1\n", ["assert f(1) == 2", "assert f(2) == 3"])
+    assert (result.passed, result.reason, result.returncode, result.timed_out) == (True, "passed", 0, False)
+
+
+def test_infinite_loop_times_out():
+    start = time.monotonic()
+    result = run_python("while True:\n    pass\n", ["assert True"], timeout_s=1)
+    assert result.timed_out and not result.passed and result.reason == "timed out after 1 s"
+    assert time.monotonic() - start < 5
+
+
+def test_fork_bomb_is_stopped_and_this_process_can_still_fork():
+    result = run_python("import os\nwhile True:\n    os.fork()\n", ["assert True"], timeout_s=5)
+    assert not result.passed
+    assert subprocess.run(["true"]).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid per run (so a process budget per run) needs root")
+def test_fork_bomb_does_not_starve_a_run_beside_it():
+    bomb = threading.Thread(target=run_python, args=("import os\nwhile True:\n    os.fork()\n", []), kwargs={"timeout_s": 3})
+    bomb.start()
+    try:
+        results = [run_python("import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.wait()\n", []) for _ in range(5)]
+    finally:
+        bomb.join()
+    assert [r.reason for r in results] == ["passed"] * 5
+
+
+def test_memory_bomb_fails_with_memory_error():
+    program = "chunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))\n"
+    result = run_python(program, ["assert True"], timeout_s=10)
+    assert not result.passed and "MemoryError" in result.reason
+
+
+def test_one_huge_file_hits_the_file_size_limit():
+    program = "with open('big.bin', 'wb') as fh:\n    for _ in range(200):\n        fh.write(b'x' * (1 << 20))\n"
+    result = run_python(program, ["assert True"])
+    assert not result.passed and "File too large" in result.reason
+
+
+@needs_bwrap
+def test_many_files_hit_the_private_tmp_size_limit():
+    program = (
+        "for k in range(40):\n    with open(f'part{k}.bin', 'wb') as fh:\n"
+        "        for _ in range(8):\n            fh.write(b'x' * (1 << 20))\n"
+    )
+    result = run_python(program, ["assert True"])
+    assert not result.passed and "No space left on device" in result.reason
+
+
+def test_files_outside_its_folder_cannot_be_changed_or_deleted(tmp_path):
+    tmp_path.chmod(0o777)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    victim.chmod(0o666)  # world-writable: only the sandbox, not file permissions, stands in the way
+    program = (
+        f"import os\nfor attempt in (lambda: open({str(victim)!r}, 'w').write('gone'), lambda: os.remove({str(victim)!r}),\n"
+        f"                lambda: open({str(tmp_path / 'new.txt')!r}, 'w').write('new')):\n"
+        "    try:\n        attempt()\n    except OSError as exc:\n        print(type(exc).__name__)\n"
+    )
+    run_python(program, [])
+    assert victim.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["victim.txt"]
+
+
+def test_system_folders_are_read_only():
+    probe = Path("/usr") / f"binac-probe-{secrets.token_hex(4)}"
+    result = run_python(f"open({str(probe)!r}, 'w').write('x')\n", [])
+    assert not result.passed and ("Read-only file system" in result.reason or "Permission denied" in result.reason)
+    assert not probe.exists()
+
+
+@needs_bwrap
+def test_the_repository_and_home_folders_are_not_visible():
+    program = f"import os\nprint(os.path.exists({str(Path(__file__).resolve())!r}), os.path.exists('/root'))\n"
+    result = run_python(program, [])
+    assert result.passed and result.stdout.split() == ["False", "False"]
+
+
+def test_killing_its_parent_leaves_this_process_alive():
+    result = run_python("import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(0.2)\n", [])
+    assert result.returncode is not None  # we got here: this process and the run both survived
+    assert not result.timed_out
+
+
+def test_other_processes_cannot_be_signalled():
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        program = (
+            f"import os, signal\nfor target in ({bystander.pid}, -1):\n"
+            "    try:\n        os.kill(target, signal.SIGKILL)\n    except OSError:\n        pass\n"
+        )
+        run_python(program, [])
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_environment_is_scrubbed(monkeypatch):
+    secret = secrets.token_hex(16)
+    monkeypatch.setenv("BINAC_SANDBOX_SECRET", secret)
+    program = (
+        "import os\nprint(dict(os.environ))\n"
+        f"for path in ('/proc/1/environ', '/proc/{os.getpid()}/environ', '/proc/self/environ'):\n"
+        "    try:\n        print(open(path, 'rb').read())\n    except OSError as exc:\n        print(exc)\n"
+    )
+    result = run_python(program, [])
+    assert result.returncode == 0
+    assert secret not in result.stdout and secret not in result.stderr
+
+
+@needs_bwrap
+def test_network_connections_are_refused():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        program = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')\n"
+        result = run_python(program, [])
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert not result.passed and "connected" not in result.stdout
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_no_processes_are_left_behind():
+    marker = f"271.{secrets.randbelow(10**6):06d}"  # a sleep duration no other process uses
+    program = (
+        "import subprocess\n"
+        f"subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+        f"subprocess.Popen(['sh', '-c', 'sleep {marker} &'])\n"
+    )
+    result = run_python(program, ["assert True"])
+    assert result.passed
+    assert _processes_with(marker) == []
+
+
+@pytest.mark.parametrize("exit_early", ["import os\nos._exit(0)", "import sys\nsys.exit(0)", "raise SystemExit"])
+def test_exiting_with_status_zero_before_the_asserts_fails(exit_early):
+    result = run_python(f"def f():\n    return 1\n{exit_early}\n", ["assert f() == 2"])
+    assert not result.passed and result.returncode == 0
+    assert result.reason == "exited with status 0 before the tests finished"
+
+
+def test_reading_stdin_gets_end_of_file():
+    # Give this process a stdin that never ends: a program that inherited it would block and time out.
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"input meant for the test process\n")
+    saved = os.dup(0)
+    os.dup2(read_end, 0)
+    try:
+        result = run_python("import sys\ndata = sys.stdin.read()\n", ["assert data == ''"], timeout_s=3)
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read_end, write_end):
+            os.close(fd)
+    assert result.passed, result.reason
+
+
+def test_failing_assert_fails_with_a_reason_naming_it():
+    result = run_python("def f(x):\n    return x\n", ["assert f(1) == 1", "assert f(2) == 5", "assert f(3) == 3"])
+    assert not result.passed
+    assert result.reason == "test 2 failed: assert f(2) == 5 (AssertionError)"
+
+
+def test_syntax_error_is_reported_as_a_program_error():
+    result = run_python("def f(:\n    return 1\n", ["assert f() == 1"])
+    assert not result.passed and result.reason.startswith("error in program") and "SyntaxError" in result.reason
+
+
+def test_output_flood_is_capped():
+    result = run_python("while True:\n    print('x' * 1000)\n", [], timeout_s=5)
+    assert not result.passed and len(result.stdout) <= OUTPUT_CAP + 100
+
+
+def test_program_runs_as_an_unprivileged_user():
+    result = run_python("import os\n", ["assert os.getuid() != 0 and os.geteuid() != 0"])
+    assert result.passed, result.reason
+
+
+# --------------------------------------------------------------------------- fallback (no bubblewrap)
+
+
+def test_fallback_without_bwrap_warns_loudly(monkeypatch, caplog):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with caplog.at_level(logging.WARNING, logger="binac.grading.sandbox"), pytest.warns(RuntimeWarning, match="rlimits"):
+        assert sandbox._choose_isolation() == "rlimits"
+    assert "bwrap is not installed" in caplog.text
+
+
+def test_fallback_mode_still_grades_and_times_out(monkeypatch):
+    monkeypatch.setattr(sandbox, "isolation", lambda: "rlimits")
+    good = run_python("def f():\n    return 2\n", ["assert f() == 2"])
+    loop = run_python("while True:\n    pass\n", [], timeout_s=1)
+    early = run_python("import os\nos._exit(0)\n", ["assert False"])
+    assert (good.isolation, good.passed) == ("rlimits", True)
+    assert loop.timed_out and not early.passed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the fallback's sweep of leftover processes needs root (a uid per run)")
+def test_fallback_mode_leaves_no_processes_behind(monkeypatch):
+    monkeypatch.setattr(sandbox, "isolation", lambda: "rlimits")
+    marker = f"272.{secrets.randbelow(10**6):06d}"
+    program = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+    assert run_python(program, []).passed
+    assert _processes_with(marker) == []
