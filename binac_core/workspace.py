@@ -4,7 +4,8 @@ Layout:
     mlflow.db, mlartifacts/      MLflow sqlite store and artifacts (unless MLFLOW_TRACKING_URI is set)
     trajectories/                Parquet shards, one file per (run, split, step): atomic, idempotent writes
     trajectories.duckdb          DuckDB file holding the `trajectories` view over the shards
-    models/base-<digest>/        tiny base models built here (shared by every run with the same model config)
+    models/base-<digest>/        tiny base models built here (shared by every run with the same model config;
+                                 `BINAC_MODEL_CACHE` moves them to a folder shared by several workspaces)
     runs/<run_key>/              adapter and optimizer checkpoints, rollout files, per-step outputs
     prefect/                     Prefect result storage (the task cache records)
 """
@@ -42,7 +43,10 @@ class Workspace:
         return self.home / "prefect"
 
     def base_model_dir(self, digest: str) -> Path:
-        return self.home / "models" / f"base-{digest}"
+        """Tiny base models; `BINAC_MODEL_CACHE` (a folder) shares them between workspaces, e.g. across tests."""
+        shared = os.environ.get("BINAC_MODEL_CACHE")
+        root = Path(shared).expanduser().resolve() if shared else self.home / "models"
+        return root / f"base-{digest}"
 
     def run_dir(self, run_key: str) -> Path:
         return self.home / "runs" / run_key

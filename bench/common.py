@@ -1,0 +1,165 @@
+"""Shared pieces of the bench harness: timing, paired ratios, table rows, the machine description, children.
+
+Nothing here measures anything by itself. The rule the harness follows: compared variants run interleaved in one
+process (A B A B ...), and what is reported is the median of each variant plus the ratio of paired repeats with
+its min–max, because the machines are shared and absolute seconds drift with the load of other jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHILD_TAG = "BENCH_JSON "
+"""Prefix of the one stdout line a child process reports its JSON result on (the rest of its output is logs)."""
+
+
+@dataclass
+class Row:
+    """One line of the results table: variant `a` vs variant `b` and the ratio `b / a` (or as `ratio_of` says)."""
+
+    key: str
+    """Stable identifier (the smoke test checks these)."""
+    what: str
+    unit: str
+    a_label: str
+    a: float | None
+    b_label: str
+    b: float | None
+    ratio_of: str
+    ratio: tuple[float, float, float] | None
+    """(median, min, max) over paired repeats; None when not measured."""
+    note: str = ""
+
+
+@dataclass
+class Report:
+    meta: dict
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Settings that could not be matched, measurements that failed (with their error text)."""
+
+
+def timed(fn: Callable, *args, **kwargs) -> tuple[float, object]:
+    """(wall seconds, result) of one call; perf_counter, so it counts waiting for the CPU on a busy machine."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - t0, out
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def paired_ratio(num: list[float], den: list[float]) -> tuple[float, float, float] | None:
+    """Median, min and max of num[i] / den[i]: each pair ran back to back, so a load change hits both alike."""
+    rs = [n / d for n, d in zip(num, den, strict=False) if d]
+    return (statistics.median(rs), min(rs), max(rs)) if rs else None
+
+
+def interleave(variants: dict[str, Callable[[], float]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Call the variants round-robin (A B C A B C ...), `warmup` discarded rounds first; each call returns its
+    own measurement (so a variant can exclude its preparation from the figure)."""
+    for _ in range(warmup):
+        for fn in variants.values():
+            fn()
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            out[name].append(fn())
+    return out
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} / {five:.2f} / {fifteen:.2f}"
+
+
+def machine() -> dict:
+    """What the numbers were measured on; the load averages say how shared the machine was."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(mem_gib, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.is_available(),
+    }
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, in MiB: `VmHWM` of /proc/self/status.
+
+    Not `getrusage().ru_maxrss`: Linux carries that high-water mark across fork and exec, so a child started by
+    a big parent reports at least the parent's peak. VmHWM belongs to the process's own address space.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def emit(result: dict) -> None:
+    """A child's result line (JSON after `CHILD_TAG`), flushed so the parent finds it even if exit is slow."""
+    print(CHILD_TAG + json.dumps(result), flush=True)
+
+
+def run_child(name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
+    """Start `python -m bench.run --child NAME ARGS...` from the repository root; `collect` waits for it."""
+    cmd = [sys.executable, "-m", "bench.run", "--child", name, *args]
+    # A session of its own, so that `stop` also reaches what the child started (Prefect's temporary API server).
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env or dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill a child started by `run_child` together with its own children."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def collect(proc: subprocess.Popen, timeout: int = 900) -> dict:
+    """The child's JSON result, or {"error": ...} with the tail of its output when it failed or said nothing."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        out, _ = proc.communicate()
+        return {"error": f"timed out after {timeout}s: {out[-1500:]}"}
+    for line in reversed(out.splitlines()):
+        if line.startswith(CHILD_TAG):
+            return json.loads(line[len(CHILD_TAG) :])
+    return {"error": f"exit {proc.returncode}, no result: {out[-1500:]}"}

@@ -1,0 +1,269 @@
+"""One GRPO iteration, binac's own loop vs TRL 1.16's `GRPOTrainer`, on the same base model folder and tokenizer.
+
+An iteration = sample B problems × G completions of the synthetic task with the actor's LoRA adapter, grade them
+with binac's synthetic grader, and take one policy-gradient update (one optimizer step). Measured: wall seconds
+per iteration, the two loops interleaved (binac, TRL, binac, TRL, ...) inside one TRL training run, where a
+trainer callback runs binac's iteration between two of TRL's optimizer steps. Not measured here: imports and
+construction (see `bench.memory`, which times them in fresh processes), writing adapters to disk (binac's pipeline
+does it every iteration, TRL's save is off: timed separately by `save_seconds`), Prefect orchestration.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from binac_core.batches import attempt_samples
+from binac_core.config import Config
+from binac_core.episodes import generate_attempts, sample_problems, score, stage_seed
+from binac_core.generation import HFBackend, SamplingParams
+from binac_core.synthetic import actor_messages, make_split
+from binac_core.update import policy_update
+
+SEED = 0
+
+UNMATCHED = [
+    "TRL loads its own copy of the base model with one LoRA adapter; binac's `Policy` holds two (actor and "
+    "critic) of the same rank, only the actor active.",
+    "Problems per iteration are drawn from the same train split but not the same ones: binac by "
+    "`sample_problems`, TRL by its shuffled `RepeatSampler` (completion lengths, hence time, differ per draw).",
+    "binac's generation returns per-step logits (`output_logits=True`) for the sampling log-probs its loss uses; "
+    "TRL's does not (on-policy it reuses the detached training log-probs) but its training forward also computes "
+    "per-token entropies.",
+    "TRL's own defaults changed to match binac: `gradient_checkpointing=False` (TRL defaults to True), "
+    "`optim='adamw_torch'`, constant learning rate, `loss_type='dapo'` (binac's token-level mean), `beta` = "
+    "binac's `kl_coef`, `top_k=0` (binac passes `top_k=None`, which transformers leaves unset: no top-k).",
+]
+
+
+def train_rows(cfg: Config) -> list[dict]:
+    """The synthetic train split both loops draw problems from."""
+    return make_split(cfg.task, "train")
+
+
+class BinacGRPO:
+    """binac's GRPO iteration on an in-process `Policy`: HFBackend.generate → grade → advantages → policy_update.
+
+    The same calls the `generate-rollouts`, `score` and `update-actor` tasks make, without their Prefect
+    wrapping and without saving the adapter (see `save_seconds`).
+    """
+
+    def __init__(self, cfg: Config, base_dir: Path, work_dir: Path, rows: list[dict]):
+        from binac_core.policy import Policy
+
+        self.cfg, self.rows, self.step = cfg, rows, 0
+        self.policy = Policy(base_dir, cfg, SEED)
+        self.backend = HFBackend(self.policy, cfg.generation.batch_size)
+        self.work_dir = Path(work_dir)
+        # Generation takes the actor as a checkpoint reference; saving once here makes later syncs no-ops.
+        self.actor = self.policy.save("actor", self.work_dir / "actor-0")
+        self.tokens: list[float] = []
+
+    def iteration(self) -> None:
+        cfg, t = self.cfg, self.cfg.train
+        problems = sample_problems(self.rows, t.batch_problems, SEED, self.step)
+        g = cfg.generation
+        params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, stage_seed(SEED, self.step, "attempts"))
+        attempts = generate_attempts(self.backend, "synthetic", problems, self.actor, t.group_size, params)
+        rewards = score("synthetic", {p["id"]: p for p in problems}, attempts)
+        samples = attempt_samples(attempts, rewards, t.scale_rewards)
+        stats = policy_update(self.policy, "actor", samples, t.t_low, t.kl_coef)
+        self.tokens.append(stats["tokens"] / len(attempts))
+        self.step += 1
+
+    def save_seconds(self) -> float:
+        """What the real pipeline adds per iteration and this comparison leaves out: writing the actor adapter
+        and its optimizer state (atomic folder swap + content digest)."""
+        t0 = time.perf_counter()
+        self.policy.save("actor", self.work_dir / "actor-save")
+        return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------------- TRL side
+
+
+def batch_layout(cfg: Config) -> tuple[int, int, str]:
+    """(per_device_train_batch_size, gradient_accumulation_steps, note) so that one TRL optimizer step = one
+    generation of B×G completions, with binac's `minibatch_size` as the micro-batch when it divides B×G."""
+    n, mb = cfg.train.batch_problems * cfg.train.group_size, cfg.train.minibatch_size
+    if n <= mb:
+        return n, 1, ""
+    if n % mb == 0:
+        return mb, n // mb, ""
+    return n, 1, f"B×G={n} is not a multiple of minibatch_size={mb}: TRL runs it as one micro-batch"
+
+
+def trl_config(cfg: Config, out_dir: Path, max_steps: int):
+    """GRPOConfig with binac's settings; see `UNMATCHED` for what differs anyway."""
+    from trl import GRPOConfig
+
+    per_device, accum, _ = batch_layout(cfg)
+    t, g, n = cfg.train, cfg.generation, cfg.train.batch_problems * cfg.train.group_size
+    return GRPOConfig(
+        output_dir=str(out_dir),
+        use_cpu=True,
+        bf16=False,  # the bf16 default raises on CPU
+        use_vllm=False,
+        num_generations=t.group_size,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accum,
+        generation_batch_size=n,
+        num_iterations=t.t_low,
+        max_completion_length=g.max_new_tokens,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        top_k=0,
+        learning_rate=t.actor_lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        optim="adamw_torch",
+        max_grad_norm=t.max_grad_norm,
+        epsilon=t.clip_eps,
+        beta=t.kl_coef,
+        loss_type="dapo",
+        scale_rewards="group" if t.scale_rewards else "none",
+        gradient_checkpointing=False,
+        model_init_kwargs={"dtype": cfg.model.dtype},
+        max_steps=max_steps,
+        seed=SEED,
+        report_to="none",
+        logging_strategy="no",
+        save_strategy="no",
+        eval_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def synthetic_reward(completions, answer, **_) -> list[float]:
+    """TRL reward function = binac's synthetic grader (`grading.grade`), one float per completion."""
+    from binac_core.grading import grade
+
+    return [grade("synthetic", {"answer": a}, c[-1]["content"]) for c, a in zip(completions, answer, strict=True)]
+
+
+def trl_trainer(cfg: Config, base_dir: Path, rows: list[dict], out_dir: Path, max_steps: int, callbacks=()):
+    """A GRPOTrainer on the base model folder (its tokenizer too) with a LoRA of binac's rank/alpha/targets."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer, PrinterCallback
+    from trl import GRPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token  # as binac's Policy does
+    data = Dataset.from_list([{"prompt": actor_messages(r), "answer": r["answer"]} for r in rows])
+    lora = LoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    trainer = GRPOTrainer(
+        model=str(base_dir),
+        reward_funcs=synthetic_reward,
+        args=trl_config(cfg, out_dir, max_steps),
+        train_dataset=data,
+        processing_class=tok,
+        peft_config=lora,
+        callbacks=list(callbacks),
+    )
+    trainer.remove_callback(PrinterCallback)  # it prints the final metrics dict onto stdout, where the table goes
+    return trainer
+
+
+def last_completion_length(trainer) -> float | None:
+    """TRL's mean completion length of its latest step, from its metric buffer (a private attribute, so None
+    if that ever moves; the buffer is emptied at each log, which is off here)."""
+    try:
+        return float(trainer._metrics["train"]["completions/mean_length"][-1])
+    except (AttributeError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _interleave_callback(between, steps: int, threads: int):
+    """A TrainerCallback timing each TRL optimizer step and running `between()` after each but the last.
+
+    A TRL step's time runs from the end of the previous `between()` to this step's `on_step_end`, so it holds
+    everything TRL's loop does per step (data, generation, rewards, loss, backward, optimizer, bookkeeping).
+    """
+    from transformers import TrainerCallback
+
+    class Interleave(TrainerCallback):
+        def __init__(self):
+            self.trl: list[float] = []
+            self.lengths: list[float | None] = []
+            self.trainer = None  # set once the trainer exists, to read its completion lengths
+            self.error: BaseException | None = None
+            self._resume = time.perf_counter()
+
+        def on_train_begin(self, args, state, control, **kw):
+            torch.set_num_threads(threads)  # the same thread count for both loops, whatever TRL's setup did
+            self._resume = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.trl.append(time.perf_counter() - self._resume)
+            self.lengths.append(last_completion_length(self.trainer))
+            if state.global_step < steps:
+                try:
+                    between()
+                except BaseException as exc:  # binac's failure, not TRL's: stop and re-raise after train()
+                    self.error = exc
+                    control.should_training_stop = True
+            self._resume = time.perf_counter()
+
+    return Interleave()
+
+
+def compare(cfg: Config, base_dir: Path, work_dir: Path, repeats: int, threads: int, log=print) -> dict:
+    """Interleaved binac/TRL iterations: {"binac": [s...], "trl": [s...], "trl_error": str|None, ...}.
+
+    One warm-up iteration of each is discarded. When TRL cannot be built or fails, binac is still measured
+    alone and `trl_error` holds TRL's error text.
+    """
+    rows = train_rows(cfg)
+    binac = BinacGRPO(cfg, base_dir, work_dir / "binac", rows)
+    binac.iteration()  # warm-up (first-call allocations, optimizer state creation)
+    binac_times: list[float] = []
+
+    def binac_step():
+        t0 = time.perf_counter()
+        binac.iteration()
+        binac_times.append(time.perf_counter() - t0)
+
+    trl_times, trl_error, lengths = [], None, []
+    callback = _interleave_callback(binac_step, repeats + 1, threads)
+    try:
+        log("grpo: building TRL GRPOTrainer")
+        trainer = trl_trainer(cfg, base_dir, rows, work_dir / "trl", repeats + 1, [callback])
+        callback.trainer = trainer
+        log(f"grpo: {repeats} interleaved iterations (+1 warm-up each)")
+        trainer.train()
+        trl_times = callback.trl[1:]
+        lengths = [x for x in callback.lengths[1:] if x is not None]
+    except Exception as exc:
+        if callback.error is not None:
+            raise callback.error from exc
+        trl_error = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, for the table
+        log(f"grpo: TRL failed, measuring binac alone: {trl_error}\n{traceback.format_exc(limit=3)}")
+    if callback.error is not None:
+        raise callback.error
+    while len(binac_times) < repeats:
+        binac_step()
+    saves = [binac.save_seconds() for _ in range(max(1, min(repeats, 3)))]
+    return {
+        "binac": binac_times,
+        "trl": trl_times,
+        "trl_error": trl_error,
+        "binac_tokens": binac.tokens[1:],
+        "trl_tokens": lengths,
+        "save": saves,
+        "layout_note": batch_layout(cfg)[2],
+        "threads_end": torch.get_num_threads(),
+        "binac_obj": binac,
+    }

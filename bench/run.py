@@ -1,0 +1,420 @@
+"""binac's benchmark harness: side-by-side measurements in one run, reported as medians and paired ratios.
+
+    python -m bench.run [--preset micro|tiny] [--repeats N] [--out bench/results.md] [--calls N] [--base-dir DIR]
+                        [--threads N] [--compare-threads] [--no-memory]
+
+What it measures (each module's docstring says exactly what is and is not inside each figure):
+1. one GRPO iteration, binac's loop (HFBackend + policy_update) vs TRL 1.16's GRPOTrainer (`bench.grpo`);
+2. HFBackend generation throughput, batch 8 vs 64 and actor adapter vs adapters disabled, optionally 1 vs 2
+   torch threads (`bench.throughput`);
+3. Prefect's per-call overhead of a cached task vs a plain call, against one GRPO iteration (`bench.orchestration`);
+4. fresh-process import/setup time and peak RSS of one binac vs one TRL iteration (`bench.memory`).
+Ratios, not absolute seconds, are the result: the machines are shared, and seconds move with everyone's load.
+Every variant runs with the same torch thread count: the pipeline's (`BINAC_TORCH_THREADS`, default 1) unless
+`--threads` says otherwise.
+
+The base model is built once per preset into a temp dir (`$TMPDIR/binac-bench/base-<preset>-<digest>`) and reused
+by later runs; `--base-dir` picks another folder (built there if it holds no model of this config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Report, Row, collect, load_average, machine, median, paired_ratio, run_child, stop
+
+PIPELINE_TASKS_PER_GRPO_ITERATION = 6
+"""sample-batch, generate-rollouts, score, update-actor, store-train-step, log-metrics (flows/train.py)."""
+
+
+CACHE = Path(tempfile.gettempdir()) / "binac-bench"
+"""Kept between runs: base models (one per config) and the Prefect home of the overhead measurement."""
+
+
+def default_base_dir(cfg) -> Path:
+    return CACHE / f"base-{cfg.name}-{cfg.base_digest()}"
+
+
+def ensure_base(cfg, base_dir: Path, log) -> float | None:
+    """Build the base model into `base_dir` unless it already holds this config's; returns build seconds or
+    None when reused. Not part of any comparison (both loops start from the finished folder)."""
+    meta = base_dir / "base_meta.json"
+    if meta.exists() and json.loads(meta.read_text()).get("config_digest") == cfg.base_digest():
+        log(f"base model: reusing {base_dir}")
+        return None
+    from binac_core.pretrain import build_base_model
+
+    t0 = time.perf_counter()
+    build_base_model(cfg, base_dir, log=log)
+    return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------------------------ measurements
+
+
+def measure_grpo(cfg, base_dir: Path, work: Path, repeats: int, threads: int, log) -> dict:
+    from bench import grpo
+
+    return grpo.compare(cfg, base_dir, work, repeats, threads, log)
+
+
+def measure_throughput(cfg, binac_loop, repeats: int, compare_threads: bool, log) -> dict[str, list[float]]:
+    from bench import throughput
+    from bench.common import interleave
+
+    args = (cfg, binac_loop.policy, binac_loop.actor, binac_loop.rows)
+    log("throughput: batch 8 / batch 64 / adapters disabled, interleaved")
+    out = interleave(throughput.variants(*args), repeats)
+    if compare_threads:
+        log("throughput: thread counts, interleaved")
+        out |= interleave(throughput.thread_variants(*args), repeats)
+    return out
+
+
+def child_args(cfg, base_dir: Path, work: Path, threads: int) -> list[str]:
+    """Arguments that give a child process the exact config (overrides included) and the base model."""
+    path = work / "config.json"
+    path.write_text(json.dumps(cfg.model_dump(mode="json")))
+    return ["--config-json", str(path), "--base-dir", str(base_dir), "--threads", str(threads)]
+
+
+PREFECT_REPEATS = 3
+"""At most this many Prefect repeats: each costs two flow runs, seconds apiece on a busy machine."""
+
+
+def prefect_job(repeats: int, calls: int, home: Path) -> dict:
+    """{"prefect": child arguments} of the Prefect overhead measurement (needs no model)."""
+    n = min(repeats, PREFECT_REPEATS)
+    return {"prefect": ["--repeats", str(n), "--calls", str(calls), "--prefect-home", str(home)]}
+
+
+def memory_jobs(cfg, base_dir: Path, work: Path, threads: int) -> dict:
+    """{"binac": args, "trl": args}: the two fresh-process iterations (need the base model)."""
+    args = child_args(cfg, base_dir, work, threads)
+    return {"binac": args, "trl": args}
+
+
+def start_children(jobs: dict) -> dict:
+    return {name: run_child(name, args) for name, args in jobs.items()}
+
+
+def run_children(jobs: dict, log) -> dict:
+    """Run the children one after another (side by side they would slow each other down) and collect them."""
+    out = {}
+    for name, args in jobs.items():
+        log(f"child: {name}")
+        out[name] = collect(run_child(name, args))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- table rows
+
+
+def _single(x: float | None, y: float | None) -> tuple[float, float, float] | None:
+    return (y / x,) * 3 if x and y is not None else None
+
+
+def grpo_rows(g: dict, cfg) -> tuple[list[Row], list[str]]:
+    t = cfg.train
+    shape = f"B×G = {t.batch_problems}×{t.group_size}, ≤{cfg.generation.max_new_tokens} new tokens"
+    tok = f"mean completion tokens: binac {_fmt(median(g['binac_tokens']))}, TRL {_fmt(median(g['trl_tokens']))}"
+    note = g["trl_error"] and f"TRL failed: {g['trl_error'][:300]}" or tok
+    rows = [
+        Row("grpo_iter", f"GRPO iteration ({shape}, 1 update)", "s", "binac", median(g["binac"]), "TRL",
+            median(g["trl"]), "TRL / binac", paired_ratio(g["trl"], g["binac"]), note),
+        Row("binac_save", "binac adapter save (pipeline does it each iteration; excluded above)", "s", "save",
+            median(g["save"]), "", None, "save / binac iteration",
+            _single(median(g["binac"]), median(g["save"]))),
+    ]
+    notes = [n for n in [g["layout_note"]] if n]
+    if g["trl_error"]:
+        notes.append(f"TRL GRPOTrainer could not be measured: {g['trl_error']}")
+    return rows, notes
+
+
+def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
+    from bench.throughput import other_threads
+
+    b8, b64, base = tp["batch8_actor"], tp["batch64_actor"], tp["batch64_base"]
+    rows = [
+        Row("gen_batch", "HFBackend generation, actor adapter, 64 prompts: batch 8 vs batch 64", "tok/s",
+            "batch 8", median(b8), "batch 64", median(b64), "throughput 64 / 8", paired_ratio(b64, b8)),
+        Row("gen_lora", "HFBackend generation, batch 64: adapters disabled vs actor adapter", "tok/s",
+            "disabled", median(base), "actor", median(b64), "time per token, actor / disabled",
+            paired_ratio(base, b64), "LoRA overhead (unmerged adapter)"),
+    ]
+    if "run_threads" not in tp:
+        return rows
+    run_thr, alt, n = tp["run_threads"], tp["other_threads"], other_threads(threads)
+    return rows + [
+        Row("gen_threads", f"HFBackend generation, actor, batch 16: {threads} vs {n} torch threads", "tok/s",
+            f"{threads} thr", median(run_thr), f"{n} thr", median(alt), f"throughput {n} thr / {threads} thr",
+            paired_ratio(alt, run_thr), "A = the thread count of every other row"),
+    ]
+
+
+def prefect_rows(p: dict, iter_s: float | None) -> list[Row]:
+    if "error" in p:
+        bad = [Row(k, w, "ms", "plain", None, "task", None, "", None, "failed") for k, w in _PREFECT]
+        bad.append(Row("prefect_flow", _FLOW, "s", "flow run", None, "", None, "", None, "failed"))
+        return bad + [Row("prefect_start", _START, "s", "start", None, "", None, "", None, p["error"][:300])]
+    iter_ms = iter_s * 1000 if iter_s else None
+    rows = []
+    for (key, what), col in zip(_PREFECT, ("miss_ms", "hit_ms"), strict=True):
+        per_iter = [x * PIPELINE_TASKS_PER_GRPO_ITERATION for x in p[col]]
+        rows.append(Row(
+            key, what, "ms/call", "plain fn", median(p["plain_ms"]), "task", median(p[col]),
+            "task call / binac GRPO iteration", paired_ratio(p[col], [iter_ms] * len(p[col])),
+            f"×{PIPELINE_TASKS_PER_GRPO_ITERATION} tasks per pipeline iteration ≈ "
+            f"{_fmt(median(per_iter))} ms",
+        ))
+    rows.append(Row("prefect_flow", _FLOW, "s",
+                    "flow run", median(p["flow_s"]), "", None, "flow run / binac GRPO iteration",
+                    paired_ratio(p["flow_s"], [iter_s] * len(p["flow_s"])) if iter_s else None,
+                    "once per flow run (`binac train` is one flow run)"))
+    rows.append(Row("prefect_start", _START, "s", "first run", p["start_s"], "", None,
+                    "start / binac GRPO iteration", _single(iter_s, p["start_s"]),
+                    f"once per process; {p['records']} files written to the temp result storage"))
+    return rows
+
+
+_PREFECT = (
+    ("prefect_miss", "Prefect task (INPUTS+TASK_SOURCE, persisted) in a flow, cache miss"),
+    ("prefect_hit", "Prefect task (INPUTS+TASK_SOURCE, persisted) in a flow, cache hit"),
+)
+_FLOW = "Prefect flow run overhead (a flow call minus its task calls)"
+_START = "Prefect temporary local API start + first flow run"
+_MEMORY = (
+    ("import", "import time, fresh process (torch + the loop's stack)", "s", "import_s"),
+    ("setup", "setup: Policy+adapters / GRPOTrainer(...)", "s", "setup_s"),
+    ("first_iter", "first iteration in a fresh process (one-time allocations)", "s", "first_iter_s"),
+    ("rss_peak", "peak RSS after one iteration, fresh process", "MiB", "rss_peak_mib"),
+    ("rss_growth", "peak RSS growth during that iteration", "MiB", None),
+)
+
+
+def memory_rows(b: dict, t: dict) -> list[Row]:
+    """Single-sample rows (one child per side): the ratio's min and max equal its median."""
+    def value(d, field):
+        if "error" in d:
+            return None
+        return d[field] if field else d["rss_peak_mib"] - d["rss_before_mib"]
+
+    rows = []
+    for key, what, unit, field in _MEMORY:
+        a, c = value(b, field), value(t, field)
+        err = "; ".join(f"{n} failed: {d['error'][:200]}" for n, d in (("binac", b), ("TRL", t)) if "error" in d)
+        rows.append(Row(key, what, unit, "binac", a, "TRL", c, "TRL / binac", _single(a, c), err or "1 sample"))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------------ running
+
+
+def default_threads() -> int:
+    """The pipeline's torch thread count: `BINAC_TORCH_THREADS`, default 1 (as `binac_core.runtime`)."""
+    return int(os.environ.get("BINAC_TORCH_THREADS", "1"))
+
+
+def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 50, threads: int | None = None,
+              memory: bool = True, compare_threads: bool = False, prefect_home: Path | None = None,
+              overlap_children: bool = False, log=None) -> Report:
+    """Run every measurement for `cfg` and return the report (rows in table order, notes, machine meta).
+
+    `overlap_children` starts the child processes as soon as they can start instead of after the in-process
+    measurements: faster, and every figure is then distorted (for the smoke test, which checks the table only).
+    """
+    log = log or _stderr_log(time.perf_counter())
+    threads = threads or default_threads()
+    t_start, load_start = time.perf_counter(), load_average()
+    prefect = prefect_job(repeats, calls, prefect_home or CACHE / "prefect")
+    early: dict = {}
+    try:
+        if overlap_children:
+            early |= start_children(prefect)
+        import torch
+
+        torch.set_num_threads(threads)
+        base_dir = Path(base_dir or default_base_dir(cfg))
+        build_s = ensure_base(cfg, base_dir, log)
+        report = Report(meta={
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "preset": cfg.name, "repeats": repeats, "calls": calls, "threads": threads,
+            "load_start": load_start, "base": _base_meta(base_dir, build_s), **machine(), **_versions(),
+        })
+        with tempfile.TemporaryDirectory(prefix="binac-bench-") as tmp:
+            mem = memory_jobs(cfg, base_dir, Path(tmp), threads) if memory else {}
+            if overlap_children:
+                early |= start_children(mem)
+            g = measure_grpo(cfg, base_dir, Path(tmp), repeats, threads, log)
+            tp = measure_throughput(cfg, g["binac_obj"], repeats, compare_threads, log)
+            ch = {n: collect(p) for n, p in early.items()} if overlap_children else run_children(prefect | mem, log)
+    except BaseException:
+        for proc in early.values():
+            stop(proc)  # no-op for children already collected
+        raise
+    rows, notes = grpo_rows(g, cfg)
+    iter_s = median(g["binac"])
+    report.rows = rows + throughput_rows(tp, threads) + prefect_rows(ch["prefect"], iter_s)
+    if memory:
+        report.rows += memory_rows(ch["binac"], ch["trl"])
+    from bench.grpo import UNMATCHED
+
+    report.notes = notes + UNMATCHED + _thread_notes(threads, g, ch)
+    report.meta |= {"load_end": load_average(), "total_s": round(time.perf_counter() - t_start, 1)}
+    return report
+
+
+def _thread_notes(threads: int, g: dict, children: dict) -> list[str]:
+    """A warning when some library changed torch's thread count under a measurement (none is expected)."""
+    seen = {"grpo": g["threads_end"]} | {k: v.get("threads_end") for k, v in children.items() if k != "prefect"}
+    bad = {k: v for k, v in seen.items() if v is not None and v != threads}
+    return [f"torch thread count changed during the run (expected {threads}): {bad}"] if bad else []
+
+
+def _stderr_log(t0: float):
+    return lambda msg: print(f"[bench {time.perf_counter() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def _base_meta(base_dir: Path, build_s: float | None) -> str:
+    meta = json.loads((base_dir / "base_meta.json").read_text())
+    built = f"built in {build_s:.0f} s" if build_s is not None else "reused from an earlier run"
+    return f"{meta['parameters'] / 1e6:.2f} M parameters, vocab {meta['vocab_size']} ({built})"
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("transformers", "peft", "trl", "prefect"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ output
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "–"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    return f"{x:.3g}" if abs(x) >= 0.01 else f"{x:.2g}"
+
+
+def _cell(label: str, x: float | None, unit: str) -> str:
+    return "" if not label else f"{label}: {_fmt(x)} {unit}" if x is not None else f"{label}: –"
+
+
+def _ratio(r: tuple[float, float, float] | None, of: str) -> str:
+    if r is None:
+        return "–"
+    spread = "" if r[1] == r[2] else f" [{_fmt(r[1])}–{_fmt(r[2])}]"
+    return f"**{_fmt(r[0])}**{spread} ({of})"
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        cells = [r.what, _cell(r.a_label, r.a, r.unit), _cell(r.b_label, r.b, r.unit), _ratio(r.ratio, r.ratio_of),
+                 r.note]
+        lines.append("| " + " | ".join(" ".join(c.replace("|", "/").split()) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(report: Report) -> str:
+    m = report.meta
+    head = [
+        "# binac benchmarks",
+        "",
+        f"Run `python -m bench.run --preset {m['preset']} --repeats {m['repeats']} --threads {m['threads']}` on "
+        f"{m['date']}, {m['total_s']} s in all (a base-model build included, when one was needed).",
+        "",
+        f"- Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB RAM, GPU: {m['gpu']}; torch "
+        f"{m['torch']} with {m['threads']} intra-op thread{'' if m['threads'] == 1 else 's'}; Python {m['python']}; transformers {m['transformers']}, "
+        f"peft {m['peft']}, trl {m['trl']}, prefect {m['prefect']}.",
+        f"- Load average (1/5/15 min) at start {m['load_start']}, at end {m['load_end']}. The machine is shared "
+        "and busy (other jobs run alongside): absolute seconds are not comparable between runs, the ratios of "
+        "interleaved variants are the result.",
+        f"- Preset `{m['preset']}`; base model {m['base']}.",
+        f"- {m['repeats']} repeats per variant after one warm-up, variants interleaved (A B A B ...); A and B are "
+        "medians, the ratio is the median of per-repeat ratios with its min–max. Prefect: "
+        f"{min(m['repeats'], PREFECT_REPEATS)} repeats of {m['calls']} calls (each repeat = two flow runs).",
+        "",
+    ]
+    notes = ["## Not matched or not measured", ""] + [f"- {n}" for n in report.notes]
+    return "\n".join(head) + "\n" + table(report.rows) + "\n\n" + "\n".join(notes) + "\n"
+
+
+# -------------------------------------------------------------------------------------------------- entry point
+
+
+def child_main(args) -> None:
+    """Child processes: one measurement each, result printed as one JSON line (see `common.emit`)."""
+    from bench.common import emit
+
+    try:
+        if args.child == "prefect":
+            from bench.orchestration import measure
+
+            emit(measure(args.calls, args.repeats, Path(args.prefect_home)))
+            return
+        from bench import memory
+        from binac_core.config import Config
+
+        cfg = Config.model_validate(json.loads(Path(args.config_json).read_text()))
+        fn = memory.binac_child if args.child == "binac" else memory.trl_child
+        emit(fn(cfg, Path(args.base_dir), args.threads))
+    except Exception as exc:
+        emit({"error": f"{type(exc).__name__}: {exc}"})
+        raise
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="micro", help="config preset (micro: a few minutes; tiny: the real numbers, and a long first base-model build)")
+    p.add_argument("--repeats", type=int, default=5, help="measured repeats per variant (after one warm-up)")
+    p.add_argument("--out", default="bench/results.md", help="markdown file to write ('-': print only)")
+    p.add_argument("--calls", type=int, default=50, help="Prefect task calls per repeat")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads of every variant (default: $BINAC_TORCH_THREADS or 1, the pipeline's)")
+    p.add_argument("--base-dir", help="base model folder (default: a per-config temp dir, built once)")
+    p.add_argument("--no-memory", action="store_true", help="skip the fresh-process import/memory children")
+    p.add_argument("--compare-threads", action="store_true",
+                   help="also compare generation at 1 vs 2 torch threads (slow on a busy machine)")
+    p.add_argument("--child", choices=["prefect", "binac", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--config-json", help=argparse.SUPPRESS)
+    p.add_argument("--prefect-home", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.child:
+        child_main(args)
+        return
+    from binac_core.config import load_config
+
+    report = run_bench(load_config(args.preset), args.repeats, args.base_dir, args.calls, args.threads,
+                       memory=not args.no_memory, compare_threads=args.compare_threads)
+    text = markdown(report)
+    print(text)
+    if args.out != "-":
+        Path(args.out).write_text(text)
+        print(f"written to {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Generation throughput of `HFBackend`: batch size 8 vs 64, and the actor LoRA adapter active vs disabled.
+
+Measured: generated tokens (completion tokens including the end-of-turn token, as binac counts them) per wall
+second for the same 64 synthetic actor prompts, same sampling parameters, same seed; the three variants run
+interleaved. Batch 8 = eight `generate` calls of 8 prompts, batch 64 = one call. Adapters disabled = the bare base
+model through peft's `disable_adapter()` (the LoRA layers stay wrapped but skip their matmuls), which is what
+binac samples the KL reference and the untrained baselines with. Included: chat-template rendering and decoding
+(both part of `generate`); not included: model loading.
+
+Optional (`--compare-threads`): the run's torch thread count vs the other of 1 and 2, on 16 prompts. Tiny
+matrices gain little from intra-op threads, and on a busy machine OpenMP threads that spin-wait for a
+descheduled sibling can cost far more than they give.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from binac_core.config import Config
+from binac_core.generation import AdapterRef, HFBackend, SamplingParams
+from binac_core.synthetic import actor_messages
+
+PROMPTS = 64
+THREAD_PROMPTS = 16
+
+
+def _variant(backend: HFBackend, prompts, adapter: AdapterRef | None, params: SamplingParams, threads=None):
+    """A measurement callable: one full `generate` over `prompts`, returning tokens per second; with
+    `threads`, torch's intra-op thread count is switched for this call only (outside the timed part)."""
+
+    def run() -> float:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads or before)
+        try:
+            t0 = time.perf_counter()
+            gens = backend.generate(prompts, adapter, params)
+            return sum(len(g.token_ids) for g in gens) / (time.perf_counter() - t0)
+        finally:
+            torch.set_num_threads(before)
+
+    return run
+
+
+def other_threads(threads: int) -> int:
+    """The thread count compared against the run's: 2 when the run uses 1, else 1."""
+    return 2 if threads == 1 else 1
+
+
+def _prompts(rows: list[dict], n: int) -> list[list[dict]]:
+    """Actor prompts of the first `n` train rows (cycled if there are fewer)."""
+    return [actor_messages(rows[i % len(rows)]) for i in range(n)]
+
+
+def _params(cfg: Config) -> SamplingParams:
+    g = cfg.generation
+    return SamplingParams(g.max_new_tokens, g.temperature, g.top_p, seed=1)
+
+
+def variants(cfg: Config, policy, actor: AdapterRef, rows: list[dict]) -> dict:
+    """{name: callable}: batch 8 and batch 64 with the actor, batch 64 with adapters disabled (64 prompts)."""
+    prompts, params = _prompts(rows, PROMPTS), _params(cfg)
+    small, large = HFBackend(policy, batch_size=8), HFBackend(policy, batch_size=PROMPTS)
+    return {
+        "batch8_actor": _variant(small, prompts, actor, params),
+        "batch64_actor": _variant(large, prompts, actor, params),
+        "batch64_base": _variant(large, prompts, None, params),
+    }
+
+
+def thread_variants(cfg: Config, policy, actor: AdapterRef, rows: list[dict]) -> dict:
+    """{name: callable}: one batch of `THREAD_PROMPTS` with the actor, at the run's thread count and at
+    `other_threads(...)`. Fewer prompts than above because the slow side can be 10x slower on a busy machine."""
+    prompts, params = _prompts(rows, THREAD_PROMPTS), _params(cfg)
+    backend = HFBackend(policy, batch_size=THREAD_PROMPTS)
+    return {
+        "run_threads": _variant(backend, prompts, actor, params),
+        "other_threads": _variant(backend, prompts, actor, params, other_threads(torch.get_num_threads())),
+    }
