@@ -1,9 +1,11 @@
 """Synthetic task family: chains of single-digit modular arithmetic with a verifiable answer.
 
-A problem is a start digit and `difficulty` operations, e.g. question `7 +5 *3 -4` (everything mod 10). The
-solution trace writes one step per operation, each restating its left operand, then the answer:
-`7+5=2 2*3=6 6-4=2 A: 2`. A step can go wrong (a wrong result digit) and later steps then build on the wrong
-value, so "step k is wrong" is a short hint that fixes an attempt.
+A problem is a start digit and `difficulty` additions or subtractions of a digit 1-9, everything mod 10, e.g.
+question `7+5-3+4`. The solution trace writes one step per operation, each restating its left operand, then
+the answer: `7+5=2 2-3=9 9+4=3 A: 3`. A step can go wrong (a wrong result digit) and later steps then build on
+the wrong value; since adding or subtracting is a bijection mod 10, an error always reaches the answer, and
+"step k is wrong" is a short hint that fixes an attempt. (Multiplication was left out on purpose: `*5` or
+`*2` can erase an earlier error, which would blur what a critique is worth.)
 
 This module holds the problems (seeded generation, disjoint train/eval splits), the chat prompts of the three
 roles (actor, critic, refinement), the grader, the rule-based oracle critic, and the noisy teacher whose
@@ -21,12 +23,13 @@ from binac_core.errors import BinacError
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
 
 MOD = 10
-OPS = "+-*"
+OPS = "+-"
 EVAL_PERCENT = 20
 """Share (in %) of the question space reserved for evaluation; the split is a hash of the question text."""
 LOOKS_CORRECT = "Looks correct."
 CHECK_YOUR_WORK = "Check your work."
-_STEP_RE = re.compile(r"^(\d)([+\-*])(\d)=(\d)$")
+_STEP_RE = re.compile(r"^(\d)([+-])(\d)=(\d)$")
+_OP_RE = re.compile(r"([+-])(\d)")
 _NAMED_RE = re.compile(r"Step (\d+) is wrong")
 _ANSWER_RE = re.compile(r"A:\s*([^\s.]*)")
 
@@ -51,20 +54,15 @@ class Step:
 
 
 def apply_op(a: int, op: str, b: int) -> int:
-    if op == "+":
-        return (a + b) % MOD
-    if op == "-":
-        return (a - b) % MOD
-    return (a * b) % MOD
+    return (a + b) % MOD if op == "+" else (a - b) % MOD
 
 
 # --------------------------------------------------------------------------- problems
 
 
 def parse_question(question: str) -> tuple[int, list[tuple[str, int]]]:
-    """`"7 +5 *3"` -> `(7, [("+", 5), ("*", 3)])`."""
-    first, *rest = question.split()
-    return int(first), [(tok[0], int(tok[1:])) for tok in rest]
+    """`"7+5-3"` -> `(7, [("+", 5), ("-", 3)])`."""
+    return int(question[0]), [(op, int(b)) for op, b in _OP_RE.findall(question[1:])]
 
 
 def solve_steps(question: str) -> list[Step]:
@@ -90,10 +88,8 @@ def split_of(question: str) -> str:
 
 
 def random_question(rng: random.Random, difficulty: int) -> str:
-    """A uniformly drawn question; operands are 1-9 so that `*0` never wipes out earlier steps."""
-    parts = [str(rng.randrange(MOD))]
-    parts += [f"{rng.choice(OPS)}{rng.randrange(1, MOD)}" for _ in range(difficulty)]
-    return " ".join(parts)
+    """A uniformly drawn question: a start digit 0-9, then `difficulty` times `+b` or `-b` with b in 1-9."""
+    return str(rng.randrange(MOD)) + "".join(f"{rng.choice(OPS)}{rng.randrange(1, MOD)}" for _ in range(difficulty))
 
 
 def make_row(question: str) -> dict:
@@ -146,10 +142,14 @@ def critic_messages(row: dict, attempt: str) -> list[dict]:
 
 
 def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
-    """The first turn as a conversation, then the feedback as the next user turn."""
+    """The first turn as a conversation, then the feedback and the question again as the next user turn.
+
+    Repeating the question at the end gives the second answer the same prompt suffix as the first one, so a
+    tiny model reuses what it learned for solving instead of having to find the question further back.
+    """
     return actor_messages(row) + [
         {"role": "assistant", "content": attempt.strip()},
-        {"role": "user", "content": f"Feedback: {feedback.strip()}"},
+        {"role": "user", "content": f"Feedback: {feedback.strip()}\nSolve: {row['question']}"},
     ]
 
 
@@ -183,10 +183,10 @@ def named_step(feedback: str) -> int | None:
     return int(m[1]) if m else None
 
 
-def name_step(k: int, piece: Step | str) -> str:
-    """The feedback that flags step `k` (1-based), quoting what the attempt wrote there."""
-    shown = piece.text if isinstance(piece, Step) else piece[:12]
-    return f"Step {k} is wrong: {shown}" if shown else f"Step {k} is wrong."
+def name_step(k: int) -> str:
+    """The feedback that flags step `k` (1-based). It does not quote the step: copying a step chosen by its
+    number is a skill a tiny critic would need many more pretraining steps for."""
+    return f"Step {k} is wrong."
 
 
 def oracle_feedback(row: dict, attempt: str) -> str:
@@ -194,14 +194,14 @@ def oracle_feedback(row: dict, attempt: str) -> str:
 
     Says `Looks correct.` when every step and the answer are right. When all steps are right but the
     answer line is missing or wrong there is no step to name, so it falls back to `Check your work.`.
-    A missing step is named with an empty quote. Uses the reference (it is an oracle, not a critic prompt).
+    A missing or malformed step counts as wrong. Uses the reference (it is an oracle, not a critic prompt).
     """
     gold = solve_steps(row["question"])
     pieces = parse_steps(attempt)
     for k, want in enumerate(gold, start=1):
         got = pieces[k - 1] if k <= len(pieces) else ""
         if got != want:
-            return name_step(k, got)
+            return name_step(k)
     if len(pieces) == len(gold) and grade_response(row, attempt) == 1.0:
         return LOOKS_CORRECT
     return CHECK_YOUR_WORK
@@ -249,8 +249,7 @@ def teacher_critique(
         fine = [k for k, p in enumerate(pieces, 1) if isinstance(p, Step) and p.locally_right]
         fine = [k for k in fine if k != named_step(helpful)]
         if fine:
-            k = rng.choice(fine)
-            return name_step(k, pieces[k - 1])
+            return name_step(rng.choice(fine))
     return rng.choice([SELF_CORRECT_FEEDBACK, CHECK_YOUR_WORK])
 
 

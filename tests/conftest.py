@@ -11,6 +11,8 @@ import sys  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+# One folder of tiny base models for the whole session: each workspace would otherwise pretrain its own copy.
+MODEL_CACHE = Path(os.environ.get("BINAC_TEST_MODEL_CACHE") or __import__("tempfile").mkdtemp(prefix="binac-models-"))
 ALL_METHODS = "grpo,fixed_critic,binac,critic_only,self_correct"
 
 
@@ -19,7 +21,7 @@ def binac_env(home: Path, prefect_home: Path) -> dict:
     env = dict(os.environ)
     env.update(BINAC_HOME=str(home), PREFECT_HOME=str(prefect_home), HF_HUB_OFFLINE="1",
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
-               TOKENIZERS_PARALLELISM="false")
+               TOKENIZERS_PARALLELISM="false", BINAC_MODEL_CACHE=str(MODEL_CACHE))
     env.pop("PREFECT_API_URL", None)
     env.pop("MLFLOW_TRACKING_URI", None)
     return env
@@ -47,3 +49,43 @@ def micro_compare(tmp_path_factory, prefect_home) -> dict:
     env = binac_env(home, prefect_home)
     proc = run_binac(["compare", "--preset", "micro", "--methods", ALL_METHODS, "--seeds", "0", "--steps", "2"], env)
     return {"home": home, "env": env, "stdout": proc.stdout}
+
+
+@pytest.fixture(scope="session")
+def micro_base(micro_compare) -> Path:
+    """The micro base model folder the comparison built (in the session's model cache)."""
+    from binac_core.config import load_config
+
+    folder = MODEL_CACHE / f"base-{load_config('micro').base_digest()}"
+    assert (folder / "config.json").exists(), folder
+    return folder
+
+
+# --- Shared by test_sql, test_reliability, test_deployment (issue 5) ---
+
+def home_with_micro_base(tmp_path_factory, name: str, micro_compare: dict) -> Path:
+    """A fresh $BINAC_HOME holding a copy of the micro base model that `micro_compare` built, so a run in it
+    skips pretraining (tasks/prepare.py reuses a base model folder that has its config.json)."""
+    import shutil
+
+    home = tmp_path_factory.mktemp(name)
+    src = micro_compare["home"] / "models"
+    if not src.exists():  # built into a shared cache instead (binac_core/workspace.py, BINAC_MODEL_CACHE)
+        src = Path(micro_compare["env"]["BINAC_MODEL_CACHE"])
+    shutil.copytree(src, home / "models")
+    return home
+
+
+def trajectory_rows(home: Path, where: str = "TRUE", exclude: tuple[str, ...] = ("run_id", "created_at")) -> list:
+    """The stored trajectory rows of a workspace (those matching `where`) as a sorted list of tuples, without
+    the `exclude` columns (a multiset: a duplicated row shows up twice)."""
+    import pandas as pd
+
+    from binac_core import sqlrun
+    from binac_core.storage import columns
+    from binac_core.workspace import Workspace
+
+    cols = [c for c in columns() if c not in exclude]
+    df = sqlrun.run(Workspace(home), f"SELECT {', '.join(cols)} FROM trajectories WHERE {where}")
+    rows = [tuple(None if pd.isna(v) else v for v in row) for row in df.itertuples(index=False)]  # NULL -> None
+    return sorted(rows, key=repr)

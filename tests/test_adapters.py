@@ -10,11 +10,10 @@ from binac_core.update import Sample, policy_update
 
 
 @pytest.fixture(scope="module")
-def policy(micro_compare):
+def policy(micro_base):
     from binac_core.policy import Policy
 
-    (base,) = list((micro_compare["home"] / "models").glob("base-*"))
-    return Policy(base, load_config("micro"), seed=0)
+    return Policy(micro_base, load_config("micro"), seed=0)
 
 
 def _samples(policy, name):

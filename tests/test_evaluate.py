@@ -9,9 +9,8 @@ from binac_core.workspace import Workspace
 
 
 @pytest.fixture(scope="module")
-def base_model(micro_compare):
-    (folder,) = list((micro_compare["home"] / "models").glob("base-*"))
-    return folder
+def base_model(micro_base):
+    return micro_base
 
 
 @pytest.mark.parametrize("benchmark", ["math500", "mbpp", "gpqa_diamond", "gsm8k"])
