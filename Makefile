@@ -33,5 +33,17 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
+# Prefect server + process worker + MLflow UI on 127.0.0.1 over $BINAC_HOME (default ./.binac); deploys prefect.yaml.
+serve: $(STAMP)
+	$(BIN)/python scripts/serve.py start
+
+# Stops exactly the processes `make serve` started (pids in $$BINAC_HOME/serve/).
+stop:
+	$(BIN)/python scripts/serve.py stop
+
+# MLflow UI in headless Chromium over a small comparison; screenshot -> docs/mlflow-compare.png.
+ui-check: $(STAMP)
+	$(BIN)/python scripts/ui_check.py
+
 clean:
 	rm -rf .binac

@@ -4,6 +4,7 @@ continues the same MLflow run instead of creating a second one; metrics are logg
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -16,8 +17,26 @@ from binac_core.workspace import Workspace
 EXPERIMENT = "binac"
 
 
+_READY: set[str] = set()
+
+
 def client(ws: Workspace) -> MlflowClient:
-    mlflow.set_tracking_uri(ws.mlflow_uri)
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(ws.mlflow_uri)  # for the fluent mlflow.* calls (log_table)
+    if before is None:
+        # mlflow also exports the URI to the environment, where Workspace.mlflow_uri would then take it for the
+        # user's choice: every later workspace of this process (and its subprocesses) would use this store.
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    if ws.mlflow_uri.startswith("sqlite:") and ws.mlflow_uri not in _READY:
+        # The first client of a sqlite store creates and migrates its tables; two processes doing that at once
+        # (two runs started together on a fresh $BINAC_HOME) fail ("table _alembic_tmp_tags already exists").
+        import fcntl
+
+        with open(ws.home / ".mlflow-init.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            c = MlflowClient(ws.mlflow_uri)
+        _READY.add(ws.mlflow_uri)
+        return c
     return MlflowClient(ws.mlflow_uri)
 
 

@@ -1,0 +1,234 @@
+"""Start and stop the lab servers on 127.0.0.1 over one `$BINAC_HOME` (`make serve`, `make stop`).
+
+`start` launches a Prefect server, an MLflow tracking server (over `$BINAC_HOME/mlflow.db` and
+`$BINAC_HOME/mlartifacts`, the stores local runs write) and a Prefect process worker, creates the work pool
+`binac-local`, deploys everything in prefect.yaml, and writes what it started to `$BINAC_HOME/serve/`:
+`<name>.pid` ("pid starttime"), `<name>.log`, and `env.sh` (ports and `PREFECT_API_URL`, to `source`).
+`stop` stops exactly those processes: each was started as the leader of its own session, so it and its children
+form one process group, which is signalled by its id (never by name), after checking that the pid still belongs
+to the process that was started (its start time matches). The worker goes first (it ignores its first SIGTERM),
+then MLflow, then the Prefect server.
+
+Environment: BINAC_HOME (default ./.binac), BINAC_PREFECT_PORT (default 4200), BINAC_MLFLOW_PORT (default 5000);
+a port of 0 picks a free one. The Prefect server's own database lives in `$BINAC_HOME/serve/prefect-home`.
+An MLFLOW_TRACKING_URI in the environment is dropped: deployment runs log to the store the MLflow server shows.
+It does not daemonise beyond that, restart crashed servers, or open anything to other hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+HOST = "127.0.0.1"
+POOL = "binac-local"
+ORDER = ("prefect-worker", "mlflow", "prefect-server")  # stop order: worker before the server it talks to
+
+
+def home() -> Path:
+    return Path(os.environ.get("BINAC_HOME", REPO / ".binac")).expanduser().resolve()
+
+
+def state_dir() -> Path:
+    return home() / "serve"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port(var: str, default: int) -> int:
+    p = int(os.environ.get(var, default))
+    if p == 0:
+        return free_port()
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, p))
+        except OSError:
+            sys.exit(f"error: port {p} on {HOST} is in use (set {var} to another port, or 0 for a free one)")
+    return p
+
+
+def proc_stat(pid: int | str) -> list[str] | None:
+    """Fields 3.. of /proc/<pid>/stat (state, ppid, pgrp, ...), None if the process is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), None if gone."""
+    fields = proc_stat(pid)
+    return fields[19] if fields else None
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process is still in process group `pgid`."""
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            fields = proc_stat(d.name)
+            if fields and int(fields[2]) == pgid:
+                return True
+    return False
+
+
+def read_pid(name: str) -> int | None:
+    """The recorded pid if that very process is still alive (same start time), else None."""
+    f = state_dir() / f"{name}.pid"
+    if not f.exists():
+        return None
+    pid, started = f.read_text().split()
+    return int(pid) if start_time(int(pid)) == started else None
+
+
+def spawn(name: str, argv: list[str], env: dict) -> subprocess.Popen:
+    log = open(state_dir() / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    (state_dir() / f"{name}.pid").write_text(f"{proc.pid} {start_time(proc.pid)}\n")
+    return proc
+
+
+def http_ok(url: str, data: bytes | None = None) -> bytes | None:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=5) as r:
+            return r.read() if r.status == 200 else None
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def wait_until(what: str, check, procs: list[subprocess.Popen], timeout: float = 180) -> None:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if check():
+            return
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{what}: a server exited early (status {p.returncode}); see {state_dir()}/*.log")
+        time.sleep(0.5)
+    raise RuntimeError(f"{what}: not ready after {timeout:.0f}s; see {state_dir()}/*.log")
+
+
+def run_env(prefect_port: int) -> dict:
+    """The environment of every process started here; the worker passes it on to flow runs."""
+    h = home()
+    env = dict(os.environ)
+    env.update(
+        BINAC_HOME=str(h), BINAC_REPO=str(REPO), PWD=str(REPO), PREFECT_HOME=str(state_dir() / "prefect-home"),
+        PREFECT_API_URL=f"http://{HOST}:{prefect_port}/api",
+        PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(h / "prefect"), PREFECT_LOCAL_STORAGE_PATH=str(h / "prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    )
+    for key, value in (("PREFECT_WORKER_QUERY_SECONDS", "2"), ("HF_HUB_OFFLINE", "1"),
+                       ("TOKENIZERS_PARALLELISM", "false")):
+        env.setdefault(key, value)
+    return env
+
+
+def start() -> int:
+    running = [n for n in ORDER if read_pid(n)]
+    if running:
+        sys.exit(f"error: already running under {state_dir()}: {', '.join(running)} (run `make stop` first)")
+    state_dir().mkdir(parents=True, exist_ok=True)
+    # The UI serves $BINAC_HOME's store, so deployment runs must log there too, whatever the shell points at.
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    pp, mp = port("BINAC_PREFECT_PORT", 4200), port("BINAC_MLFLOW_PORT", 5000)
+    env = run_env(pp)
+    h = home()
+    (h / "mlartifacts").mkdir(parents=True, exist_ok=True)
+    # Create/migrate the MLflow tables the way runs do (under binac's lock), not racing a run from the server.
+    from binac_core import tracking
+    from binac_core.workspace import Workspace
+
+    tracking.client(Workspace(h))
+    try:
+        server = spawn("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", HOST, "--port",
+                                          str(pp)], env)
+        # The same stores local runs use; artifacts of runs live where their experiment says
+        # (file://$BINAC_HOME/mlartifacts/<experiment>, binac_core/tracking.py), under this root.
+        mlflow = spawn("mlflow", [str(BIN / "mlflow"), "server", "--host", HOST, "--port", str(mp), "--workers", "1",
+                                  "--backend-store-uri", f"sqlite:///{h / 'mlflow.db'}",
+                                  "--default-artifact-root", (h / "mlartifacts").as_uri()],
+                       # no GenAI job runner (seven extra processes): nothing here uses MLflow server jobs
+                       {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env})
+        wait_until("prefect server", lambda: http_ok(f"http://{HOST}:{pp}/api/health"), [server])
+        subprocess.run([str(BIN / "prefect"), "--no-prompt", "work-pool", "create", "--type", "process",
+                        "--overwrite", POOL], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+        limit = ["--limit", os.environ["BINAC_WORKER_LIMIT"]] if os.environ.get("BINAC_WORKER_LIMIT") else []
+        worker = spawn("prefect-worker", [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type",
+                                          "process", "--name", f"binac-{os.getpid()}", *limit], env)
+        subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], cwd=REPO, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        filt = f"http://{HOST}:{pp}/api/work_pools/{POOL}/workers/filter"
+        wait_until("prefect worker", lambda: json.loads(http_ok(filt, b"{}") or b"[]"), [server, worker])
+        wait_until("mlflow server", lambda: http_ok(f"http://{HOST}:{mp}/health"), [mlflow])
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        stop()
+        return 1
+    (state_dir() / "env.sh").write_text(
+        f"export BINAC_HOME={h}\nexport PREFECT_API_URL=http://{HOST}:{pp}/api\n"
+        f"export BINAC_PREFECT_PORT={pp}\nexport BINAC_MLFLOW_PORT={mp}\nexport MLFLOW_UI=http://{HOST}:{mp}\n")
+    print(f"Prefect server  http://{HOST}:{pp}   (UI; API {env['PREFECT_API_URL']})")
+    print(f"MLflow UI       http://{HOST}:{mp}   (store {h / 'mlflow.db'})")
+    print(f"Work pool {POOL}, worker and deployments ready; pids and logs in {state_dir()}")
+    print("Run a comparison:")
+    print(f"  PREFECT_API_URL={env['PREFECT_API_URL']} {BIN / 'prefect'} deployment run 'compare/micro' "
+          "--param seeds='[0]' --watch")
+    print(f"  (or `source {state_dir() / 'env.sh'}` once, then `prefect deployment run ...`)")
+    print("Stop everything: make stop")
+    return 0
+
+
+def signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def wait_gone(pgid: int, timeout: float) -> bool:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if not group_alive(pgid):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def stop() -> int:
+    for name in ORDER:
+        pid = read_pid(name)
+        if pid is not None:
+            signal_group(pid, signal.SIGTERM)
+            if name == "prefect-worker":  # the worker treats the first SIGTERM as "finish up"; a second one stops it
+                time.sleep(1)
+                signal_group(pid, signal.SIGTERM)
+            if not wait_gone(pid, 30):
+                signal_group(pid, signal.SIGKILL)
+                wait_gone(pid, 10)
+            print(f"stopped {name} (pid {pid})")
+        (state_dir() / f"{name}.pid").unlink(missing_ok=True)
+    (state_dir() / "env.sh").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    commands = {"start": start, "stop": stop}
+    if len(sys.argv) != 2 or sys.argv[1] not in commands:
+        sys.exit(f"usage: {sys.argv[0]} start|stop")
+    sys.exit(commands[sys.argv[1]]())

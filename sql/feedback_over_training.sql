@@ -1,0 +1,44 @@
+-- Question: how does the critic's feedback change over training? Per method and training step: how much feedback,
+-- how long (characters, words, tokens), how varied (vocabulary = distinct lower-cased words over the step's
+-- feedback; distinct texts), and what it did (mean gain refined_reward - attempt_reward, mean critic reward).
+--
+-- Words are the pieces between whitespace, lower-cased, with punctuation at either end stripped; a piece with
+-- no letter or digit left is not a word. Training rows only (evaluation feedback is in feedback_use.sql and
+-- feedback_search.sql). With several runs of one method (seeds) in the store, they are pooled per step; narrow
+-- with `run_id`.
+--
+-- Parameters:
+-- @param method = %
+--   a LIKE pattern on the method (fixed_critic, binac and critic_only are the ones whose critic writes feedback)
+-- @param run_id = %
+--   a LIKE pattern on the MLflow run id
+CREATE OR REPLACE TEMP TABLE fb AS
+SELECT method, step, run_id, feedback, feedback_tokens, attempt_reward, refined_reward, critic_reward
+FROM trajectories
+WHERE split = 'train' AND feedback IS NOT NULL AND method LIKE $method AND run_id LIKE $run_id;
+
+CREATE OR REPLACE TEMP TABLE words AS
+SELECT method, step, w
+FROM (
+    SELECT method, step,
+           regexp_replace(unnest(string_split_regex(lower(feedback), '\s+')), '^[^a-z0-9]+|[^a-z0-9]+$', '', 'g') AS w
+    FROM fb
+)
+WHERE w <> '';
+
+SELECT s.method, s.step, s.runs, s.feedbacks, s.distinct_texts,
+       round(s.mean_chars, 2) AS mean_chars, round(s.mean_words, 2) AS mean_words,
+       round(s.mean_tokens, 2) AS mean_tokens, coalesce(v.vocabulary, 0) AS vocabulary,
+       round(s.mean_gain, 4) AS mean_gain, round(s.mean_critic_reward, 4) AS mean_critic_reward
+FROM (
+    SELECT method, step, count(DISTINCT run_id) AS runs, count(*) AS feedbacks,
+           count(DISTINCT trim(feedback)) AS distinct_texts, avg(length(feedback)) AS mean_chars,
+           avg(len(list_filter(string_split_regex(trim(feedback), '\s+'), lambda x: x <> ''))) AS mean_words,
+           avg(feedback_tokens) AS mean_tokens, avg(refined_reward - attempt_reward) AS mean_gain,
+           avg(critic_reward) AS mean_critic_reward
+    FROM fb
+    GROUP BY method, step
+) s
+LEFT JOIN (SELECT method, step, count(DISTINCT w) AS vocabulary FROM words GROUP BY method, step) v
+    USING (method, step)
+ORDER BY s.method, s.step;

@@ -1,0 +1,187 @@
+"""Reliability of real `binac train` processes on the micro preset: two runs at once on one $BINAC_HOME, a run
+killed with SIGKILL mid-iteration and started again, a run whose task raises and its retry.
+
+The runs are real subprocesses with their own workspaces (each starts from a copy of the micro base model, so
+none pretrains). The run of seed 0 in the concurrent pair doubles as the uninterrupted reference of the kill test.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, binac_env, home_with_micro_base, run_binac, trajectory_rows
+
+from binac_core import sqlrun, tracking
+from binac_core.config import load_config
+from binac_core.workspace import Workspace
+
+pytestmark = pytest.mark.integration
+TRAIN = ["train", "--preset", "micro", "--method", "binac", "--steps", "3"]
+
+
+def start(argv: list[str], env: dict, log: Path, driver: list[str] | None = None) -> subprocess.Popen:
+    """A `binac` process in its own process group (so a kill reaches the temporary Prefect server it starts)."""
+    cmd = [sys.executable, *(driver or ["-m", "flows.cli"]), *argv]
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def wait_for(check, proc: subprocess.Popen, log: Path, timeout: float = 300):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        found = check()
+        if found:
+            return found
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended ({proc.returncode}) before it was expected:\n"
+                                 f"{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def only_run(home: Path):
+    ws = Workspace(home)
+    c = tracking.client(ws)
+    runs = c.search_runs([tracking.experiment_id(c, ws)])
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    return c, runs[0]
+
+
+@pytest.fixture(scope="module")
+def concurrent(tmp_path_factory, prefect_home, micro_compare):
+    """Two `binac train` runs (seeds 0 and 1) started at once on the same $BINAC_HOME."""
+    home = home_with_micro_base(tmp_path_factory, "binac-home-concurrent", micro_compare)
+    env = binac_env(home, prefect_home)
+    logs = [home / f"seed{s}.log" for s in (0, 1)]
+    procs = [start([*TRAIN, "--seed", str(s)], env, log) for s, log in zip((0, 1), logs, strict=True)]
+    try:
+        for p in procs:
+            p.wait(timeout=600)
+    finally:
+        for p in procs:
+            stop(p)
+    return {"home": home, "rcs": [p.returncode for p in procs], "logs": logs}
+
+
+def test_two_runs_at_once_on_one_home_both_complete_with_their_own_rows(concurrent):
+    assert concurrent["rcs"] == [0, 0], "\n".join(log.read_text()[-2000:] for log in concurrent["logs"])
+    ws = Workspace(concurrent["home"])
+    c = tracking.client(ws)
+    runs = c.search_runs([tracking.experiment_id(c, ws)])
+    assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
+    cfg = load_config("micro")
+    per_step = cfg.train.batch_problems * cfg.train.group_size * cfg.train.critic_group_size
+    n_eval = cfg.task.n_test * cfg.generation.eval_samples
+    eval_steps = sorted({0, 3} | {s for s in (1, 2, 3) if s % cfg.train.eval_every == 0})
+    for run in runs:
+        rid = run.info.run_id
+        assert run.info.status == "FINISHED"
+        assert [m.step for m in c.get_metric_history(rid, "train/reward_first")] == [1, 2, 3]
+        counts = sqlrun.run(ws, f"SELECT split, protocol, step, count(*) n, count(DISTINCT (problem_id, sample_idx,"
+                                f" feedback_idx, round)) k, any_value(seed) seed FROM trajectories "
+                                f"WHERE run_id = '{rid}' GROUP BY ALL ORDER BY ALL")
+        assert (counts["n"] == counts["k"]).all(), "no row stored twice"
+        assert (counts["seed"].astype(str) == run.data.tags["seed"]).all(), "no row of the other run"
+        train = counts[counts.split == "train"]
+        assert train["step"].tolist() == [1, 2, 3] and (train["n"] == per_step).all()
+        for protocol in ("single", "feedback"):
+            ev = counts[(counts.split == "eval") & (counts.protocol == protocol)]
+            assert ev["step"].tolist() == eval_steps and (ev["n"] == n_eval).all(), protocol
+
+
+def test_sigkill_mid_iteration_then_rerun_ends_with_the_rows_of_a_run_that_never_died(
+    concurrent, tmp_path_factory, prefect_home, micro_compare
+):
+    home = home_with_micro_base(tmp_path_factory, "binac-home-killed", micro_compare)
+    env = binac_env(home, prefect_home)
+    args, log = [*TRAIN, "--seed", "0"], home / "killed.log"
+    proc = start(args, env, log)
+    try:
+        wait_for(lambda: list(home.glob("trajectories/*/train-step00001.parquet")), proc, log)
+        # Another process queries the store while the run is writing.
+        query = run_binac(["sql", "sql/method_summary.sql", "--param", "per_run=1"], env, timeout=120)
+        assert "binac" in query.stdout
+        wait_for(lambda: list(home.glob("trajectories/*/train-step00002.parquet")), proc, log)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        stop(proc)
+    assert proc.returncode == -signal.SIGKILL
+    assert not list(home.glob("trajectories/*/eval-single-step00003.parquet")), "killed before the end"
+    assert only_run(home)[1].info.status == "RUNNING"
+
+    run_binac(args, env)  # the same command again
+
+    assert concurrent["rcs"][0] == 0
+    reference = trajectory_rows(concurrent["home"], where="seed = 0")
+    assert trajectory_rows(home) == reference  # same rows: none lost, none duplicated, same contents
+    c, run = only_run(home)
+    assert run.info.status == "FINISHED"
+    assert [m.step for m in c.get_metric_history(run.info.run_id, "train/reward_first")] == [1, 2, 3]
+
+
+# Runs `binac` with the actor update failing at its second call (iteration 2). The patch replaces the library
+# function the task calls, not the task, so the task's cache key (inputs + task source) is the real one.
+FAILING_DRIVER = textwrap.dedent("""
+    import sys
+    import tasks.actor_update as stage
+    from flows.cli import main
+    real, calls = stage.policy_update, []
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure in update-actor at iteration 2")
+        return real(*args, **kwargs)
+    stage.policy_update = failing
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_a_failing_task_marks_the_run_failed_keeps_its_rows_and_a_retry_resumes_from_cache(
+    tmp_path_factory, prefect_home, micro_compare
+):
+    home = home_with_micro_base(tmp_path_factory, "binac-home-failing", micro_compare)
+    env = binac_env(home, prefect_home)
+    # The driver imports prefect before `binac` would set these: set them as `binac` does (flows/cli.py).
+    failing_env = {**env, "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "prefect"),
+                   "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect")}
+    args, log = ["train", "--preset", "micro", "--method", "grpo", "--steps", "2", "--seed", "0"], home / "fail.log"
+    proc = start(args, failing_env, log, driver=["-c", FAILING_DRIVER])
+    try:
+        proc.wait(timeout=600)
+    finally:
+        stop(proc)
+    assert proc.returncode not in (0, -signal.SIGKILL) and "injected failure" in log.read_text()
+    c, run = only_run(home)
+    assert run.info.status == "FAILED"
+    ws = Workspace(home)
+    stored = sqlrun.run(ws, "SELECT split, step, count(*) n FROM trajectories GROUP BY ALL ORDER BY ALL")
+    assert stored[stored.split == "train"]["step"].tolist() == [1], "iteration 1 is kept, iteration 2 never stored"
+    assert stored[stored.split == "eval"]["step"].tolist() == [0]
+    first = "(split = 'train' AND step = 1) OR (split = 'eval' AND step = 0)"
+    kept = trajectory_rows(home, where=first)
+    step1 = sorted(home.glob("runs/grpo-s0-*/step-00001/*.json"))
+    mtimes = [p.stat().st_mtime_ns for p in step1]
+    assert step1
+
+    run_binac(args, env)  # the retry: the same command, without the failure
+
+    c, again = only_run(home)
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    assert [m.step for m in c.get_metric_history(run.info.run_id, "train/reward_first")] == [1, 2]
+    assert [p.stat().st_mtime_ns for p in step1] == mtimes, "iteration 1 came from the cache"
+    assert trajectory_rows(home, where=first) == kept
+    steps = sqlrun.run(ws, "SELECT DISTINCT step FROM trajectories WHERE split = 'train' ORDER BY step")
+    assert steps["step"].tolist() == [1, 2]

@@ -1,0 +1,125 @@
+"""The analysis queries in sql/ against a store filled by a real micro comparison (`micro_compare`, conftest.py):
+each runs with its defaults, the CLI runs them with parameters, the BM25 search finds a planted phrase, and the
+per-method summary equals the numbers MLflow holds."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, binac_env
+
+from binac_core import sqlrun, storage, tracking
+from binac_core.workspace import Workspace
+
+QUERIES = sorted(p for p in (REPO / "sql").glob("*.sql") if p.name != "schema.sql")
+pytestmark = pytest.mark.integration
+
+
+def test_there_are_the_promised_queries():
+    names = {p.stem for p in QUERIES}
+    assert {"feedback_search", "feedback_top_gain", "feedback_over_training", "feedback_use",
+            "method_summary"} <= names
+
+
+@pytest.mark.parametrize("path", QUERIES, ids=lambda p: p.name)
+def test_each_query_is_documented_and_runs_with_its_defaults(micro_compare, path):
+    text = path.read_text()
+    assert text.startswith("-- Question: "), "each file starts by saying what question it answers"
+    declared = sqlrun.declared_params(text)
+    used = set(re.findall(r"\$(\w+)", "\n".join(sqlrun.statements(text))))
+    assert used == set(declared), f"every $param used is declared with a default and vice versa: {used} {declared}"
+    df = sqlrun.run(Workspace(micro_compare["home"]), text)
+    assert df is not None and len(df) > 0
+
+
+def test_queries_run_from_the_cli_with_parameters_and_out(micro_compare, tmp_path):
+    out = tmp_path / "top.csv"
+    env = binac_env(micro_compare["home"], tmp_path / "prefect")
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "sql/feedback_top_gain.sql", "--param", "k=1",
+                           "--param", "split=eval", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import pandas as pd
+
+    df = pd.read_csv(out)
+    assert len(df) > 0 and (df["rank"] == 1).all() and df["method"].is_unique
+
+
+def test_bm25_search_finds_a_planted_phrase(micro_compare, tmp_path):
+    home = tmp_path / "home"  # a copy of the store: the shared one stays as the run wrote it
+    shutil.copytree(micro_compare["home"] / "trajectories", home / "trajectories")
+    ws = Workspace(home)
+    con = sqlrun.connect(ws)
+    try:
+        cur = con.execute("SELECT * FROM trajectories WHERE feedback IS NOT NULL AND split = 'train' LIMIT 1")
+        row = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
+    finally:
+        con.close()
+    planted = "Step 2 is wrong: carry the zebra quantum before multiplying"
+    storage.write_shard(ws, "planted-run", "train", 1, [{**row, "run_id": "planted-run", "method": "binac", "feedback": planted}])
+    query = (REPO / "sql" / "feedback_search.sql").read_text()
+
+    hits = sqlrun.run(ws, query, {"query": "quantum zebras"})  # stemmed: zebras -> zebra
+    assert len(hits) == 1 and hits["run_id"][0] == "planted-run" and hits["feedback"][0] == planted
+    assert hits["bm25"][0] > 0
+    every_word = sqlrun.run(ws, query, {"query": "zebra step wrong", "all_words": "1"})
+    assert every_word["run_id"].tolist() == ["planted-run"]  # the only text with all three words
+    any_word = sqlrun.run(ws, query, {"query": "zebra step wrong", "k": "100000"})
+    assert "planted-run" in any_word["run_id"].tolist() and len(any_word) > 1
+    assert len(sqlrun.run(ws, query, {"query": "quantum zebras", "method": "grpo"})) == 0
+    assert len(sqlrun.run(ws, query, {"query": "quantum zebras", "method": "bin%", "split": "train"})) == 1
+
+
+def _metric_at(history, step):
+    values = [m.value for m in history if m.step == step]
+    return values[-1] if values else None
+
+
+def test_method_summary_equals_the_mlflow_numbers(micro_compare):
+    ws = Workspace(micro_compare["home"])
+    query = (REPO / "sql" / "method_summary.sql").read_text()
+    per_run = sqlrun.run(ws, query, {"per_run": "1"})
+    c = tracking.client(ws)
+    children = [r for r in c.search_runs([tracking.experiment_id(c, ws)]) if r.data.tags.get("method") != "compare"]
+    assert sorted(per_run["run_id"]) == sorted(r.info.run_id for r in children)
+    compared = 0
+    for row in per_run.to_dict("records"):
+        keys = c.get_run(row["run_id"]).data.metrics.keys()
+        gated = [k for k in keys if k.startswith("eval/acc_gated_k")]
+        for column, key in [("train/reward_first", "train/reward_first"),
+                            ("train/reward_refined", "train/reward_refined"),
+                            ("train/feedback_gain", "train/feedback_gain"),
+                            ("train/critic_reward", "train/critic_reward"),
+                            ("eval/acc_single", "eval/acc_single"), ("eval/acc_feedback", "eval/acc_feedback"),
+                            ("eval/acc_gated", gated[0] if gated else "eval/acc_gated"),
+                            ("eval/acc_single_start", "eval/acc_single")]:
+            history = c.get_metric_history(row["run_id"], key)
+            value = row[column]
+            if value != value:  # NULL in SQL: MLflow has no such metric either
+                assert not history, (row["method"], key)
+                continue
+            if column.startswith("train/"):
+                step = row["iterations"]
+            elif column == "eval/acc_single_start":
+                step = 0
+            else:
+                step = max(m.step for m in history)
+            assert value == _metric_at(history, step), (row["method"], column, step)  # exactly, not approximately
+            compared += 1
+    assert compared >= 5 * len(per_run)
+    per_method = sqlrun.run(ws, query)
+    by_run = per_run.groupby("method")["eval/acc_single"].mean()
+    assert per_method.set_index("method")["eval/acc_single"].to_dict() == by_run.to_dict()
+    assert (per_method["runs"] == per_run.groupby("method").size().reindex(per_method["method"]).values).all()
+
+
+def test_queries_only_read(micro_compare):
+    """Running every query leaves the store's files as they were (temporary tables live in memory)."""
+    home = Path(micro_compare["home"])
+    before = sorted(p.relative_to(home) for p in (home / "trajectories").rglob("*"))
+    for path in QUERIES:
+        sqlrun.run(Workspace(home), path.read_text())
+    assert sorted(p.relative_to(home) for p in (home / "trajectories").rglob("*")) == before
