@@ -8,7 +8,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
-export BINAC_DATA_DIR ?= $(abspath ../shared/data)
+# Benchmark data is never in the repository: ../shared/data beside the checkout, else /work/shared/data.
+export BINAC_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data) /work/shared/data) $(abspath ../shared/data))
 
 .PHONY: install demo test lint bench serve stop ui-check clean
 

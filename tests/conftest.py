@@ -3,7 +3,8 @@
 import os
 from pathlib import Path
 
-os.environ.setdefault("BINAC_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+_beside = Path(__file__).resolve().parents[2] / "shared" / "data"
+os.environ.setdefault("BINAC_DATA_DIR", str(_beside if _beside.exists() else Path("/work/shared/data")))
 
 import subprocess  # noqa: E402
 import sys  # noqa: E402
