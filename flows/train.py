@@ -30,7 +30,7 @@ from tasks.store import store_eval, store_train_step
 from tasks.track import finalize_run, finish_run, log_metrics, start_run
 
 
-@flow(name="train", log_prints=True)
+@flow(name="train")
 def train(
     preset: str = "micro", method: str = "grpo", steps: int = 3, seed: int = 0, overrides: dict | None = None,
     budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "",
@@ -97,7 +97,7 @@ def train(
                 evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id)
             eta = (time.time() - t_start) / step * (iterations - step)
             print(f"[{method} seed {seed}] iter {step}/{iterations} reward_first "
-                  f"{metrics['train/reward_first']:.3f} samples {samples} ETA {eta:.0f}s")
+                  f"{metrics['train/reward_first']:.3f} samples {samples} ETA {eta:.0f}s", flush=True)
         finalize_run(run_id, cfg_d, actor, critic)
     except BaseException:
         finish_run(run_id, "FAILED")
