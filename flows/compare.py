@@ -20,6 +20,15 @@ def compare(
     preset: str = "micro", methods: list[str] = ("grpo", "fixed_critic", "binac"), seeds: list[int] = (0,),
     steps: int = 2, overrides: dict | None = None,
 ) -> dict:
+    """Every method x seed as a `train` subflow under one MLflow parent run, then the report.
+
+    Args:
+        preset: preset name (tiny, micro, ...) or path of a preset YAML file.
+        methods: the methods compared, each trained once per seed.
+        seeds: run seeds.
+        steps: the actor-sample budget, as many samples as `steps` GRPO iterations.
+        overrides: config fields to override, {"section.field": value}.
+    """
     methods, seeds = list(methods), list(seeds)
     cfg, budget = plan_compare(preset, methods, seeds, steps, overrides)
     key = hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}".encode()).hexdigest()[:12]

@@ -35,7 +35,18 @@ def train(
     preset: str = "micro", method: str = "grpo", steps: int = 3, seed: int = 0, overrides: dict | None = None,
     budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "",
 ) -> dict:
-    """Train `method` for `steps` iterations (or until `budget` actor samples); returns run id and evaluations."""
+    """Train `method` for `steps` iterations (or until `budget` actor samples); returns run id and evaluations.
+
+    Args:
+        preset: preset name (tiny, micro, ...) or path of a preset YAML file.
+        method: grpo | fixed_critic | binac | critic_only | self_correct.
+        steps: training iterations (ignored when `budget` is set).
+        seed: run seed (sampling, adapter init, batch order).
+        overrides: config fields to override, {"section.field": value}.
+        budget: actor-sample budget; set by `compare` for its subflows.
+        parent_run_id: MLflow parent run; set by `compare`.
+        parent_key: the comparison's key; set by `compare`.
+    """
     cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
     ws, cfg_d = workspace(), cfg.model_dump(mode="json")
     key = hashlib.sha256(f"{cfg.digest()}|{method}|{seed}|{iterations}|{parent_key}".encode()).hexdigest()[:12]

@@ -65,15 +65,13 @@ def micro_base(micro_compare) -> Path:
 # --- Shared by test_sql, test_reliability, test_deployment (issue 5) ---
 
 def home_with_micro_base(tmp_path_factory, name: str, micro_compare: dict) -> Path:
-    """A fresh $BINAC_HOME holding a copy of the micro base model that `micro_compare` built, so a run in it
-    skips pretraining (tasks/prepare.py reuses a base model folder that has its config.json)."""
+    """A fresh $BINAC_HOME whose runs skip pretraining: they find the micro base model that `micro_compare` built
+    in the shared BINAC_MODEL_CACHE (binac_env), or, where it was built inside its workspace, in a copy here."""
     import shutil
 
     home = tmp_path_factory.mktemp(name)
-    src = micro_compare["home"] / "models"
-    if not src.exists():  # built into a shared cache instead (binac_core/workspace.py, BINAC_MODEL_CACHE)
-        src = Path(micro_compare["env"]["BINAC_MODEL_CACHE"])
-    shutil.copytree(src, home / "models")
+    if (micro_compare["home"] / "models").exists():
+        shutil.copytree(micro_compare["home"] / "models", home / "models")
     return home
 
 

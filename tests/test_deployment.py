@@ -51,6 +51,8 @@ def served(tmp_path_factory, micro_compare):
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
     env.update(BINAC_HOME=str(home), BINAC_PREFECT_PORT="0", BINAC_MLFLOW_PORT="0", HF_HUB_OFFLINE="1",
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_WORKER_QUERY_SECONDS="1")
+    if micro_compare["env"].get("BINAC_MODEL_CACHE"):  # the worker's runs find the micro base model there
+        env["BINAC_MODEL_CACHE"] = micro_compare["env"]["BINAC_MODEL_CACHE"]
     groups: list[int] = []
     try:
         proc = subprocess.run([*SERVE, "start"], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
