@@ -94,7 +94,8 @@ def test_no_critic_prompt_contains_the_reference_answer(micro_compare):
 
     home = micro_compare["home"]
     rows = {r["id"]: r for split in ("train", "eval") for r in synthetic.make_split(_task_cfg(home), split)}
-    df = sqlrun.run(Workspace(home), "SELECT DISTINCT problem_id, attempt FROM trajectories WHERE feedback IS NOT NULL")
+    df = sqlrun.run(Workspace(home), "SELECT DISTINCT problem_id, attempt FROM trajectories "
+                    "WHERE feedback IS NOT NULL AND benchmark = 'synthetic'")
     assert len(df) > 0
     for pid, attempt in zip(df["problem_id"], df["attempt"], strict=True):
         row = rows[pid]
