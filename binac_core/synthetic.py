@@ -1,8 +1,8 @@
 """Synthetic task family: chains of single-digit modular arithmetic with a verifiable answer.
 
 A problem is a start digit and `difficulty` additions or subtractions of a digit 1-9, everything mod 10, e.g.
-question `7+5-3+4`. The solution trace writes one labelled step per operation, each restating its left
-operand, then the answer: `1) 7+5=2 2) 2-3=9 3) 9+4=3 A: 3`. A step can go wrong (a wrong result digit) and later steps then build on
+question `7+5-3+4`. The solution trace writes one step per operation, each restating its left operand, then
+the answer: `7+5=2 2-3=9 9+4=3 A: 3`. A step can go wrong (a wrong result digit) and later steps then build on
 the wrong value; since adding or subtracting is a bijection mod 10, an error always reaches the answer, and
 "step k is wrong" is a short hint that fixes an attempt. (Multiplication was left out on purpose: `*5` or
 `*2` can erase an earlier error, which would blur what a critique is worth.)
@@ -30,7 +30,6 @@ LOOKS_CORRECT = "Looks correct."
 CHECK_YOUR_WORK = "Check your work."
 _STEP_RE = re.compile(r"^(\d)([+-])(\d)=(\d)$")
 _OP_RE = re.compile(r"([+-])(\d)")
-_LABEL_RE = re.compile(r"^\d+\)$")
 _NAMED_RE = re.compile(r"Step (\d+) is wrong")
 _ANSWER_RE = re.compile(r"A:\s*([^\s.]*)")
 
@@ -78,12 +77,8 @@ def solve_steps(question: str) -> list[Step]:
 
 
 def render_trace(steps: list[Step]) -> str:
-    """Steps -> `"1) 7+5=2 2) 2-3=9 A: 9"`; the answer is the last step's result.
-
-    The step labels are what a feedback names (`Step 2 is wrong.`), so critic and refiner find a step by its
-    label instead of counting steps.
-    """
-    return " ".join(f"{k}) {s.text}" for k, s in enumerate(steps, 1)) + f" A: {steps[-1].c}"
+    """Steps -> `"7+5=2 2*3=6 A: 6"`; the answer is the last step's result."""
+    return " ".join(s.text for s in steps) + f" A: {steps[-1].c}"
 
 
 def split_of(question: str) -> str:
@@ -173,13 +168,10 @@ def grade_response(row: dict, response: str) -> float:
 
 
 def parse_steps(attempt: str) -> list[Step | str]:
-    """Each whitespace-separated piece before the first `A:`, step labels (`2)`) left out: a `Step` when
-    well-formed, else the raw text. Labels are not checked: only the order of the steps counts."""
+    """Each whitespace-separated piece before the first `A:`: a `Step` when well-formed, else the raw text."""
     body = attempt.split("A:")[0]
     out: list[Step | str] = []
     for piece in body.split():
-        if _LABEL_RE.match(piece):
-            continue
         m = _STEP_RE.match(piece)
         out.append(Step(int(m[1]), m[2], int(m[3]), int(m[4])) if m else piece)
     return out

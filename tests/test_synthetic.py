@@ -19,8 +19,8 @@ def task(**kw):
 
 def test_hand_computed_row():
     assert ROW["answer"] == "3"
-    assert ROW["solution"] == "1) 7+5=2 2) 2-3=9 3) 9+4=3 A: 3"
-    assert syn.make_row("3-5-9")["solution"] == "1) 3-5=8 2) 8-9=9 A: 9"
+    assert ROW["solution"] == "7+5=2 2-3=9 9+4=3 A: 3"
+    assert syn.make_row("3-5-9")["solution"] == "3-5=8 8-9=9 A: 9"
     assert syn.parse_question("0+9-1") == (0, [("+", 9), ("-", 1)])
 
 
@@ -58,11 +58,11 @@ def test_too_small_question_space_fails_with_the_value():
 @pytest.mark.parametrize(
     "response, score",
     [
-        ("1) 7+5=2 2) 2-3=9 3) 9+4=3 A: 3", 1.0),
+        ("7+5=2 2-3=9 9+4=3 A: 3", 1.0),
         ("A:3", 1.0),
         ("A: 3.", 1.0),
         ("A: 2 then A: 3", 1.0),  # the last answer counts
-        ("1) 7+5=2 2) 2-3=9 3) 9+4=3 A: 2", 0.0),
+        ("7+5=2 2-3=9 9+4=3 A: 2", 0.0),
         ("A: 33", 0.0),
         ("A:", 0.0),
         ("the answer is 3", 0.0),
@@ -75,14 +75,13 @@ def test_grader(response, score):
 
 
 def test_oracle_names_the_first_wrong_step():
-    assert syn.oracle_feedback(ROW, "1) 7+5=2 2) 2-3=8 3) 8+4=2 A: 2") == "Step 2 is wrong."
-    assert syn.oracle_feedback(ROW, "1) 7+5=3 2) 3-3=0 3) 0+4=4 A: 4") == "Step 1 is wrong."
-    assert syn.oracle_feedback(ROW, "1) 7+5=2 2) 2-3=9 3) 9+4=3 A: 3") == syn.LOOKS_CORRECT
-    assert syn.oracle_feedback(ROW, "7+5=2 2-3=9 9+4=3 A: 3") == syn.LOOKS_CORRECT  # labels are optional
-    assert syn.oracle_feedback(ROW, "1) 7+5=2") == "Step 2 is wrong."
-    assert syn.oracle_feedback(ROW, "1) 7+5=2 2) 2-3 3) 9+4=3 A: 3") == "Step 2 is wrong."
-    assert syn.oracle_feedback(ROW, "1) 7+5=2 2) 2-3=9 3) 9+4=3 A: 5") == syn.CHECK_YOUR_WORK
-    assert syn.named_step(syn.oracle_feedback(ROW, "1) 7+5=2 2) 2-3=9 3) 9+4=1 A: 1")) == 3
+    assert syn.oracle_feedback(ROW, "7+5=2 2-3=8 8+4=2 A: 2") == "Step 2 is wrong."
+    assert syn.oracle_feedback(ROW, "7+5=3 3-3=0 0+4=4 A: 4") == "Step 1 is wrong."
+    assert syn.oracle_feedback(ROW, "7+5=2 2-3=9 9+4=3 A: 3") == syn.LOOKS_CORRECT
+    assert syn.oracle_feedback(ROW, "7+5=2") == "Step 2 is wrong."
+    assert syn.oracle_feedback(ROW, "7+5=2 2-3 9+4=3 A: 3") == "Step 2 is wrong."
+    assert syn.oracle_feedback(ROW, "7+5=2 2-3=9 9+4=3 A: 5") == syn.CHECK_YOUR_WORK
+    assert syn.named_step(syn.oracle_feedback(ROW, "7+5=2 2-3=9 9+4=1 A: 1")) == 3
 
 
 def test_critic_prompt_never_holds_the_reference():
@@ -122,7 +121,7 @@ def test_teacher_solution_noise():
 
 def test_teacher_critique_mixture():
     rng = random.Random(0)
-    wrong, right = "1) 7+5=2 2) 2-3=8 3) 8+4=2 A: 2", ROW["solution"]
+    wrong, right = "7+5=2 2-3=8 8+4=2 A: 2", ROW["solution"]
     q = ROW["question"]
     assert syn.teacher_critique(q, wrong, rng, 1.0, 0.0) == "Step 2 is wrong."
     assert syn.teacher_critique(q, right, rng, 1.0, 0.0) == syn.LOOKS_CORRECT
@@ -135,7 +134,7 @@ def test_teacher_critique_mixture():
 
 def test_teacher_refinement_follows_the_feedback():
     rng = random.Random(0)
-    q, wrong = ROW["question"], "1) 7+5=2 2) 2-3=8 3) 8+4=2 A: 2"
+    q, wrong = ROW["question"], "7+5=2 2-3=8 8+4=2 A: 2"
     assert syn.teacher_refine(q, wrong, "Step 2 is wrong.", rng, 0.0) == ROW["solution"]
     assert syn.teacher_refine(q, wrong, syn.LOOKS_CORRECT, rng, 0.0) == wrong
     assert syn.teacher_refine(q, wrong, SELF_CORRECT_FEEDBACK, rng, 0.0) == ROW["solution"]  # re-solves
