@@ -12,16 +12,25 @@ from binac_core.generation import HFBackend
 _CURRENT: dict = {}
 
 
-def configure_threads() -> int:
-    """torch intra-op threads: `BINAC_TORCH_THREADS`, default 1. The tiny models' matrices are too small for
-    intra-op parallelism to pay, and on a busy machine two spinning OpenMP threads per process ran generation
-    5-8x slower than one (measured: 343 vs 35-70 tokens/s on the micro model under load)."""
+def configure_threads(default: int = 1) -> int:
+    """torch intra-op threads: `BINAC_TORCH_THREADS` when set, else `default` (1 for the pipeline's stages).
+
+    The tiny models' matrices are too small for intra-op parallelism to pay in generation and RL updates, and
+    on a busy machine two spinning OpenMP threads per process ran generation 5-8x slower than one (measured:
+    343 vs 35-70 tokens/s on the micro model under load). Pretraining, with its larger batches, asks for more.
+    """
     import torch
 
-    n = int(os.environ.get("BINAC_TORCH_THREADS", "1"))
+    n = int(os.environ.get("BINAC_TORCH_THREADS", default))
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+def pretraining_threads() -> int:
+    """Threads for pretraining the tiny base: every core up to 4 (2500 tiny-preset steps took 210 s with 2
+    threads and ~300 s with 1 on an idle 2-core machine; more than 4 did not pay at this model size)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 def policy_and_backend(base_dir: str | Path, cfg: Config, seed: int):

@@ -61,9 +61,28 @@ def _value(text: str):
     return text.strip("'\"")
 
 
-def statements(sql: str) -> list[str]:
-    body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
-    return [s.strip() for s in body.split(";") if s.strip()]
+_TOKEN_RE = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|;|\$\w+|[^'\"\-/;$]+|.", re.S)
+
+
+def statements(sql: str) -> list[tuple[str, set[str]]]:
+    """`sql` split at the `;`s outside string literals, quoted identifiers and comments, each statement with the
+    `$name` parameters it uses (a `$name` inside a literal or a comment is text, not a parameter). Whole-statement
+    parsing is left to DuckDB at execution: its own `extract_statements` cannot split ahead of time, since it
+    expands `PRAGMA create_fts_index` against tables that earlier statements create."""
+    out, text, used, code = [], [], set(), False
+    for tok in _TOKEN_RE.findall(sql):
+        if tok == ";":
+            if code:
+                out.append(("".join(text).strip(), used))
+            text, used, code = [], set(), False
+            continue
+        text.append(tok)
+        if tok.startswith("$"):
+            used.add(tok[1:])
+        code = code or not (tok.isspace() or tok.startswith("--") or tok.startswith("/*"))
+    if code:
+        out.append(("".join(text).strip(), used))
+    return out
 
 
 def run(ws: Workspace, sql: str, params: dict[str, str] | None = None):
@@ -76,11 +95,14 @@ def run(ws: Workspace, sql: str, params: dict[str, str] | None = None):
     stmts = statements(sql)
     if not stmts:
         raise BinacError("empty SQL")
+    missing = set().union(*(names for _, names in stmts)) - values.keys()
+    if missing:
+        raise BinacError(f"query parameter ${sorted(missing)[0]} has no value (declare it: -- @param name = ...)")
     con = connect(ws)
     try:
         result = None
-        for stmt in stmts:
-            used = {k: _value(v) for k, v in values.items() if re.search(rf"\${k}\b", stmt)}
+        for stmt, names in stmts:
+            used = {k: _value(values[k]) for k in names}
             result = con.execute(stmt, used) if used else con.execute(stmt)
         return result.df() if result.description else None
     except duckdb.Error as exc:

@@ -18,12 +18,13 @@ def build_base_model(cfg_d: dict) -> dict:
         return {"path": cfg.model.hub_id, "digest": cfg.model.hub_id}
     from binac_core.policy import file_digest
     from binac_core.pretrain import build_base_model as build
-    from binac_core.runtime import configure_threads
+    from binac_core.runtime import configure_threads, pretraining_threads
 
-    configure_threads()
     out = workspace().base_model_dir(cfg.base_digest())
     if not (out / "config.json").exists():
+        configure_threads(pretraining_threads())
         build(cfg, out)
+        configure_threads()
     return {"path": str(out), "digest": file_digest(out)}
 
 

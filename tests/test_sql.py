@@ -2,7 +2,6 @@
 each runs with its defaults, the CLI runs them with parameters, the BM25 search finds a planted phrase, and the
 per-method summary equals the numbers MLflow holds."""
 
-import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 from conftest import REPO, binac_env
 
 from binac_core import sqlrun, storage, tracking
+from binac_core.errors import BinacError
 from binac_core.workspace import Workspace
 
 QUERIES = sorted(p for p in (REPO / "sql").glob("*.sql") if p.name != "schema.sql")
@@ -29,7 +29,7 @@ def test_each_query_is_documented_and_runs_with_its_defaults(micro_compare, path
     text = path.read_text()
     assert text.startswith("-- Question: "), "each file starts by saying what question it answers"
     declared = sqlrun.declared_params(text)
-    used = set(re.findall(r"\$(\w+)", "\n".join(sqlrun.statements(text))))
+    used = set().union(*(names for _, names in sqlrun.statements(text)))
     assert used == set(declared), f"every $param used is declared with a default and vice versa: {used} {declared}"
     df = sqlrun.run(Workspace(micro_compare["home"]), text)
     assert df is not None and len(df) > 0
@@ -76,6 +76,26 @@ def test_bm25_search_finds_a_planted_phrase(micro_compare, tmp_path):
 def _metric_at(history, step):
     values = [m.value for m in history if m.step == step]
     return values[-1] if values else None
+
+
+def test_statements_split_by_the_parser_and_parameters_must_be_declared(micro_compare):
+    ws = Workspace(micro_compare["home"])
+    df = sqlrun.run(ws, "SELECT 'a;b' AS s; -- a comment; with a semicolon\nSELECT 'c;d' AS s, $k AS k",
+                    {"k": "3"})
+    assert df.to_dict("records") == [{"s": "c;d", "k": 3}]
+    with pytest.raises(BinacError, match=r"\$k has no value"):
+        sqlrun.run(ws, "SELECT $k")
+    with pytest.raises(BinacError, match="SQL error: Parser Error"):
+        sqlrun.run(ws, "SELEC 1")
+
+
+def test_statement_splitting_on_hand_written_cases():
+    assert sqlrun.statements("SELECT 1; SELECT 2;") == [("SELECT 1", set()), ("SELECT 2", set())]
+    assert sqlrun.statements("SELECT 'a;$x' AS \"b;c\" /* d; $y */ -- e; $z\n; ; -- only a comment") == [
+        ("SELECT 'a;$x' AS \"b;c\" /* d; $y */ -- e; $z", set())]
+    assert sqlrun.statements("SELECT $a + $b, 'it''s;' WHERE x = $a") == [
+        ("SELECT $a + $b, 'it''s;' WHERE x = $a", {"a", "b"})]
+    assert sqlrun.statements("-- nothing\n") == []
 
 
 def test_method_summary_equals_the_mlflow_numbers(micro_compare):
