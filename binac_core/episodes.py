@@ -58,7 +58,7 @@ def sample_feedback(
     errors: list[str | None] | None = None,
 ) -> list[dict]:
     """`per_attempt` feedbacks for each attempt from the critic adapter, or the fixed text (self-correction).
-    `errors` (code tasks) are the attempts' execution errors, appended to the critic's prompt."""
+    `errors` (code tasks) are the attempts' execution results (`score_with_errors`), put in the critic's prompt."""
     if fixed_text is not None:
         return [
             {"problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "feedback_idx": 0, "text": fixed_text,
@@ -99,19 +99,20 @@ def generate_refinements(
 
 def score(benchmark: str, problems: dict[str, dict], records: list[dict]) -> list[float]:
     """Verifier rewards with the benchmark's one grading function (reward = evaluation)."""
-    from binac_core.grading import grade_batch
-
-    return grade_batch(benchmark, [problems[r["problem_id"]] for r in records], [r["text"] for r in records])
+    return score_with_errors(benchmark, problems, records)[0]
 
 
-def execution_errors(benchmark: str, problems: dict[str, dict], records: list[dict]) -> list[str | None] | None:
-    """For code benchmarks, the sandbox's failure reason of each answer (shown to the critic); else None."""
+def score_with_errors(
+    benchmark: str, problems: dict[str, dict], records: list[dict]
+) -> tuple[list[float], list[str | None] | None]:
+    """`score`, and for code benchmarks each answer's execution result as the critic is shown it (the sandbox's
+    failure reason, or `All tests passed.`); both come from one sandbox run per answer. The second item is None
+    for other benchmarks."""
+    from binac_core.grading import grade_batch_with_reasons
+
+    graded = grade_batch_with_reasons(
+        benchmark, [problems[r["problem_id"]] for r in records], [r["text"] for r in records]
+    )
     if benchmark != "mbpp":
-        return None
-    from binac_core.grading import check_program
-
-    out = []
-    for r in records:
-        res = check_program(problems[r["problem_id"]], r["text"])
-        out.append(None if res.passed else res.reason)
-    return out
+        return [g for g, _ in graded], None
+    return [g for g, _ in graded], [reason if g == 0.0 else "All tests passed." for g, reason in graded]

@@ -8,7 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from binac_core.data import load_benchmark
-from binac_core.grading import check_program, grade, grade_batch, run_python
+from binac_core.grading import (
+    check_program,
+    grade,
+    grade_batch,
+    grade_batch_with_reasons,
+    grade_with_reason,
+    run_python,
+)
 from binac_core.grading.code import extract_program
 
 # Reference programs that do not pass their own tests in the sandbox, with the reason (checked by hand).
@@ -69,6 +76,26 @@ def test_broken_assert_is_named_in_the_reason(rows):
 def test_gold_scores_one_through_grade(rows):
     row = next(r for r in rows if r["id"] == "601")
     assert grade("mbpp", row, fenced(row["answer"])) == 1.0
+
+
+def test_reward_and_execution_error_come_from_one_sandbox_run(rows, monkeypatch):
+    import binac_core.grading.code as code
+
+    calls = []
+    real = code.run_python
+    monkeypatch.setattr(code, "run_python", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    row = next(r for r in rows if r["id"] == "11")
+    broken = dict(row, tests=_break_one_assert(row["tests"], 1))
+    got = grade_batch_with_reasons("mbpp", [row, broken], [fenced(row["answer"])] * 2)
+    assert len(calls) == 2
+    assert got[0] == (1.0, None)
+    assert got[1][0] == 0.0 and got[1][1].startswith("test 2 failed: assert not (")
+    assert grade_with_reason("gsm8k", {"id": "g", "answer": "4"}, "#### 5") == (0.0, None)  # no reason outside code
+    from binac_core.episodes import score_with_errors
+
+    records = [{"problem_id": p, "text": fenced(row["answer"])} for p in ("ok", "broken")]
+    rewards, shown = score_with_errors("mbpp", {"ok": row, "broken": broken}, records)
+    assert rewards == [1.0, 0.0] and shown[0] == "All tests passed." and shown[1] == got[1][1]
 
 
 def test_setup_runs_after_the_program():

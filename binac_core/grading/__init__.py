@@ -24,7 +24,8 @@ from binac_core.grading.sandbox import DEFAULT_TIMEOUT_S, ExecResult, SandboxErr
 from binac_core.grading.stats import count_graded, grader_stats, record_failure, reset_grader_stats
 
 __all__ = [
-    "DEFAULT_TIMEOUT_S", "ExecResult", "SandboxError", "check_program", "grade", "grade_batch", "grader_stats",
+    "DEFAULT_TIMEOUT_S", "ExecResult", "SandboxError", "check_program", "grade", "grade_batch",
+    "grade_batch_with_reasons", "grade_with_reason", "grader_stats",
     "isolation", "reset_grader_stats", "run_python",
 ]
 
@@ -36,27 +37,44 @@ REQUIRED_FIELDS = {
 
 def grade(benchmark: str, row: dict, response: str) -> float:
     """1.0 when `response` answers `row` correctly, else 0.0; failures are counted and logged, never raised."""
+    return grade_with_reason(benchmark, row, response)[0]
+
+
+def grade_with_reason(benchmark: str, row: dict, response: str) -> tuple[float, str | None]:
+    """`grade`, and for `mbpp` the sandbox's failure reason of a failing answer (the execution error the critic
+    is shown), from the same single sandbox run; the reason is None for a passing answer, for a grader failure
+    and for every other benchmark."""
     grader = _grader(benchmark)
     _check_row(benchmark, row)
     count_graded()
     from binac_core.grading.math import GraderTimeout
 
     try:
-        return 1.0 if grader(row, response) else 0.0  # a non-str response fails in the grader: counted
+        if benchmark == "mbpp":  # the mbpp grader is `check_program(...).passed`; keep the reason of that run
+            res = check_program(row, response)
+            return (1.0, None) if res.passed else (0.0, res.reason)
+        return (1.0 if grader(row, response) else 0.0), None  # a non-str response fails in the grader: counted
     except GraderTimeout as exc:
         record_failure("timeouts", benchmark, row.get("id"), exc)
     except Exception as exc:  # a grader bug or a broken sandbox must not stop a run: count it and go on
         record_failure("errors", benchmark, row.get("id"), exc)
-    return 0.0
+    return 0.0, None
 
 
 def grade_batch(benchmark: str, rows: Sequence[dict], responses: Sequence[str], workers: int | None = None) -> list[float]:
     """`grade` over pairs, in threads (math-verify workers and sandboxes run in parallel); order kept."""
+    return [score for score, _ in grade_batch_with_reasons(benchmark, rows, responses, workers)]
+
+
+def grade_batch_with_reasons(
+    benchmark: str, rows: Sequence[dict], responses: Sequence[str], workers: int | None = None
+) -> list[tuple[float, str | None]]:
+    """`grade_with_reason` over pairs, in threads; order kept."""
     if len(rows) != len(responses):
         raise BinacError(f"grade_batch: {len(rows)} rows but {len(responses)} responses")
     workers = workers or max(2, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda pair: grade(benchmark, *pair), zip(rows, responses, strict=True)))
+        return list(pool.map(lambda pair: grade_with_reason(benchmark, *pair), zip(rows, responses, strict=True)))
 
 
 def check_program(row: dict, response: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> ExecResult:
