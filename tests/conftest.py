@@ -17,14 +17,20 @@ MODEL_CACHE = Path(os.environ.get("BINAC_TEST_MODEL_CACHE") or __import__("tempf
 ALL_METHODS = "grpo,fixed_critic,binac,critic_only,self_correct"
 
 
+_PREFECT_API: dict[str, str] = {}  # {"url": ...} while the session's Prefect server runs (fixture `prefect_home`)
+
+
 def binac_env(home: Path, prefect_home: Path) -> dict:
-    """Environment for a `binac` subprocess with its own workspace."""
+    """Environment for a `binac` subprocess with its own workspace, reporting to the session's Prefect server
+    (without one, each process would start an ephemeral server of its own)."""
     env = dict(os.environ)
     env.update(BINAC_HOME=str(home), PREFECT_HOME=str(prefect_home), HF_HUB_OFFLINE="1",
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
                TOKENIZERS_PARALLELISM="false", BINAC_MODEL_CACHE=str(MODEL_CACHE))
     env.pop("PREFECT_API_URL", None)
     env.pop("MLFLOW_TRACKING_URI", None)
+    if _PREFECT_API:
+        env["PREFECT_API_URL"] = _PREFECT_API["url"]
     return env
 
 
@@ -37,9 +43,56 @@ def run_binac(args: list[str], env: dict, timeout: int = 600, check: bool = True
     return proc
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="session")
-def prefect_home(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("prefect-home")
+def prefect_home(tmp_path_factory):
+    """PREFECT_HOME of the session's one Prefect server (`prefect server start` on a free 127.0.0.1 port), which
+    every `binac` subprocess of the tests reports to (`binac_env`): an ephemeral server per process cost ~20 s
+    of each run. Stopped at the end by its process group, the one this fixture started (never by name)."""
+    import signal
+    import time
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    with open(home / "server.log", "ab") as log:
+        server = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host",
+                                   "127.0.0.1", "--port", str(port)], cwd=REPO, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not _healthy(f"http://127.0.0.1:{port}/api/health"):
+            if server.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the test Prefect server did not start; see {home / 'server.log'}")
+            time.sleep(0.5)
+        _PREFECT_API["url"] = f"http://127.0.0.1:{port}/api"
+        yield home
+    finally:
+        _PREFECT_API.clear()
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ TRAIN = ["train", "--preset", "micro", "--method", "binac", "--steps", "3"]
 
 
 def start(argv: list[str], env: dict, log: Path, driver: list[str] | None = None) -> subprocess.Popen:
-    """A `binac` process in its own process group (so a kill reaches the temporary Prefect server it starts)."""
+    """A `binac` process in its own process group (so a kill reaches every process it started)."""
     cmd = [sys.executable, *(driver or ["-m", "flows.cli"]), *argv]
     with open(log, "wb") as out:
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
