@@ -149,7 +149,6 @@ def synthetic_reward(completions, answer, **_) -> list[float]:
 def trl_trainer(cfg: Config, base_dir: Path, rows: list[dict], out_dir: Path, max_steps: int, callbacks=()):
     """A GRPOTrainer on the base model folder (its tokenizer too) with a LoRA of binac's rank/alpha/targets."""
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoTokenizer, PrinterCallback
     from trl import GRPOTrainer
 
@@ -157,20 +156,15 @@ def trl_trainer(cfg: Config, base_dir: Path, rows: list[dict], out_dir: Path, ma
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token  # as binac's Policy does
     data = Dataset.from_list([{"prompt": actor_messages(r), "answer": r["answer"]} for r in rows])
-    lora = LoraConfig(
-        r=cfg.lora.rank,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
-        target_modules=list(cfg.lora.target_modules),
-        task_type="CAUSAL_LM",
-    )
+    from binac_core.policy import lora_config
+
     trainer = GRPOTrainer(
         model=str(base_dir),
         reward_funcs=synthetic_reward,
         args=trl_config(cfg, out_dir, max_steps),
         train_dataset=data,
         processing_class=tok,
-        peft_config=lora,
+        peft_config=lora_config(cfg),
         callbacks=list(callbacks),
     )
     trainer.remove_callback(PrinterCallback)  # it prints the final metrics dict onto stdout, where the table goes

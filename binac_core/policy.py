@@ -37,6 +37,17 @@ def file_digest(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def lora_config(cfg: Config) -> PeftLoraConfig:
+    """The peft LoRA config of both adapters, from the `lora` section (also what bench/grpo.py hands TRL)."""
+    return PeftLoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
 class Policy:
     def __init__(self, base_dir: str | Path, cfg: Config, seed: int = 0):
         dtype = getattr(torch, cfg.model.dtype)
@@ -47,16 +58,9 @@ class Policy:
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         base.to(self.device)
-        lcfg = PeftLoraConfig(
-            r=cfg.lora.rank,
-            lora_alpha=cfg.lora.alpha,
-            lora_dropout=cfg.lora.dropout,
-            target_modules=list(cfg.lora.target_modules),
-            task_type="CAUSAL_LM",
-        )
         torch.manual_seed(seed)
-        self.model = get_peft_model(base, lcfg, adapter_name="actor")
-        self.model.add_adapter("critic", lcfg)
+        self.model = get_peft_model(base, lora_config(cfg), adapter_name="actor")
+        self.model.add_adapter("critic", lora_config(cfg))
         self.model.eval()
         self.loaded: dict[str, str] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}

@@ -23,8 +23,10 @@ def build_base_model(cfg_d: dict) -> dict:
     out = workspace().base_model_dir(cfg.base_digest())
     if not (out / "config.json").exists():
         configure_threads(pretraining_threads())
-        build(cfg, out)
-        configure_threads()
+        try:
+            build(cfg, out)
+        finally:
+            configure_threads()
     return {"path": str(out), "digest": file_digest(out)}
 
 

@@ -26,20 +26,13 @@ def _samples(policy, name):
                                                                                strict=True)]
 
 
-def test_actor_update_changes_only_the_actor(policy):
+@pytest.mark.parametrize("updated, other, passes, kl_coef", [("actor", "critic", 1, 0.1), ("critic", "actor", 2, 0.0)])
+def test_an_update_changes_only_its_adapter(policy, updated, other, passes, kl_coef):
     before = {n: policy.adapter_state(n) for n in ("actor", "critic")}
-    policy_update(policy, "actor", _samples(policy, "actor"), passes=1, kl_coef=0.1)
+    policy_update(policy, updated, _samples(policy, updated), passes=passes, kl_coef=kl_coef)
     after = {n: policy.adapter_state(n) for n in ("actor", "critic")}
-    assert any(not torch.equal(before["actor"][k], after["actor"][k]) for k in before["actor"])
-    assert all(torch.equal(before["critic"][k], after["critic"][k]) for k in before["critic"])
-
-
-def test_critic_update_changes_only_the_critic(policy):
-    before = {n: policy.adapter_state(n) for n in ("actor", "critic")}
-    policy_update(policy, "critic", _samples(policy, "critic"), passes=2, kl_coef=0.0)
-    after = {n: policy.adapter_state(n) for n in ("actor", "critic")}
-    assert any(not torch.equal(before["critic"][k], after["critic"][k]) for k in before["critic"])
-    assert all(torch.equal(before["actor"][k], after["actor"][k]) for k in before["actor"])
+    assert any(not torch.equal(before[updated][k], after[updated][k]) for k in before[updated])
+    assert all(torch.equal(before[other][k], after[other][k]) for k in before[other])
 
 
 def test_save_then_sync_restores_weights_and_optimizer_exactly(policy, tmp_path):

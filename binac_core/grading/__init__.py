@@ -50,10 +50,8 @@ def grade_with_reason(benchmark: str, row: dict, response: str) -> tuple[float, 
     from binac_core.grading.math import GraderTimeout
 
     try:
-        if benchmark == "mbpp":  # the mbpp grader is `check_program(...).passed`; keep the reason of that run
-            res = check_program(row, response)
-            return (1.0, None) if res.passed else (0.0, res.reason)
-        return (1.0 if grader(row, response) else 0.0), None  # a non-str response fails in the grader: counted
+        correct, reason = grader(row, response)  # a non-str response fails in the grader: counted
+        return (1.0, None) if correct else (0.0, reason)
     except GraderTimeout as exc:
         record_failure("timeouts", benchmark, row.get("id"), exc)
     except Exception as exc:  # a grader bug or a broken sandbox must not stop a run: count it and go on
@@ -84,22 +82,25 @@ def check_program(row: dict, response: str, timeout_s: float = DEFAULT_TIMEOUT_S
     return check_response(row, response, timeout_s)
 
 
-def _grader(benchmark: str) -> Callable[[dict, str], bool]:
+def _grader(benchmark: str) -> Callable[[dict, str], tuple[bool, str | None]]:
+    """The benchmark's grader as (correct, reason of a failure or None); only code graders give reasons."""
+    if benchmark == "mbpp":
+        from binac_core.grading.code import verdict
+
+        return verdict
     if benchmark in ("math", "math500"):
         from binac_core.grading.math import is_correct
     elif benchmark == "gsm8k":
         from binac_core.grading.gsm8k import is_correct
     elif benchmark == "gpqa_diamond":
         from binac_core.grading.gpqa import is_correct
-    elif benchmark == "mbpp":
-        from binac_core.grading.code import is_correct
     elif benchmark == "synthetic":
         from binac_core import synthetic
 
-        return lambda row, response: synthetic.grade_response(row, response) > 0
+        return lambda row, response: (synthetic.grade_response(row, response) > 0, None)
     else:
         raise BinacError(f"unknown benchmark {benchmark!r} for grading (known: {', '.join(sorted(REQUIRED_FIELDS))})")
-    return is_correct
+    return lambda row, response: (is_correct(row, response), None)
 
 
 def _check_row(benchmark: str, row: dict) -> None:

@@ -33,5 +33,8 @@ def check_response(row: dict, response: str, timeout_s: float = DEFAULT_TIMEOUT_
     return run_python(extract_program(response), list(row["tests"]), setup=row.get("setup") or "", timeout_s=timeout_s)
 
 
-def is_correct(row: dict, response: str) -> bool:
-    return check_response(row, response).passed
+def verdict(row: dict, response: str) -> tuple[bool, str | None]:
+    """Whether the program passes its tests and, when it fails, the sandbox's reason (the execution error the
+    critic is shown), from one sandbox run."""
+    res = check_response(row, response)
+    return res.passed, (None if res.passed else res.reason)
