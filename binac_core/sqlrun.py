@@ -16,19 +16,18 @@ from pathlib import Path
 
 import duckdb
 
+from binac_core import storage
 from binac_core.errors import BinacError
-from binac_core.storage import ensure_view, view_sql
 from binac_core.workspace import Workspace
 
 PARAM_RE = re.compile(r"^--\s*@param\s+(\w+)\s*=\s*(.*?)\s*$", re.M)
 
 
 def connect(ws: Workspace) -> duckdb.DuckDBPyConnection:
-    ensure_view(ws)
+    """`storage.connect` (in memory, no lock on the store) with the full-text-search extension loaded."""
     ext_dir = ws.home / "duckdb_extensions"
     ext_dir.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(config={"extension_directory": str(ext_dir)})
-    con.execute(view_sql(ws))
+    con = storage.connect(ws, {"extension_directory": str(ext_dir)})
     try:
         con.execute("LOAD fts")
     except duckdb.Error:

@@ -6,18 +6,20 @@ processes cannot open it while a writer holds it. Training therefore never keeps
 - a re-run (cache hit) or a resumed run rewrites the same file: no duplicates;
 - a kill mid-write leaves no partial shard (the rename is atomic): nothing half-stored;
 - any number of processes (training runs, `binac sql`) read concurrently.
-`trajectories.duckdb` holds the view `trajectories` (created once per workspace with a short-lived connection);
-the column types come from `sql/schema.sql`.
+binac reads through a private in-memory DuckDB connection with the view `trajectories` over the shards (`connect`):
+no reader ever takes a lock. `trajectories.duckdb`, created once per workspace, holds the same view for users'
+own DuckDB clients. The column types come from `sql/schema.sql`.
 """
 
 from __future__ import annotations
 
 import os
-import time
+import threading
 from pathlib import Path
 
 import duckdb
 
+from binac_core.faults import fault_point
 from binac_core.workspace import Workspace
 
 SCHEMA_SQL = Path(__file__).resolve().parent.parent / "sql" / "schema.sql"
@@ -53,21 +55,22 @@ def write_shard(ws: Workspace, run_id: str, protocol: str, step: int, rows: list
             f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
             [[r[c] for c in cols] for r in rows],
         )
-    con.execute(f"COPY trajectory_rows TO '{tmp}' (FORMAT parquet)")
+    con.execute(f"COPY trajectory_rows TO {sql_string(tmp)} (FORMAT parquet)")
     con.close()
     os.replace(tmp, path)
+    fault_point(f"shard:{protocol}", step)
     return path
 
 
-def _schema_shard(ws: Workspace) -> Path:
+def ensure_schema_shard(ws: Workspace) -> Path:
     """An empty shard that fixes the column types and keeps the view valid before any run has written."""
     path = ws.shards / "_schema" / "empty.parquet"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"empty.{os.getpid()}.tmp")
+        tmp = path.with_name(f"empty.{os.getpid()}.{threading.get_ident()}.tmp")
         con = duckdb.connect()
         con.execute(schema_sql())
-        con.execute(f"COPY trajectory_rows TO '{tmp}' (FORMAT parquet)")
+        con.execute(f"COPY trajectory_rows TO {sql_string(tmp)} (FORMAT parquet)")
         con.close()
         os.replace(tmp, path)
     return path
@@ -75,33 +78,36 @@ def _schema_shard(ws: Workspace) -> Path:
 
 def view_sql(ws: Workspace) -> str:
     glob = (ws.shards / "*" / "*.parquet").as_posix()
-    return f"CREATE OR REPLACE VIEW trajectories AS SELECT * FROM read_parquet('{glob}', union_by_name = true)"
+    return f"CREATE OR REPLACE VIEW trajectories AS SELECT * FROM read_parquet({sql_string(glob)}, union_by_name = true)"
 
 
-def ensure_view(ws: Workspace, attempts: int = 50) -> Path:
-    """Create `trajectories.duckdb` with the `trajectories` view (idempotent; retries while another process
-    holds the file)."""
-    _schema_shard(ws)
-    for i in range(attempts):
-        try:
-            con = duckdb.connect(str(ws.duckdb_path))
-            try:
-                con.execute(view_sql(ws))
-            finally:
-                con.close()
-            return ws.duckdb_path
-        except duckdb.IOException:
-            time.sleep(0.1 * (i + 1))
-    raise RuntimeError(f"could not open {ws.duckdb_path}: locked by another process")
+def sql_string(value) -> str:
+    """`value` (a path) as a SQL string literal: quotes doubled, so a `'` in `$BINAC_HOME` cannot break out."""
+    return "'" + str(value).replace("'", "''") + "'"
 
 
-def connect_readonly(ws: Workspace, attempts: int = 50) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to the store (works while training runs write shards)."""
+def ensure_view(ws: Workspace) -> Path:
+    """Create `trajectories.duckdb` holding the `trajectories` view, once, for users' own DuckDB clients.
+
+    Built under a temporary name and renamed into place, so no process ever waits on it and a file that exists
+    is complete. binac itself never opens it (see `connect`): a DuckDB client a user keeps open on it, even
+    read-write, blocks no training run and no `binac sql`."""
+    ensure_schema_shard(ws)
     if not ws.duckdb_path.exists():
-        ensure_view(ws)
-    for i in range(attempts):
+        tmp = ws.duckdb_path.with_name(f"{ws.duckdb_path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        con = duckdb.connect(str(tmp))
         try:
-            return duckdb.connect(str(ws.duckdb_path), read_only=True)
-        except duckdb.IOException:
-            time.sleep(0.1 * (i + 1))
-    raise RuntimeError(f"could not open {ws.duckdb_path}: locked by another process")
+            con.execute(view_sql(ws))
+        finally:
+            con.close()
+        os.replace(tmp, ws.duckdb_path)
+    return ws.duckdb_path
+
+
+def connect(ws: Workspace, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """A private in-memory connection with the `trajectories` view over the shards: it takes no lock on any
+    file, so readers never block a writer (or each other) and work while training runs write shards."""
+    ensure_schema_shard(ws)
+    con = duckdb.connect(config=config or {})
+    con.execute(view_sql(ws))
+    return con

@@ -9,6 +9,7 @@ from prefect import flow
 
 from binac_core import tracking
 from binac_core.plans import plan_compare
+from binac_core.provenance import library_digest
 from binac_core.report import build_report
 from binac_core.workspace import workspace
 from flows.train import train
@@ -18,7 +19,7 @@ from tasks.track import finish_run, start_run
 @flow(name="compare")
 def compare(
     preset: str = "micro", methods: list[str] = ("grpo", "fixed_critic", "binac"), seeds: list[int] = (0,),
-    steps: int = 2, overrides: dict | None = None,
+    steps: int = 2, overrides: dict | None = None, fresh: str = "",
 ) -> dict:
     """Every method x seed as a `train` subflow under one MLflow parent run, then the report.
 
@@ -28,16 +29,19 @@ def compare(
         seeds: run seeds.
         steps: the actor-sample budget, as many samples as `steps` GRPO iterations.
         overrides: config fields to override, {"section.field": value}.
+        fresh: any new value recomputes every stage instead of reusing cached ones (new MLflow runs);
+            `binac compare --fresh` sets one. An edit to library code recomputes without it.
     """
     methods, seeds = list(methods), list(seeds)
     cfg, budget = plan_compare(preset, methods, seeds, steps, overrides)
-    key = hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}|{library_digest()}|{fresh}".encode()
+                         ).hexdigest()[:12]
     params = {**cfg.flat(), "methods": ",".join(methods), "seeds": ",".join(map(str, seeds)),
               "steps": str(steps), "budget_actor_samples": str(budget)}
     tags = {"method": "compare", "preset": cfg.name, "kind": "compare"}
     parent = start_run(f"compare-{key}", f"compare-{cfg.name}", tags, params)
     try:
-        runs = [train(preset, m, steps, s, overrides, budget, parent, key) for m in methods for s in seeds]
+        runs = [train(preset, m, steps, s, overrides, budget, parent, key, fresh) for m in methods for s in seeds]
         ws = workspace()
         meta = {"preset": cfg.name, "seeds": seeds, "budget": budget, "steps": steps, "n_eval": cfg.task.n_test,
                 "eval_samples": cfg.generation.eval_samples, "eval_temperature": cfg.generation.eval_temperature}

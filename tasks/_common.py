@@ -1,23 +1,30 @@
 """What every stage task shares: the cache policy and how a task gets the config and the loaded model.
 
-Cache keys are the task's inputs (config dict, file references with content digests, step, seed) plus the task's
-source, persisted under `$BINAC_HOME/prefect`, so re-running a command reuses every finished stage and a killed
-run resumes from the last finished one. Inputs are never models or tensors (their pickles are not stable keys).
-A change inside `binac_core` that a task calls does not change its key: delete `$BINAC_HOME/prefect` (or use a
-fresh `$BINAC_HOME`) after editing library code.
+Cache keys are the task's inputs (config dict, file references with content digests, step, seed), the task's
+source and a digest of the whole `binac_core` library (`binac_core.provenance.library_digest`), persisted under
+`$BINAC_HOME/prefect`: re-running a command reuses every finished stage, a killed run resumes from the last
+finished one, and an edit to library code (a loss, a grader, a prompt) recomputes every stage instead of serving
+what the old code computed. `binac train|compare --fresh` recomputes everything even without an edit (after a
+dependency upgrade, say). Inputs are never models or tensors (their pickles are not stable keys).
 """
 
 from __future__ import annotations
 
 import time
 
-from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
 from binac_core.config import Config
 from binac_core.generation import AdapterRef
+from binac_core.provenance import library_digest
 from binac_core.runtime import policy_and_backend
 
-CACHED = dict(cache_policy=INPUTS + TASK_SOURCE, persist_result=True)
+
+def _library_code(task_ctx, inputs) -> str:
+    return library_digest()
+
+
+CACHED = dict(cache_policy=INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=_library_code), persist_result=True)
 
 
 def config(cfg_d: dict) -> Config:

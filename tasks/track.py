@@ -42,7 +42,7 @@ def finalize_run(run_id: str, cfg_d: dict, actor: dict, critic: dict) -> None:
         tracking.log_path(ws, run_id, actor["path"], "adapters/actor")
         tracking.log_path(ws, run_id, critic["path"], "adapters/critic")
     if "trajectories_sample.json" not in have:
-        con = storage.connect_readonly(ws)
+        con = storage.connect(ws)
         try:
             df = con.execute(
                 "SELECT step, split, protocol, problem_id, attempt, attempt_reward, feedback, refined, refined_reward "

@@ -38,17 +38,18 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def wait_for(check, proc: subprocess.Popen, log: Path, timeout: float = 300):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        found = check()
-        if found:
-            return found
+def wait_for_point(folder: Path, point: str, proc: subprocess.Popen, log: Path) -> None:
+    """Wait until the run reaches fault point `point` (binac_core/faults.py, action `pause`): the process itself
+    says so by creating `<point>.paused`. No deadline: the run decides when, on any machine; pytest's timeout
+    guards a hang."""
+    while not (folder / f"{point}.paused").exists():
         if proc.poll() is not None:
-            raise AssertionError(f"process ended ({proc.returncode}) before it was expected:\n"
-                                 f"{log.read_text()[-3000:]}")
+            raise AssertionError(f"process ended ({proc.returncode}) before {point}:\n{log.read_text()[-3000:]}")
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def resume(folder: Path, point: str) -> None:
+    (folder / f"{point}.resume").touch()
 
 
 def only_run(home: Path):
@@ -104,23 +105,30 @@ def test_two_runs_at_once_on_one_home_both_complete_with_their_own_rows(concurre
 def test_sigkill_mid_iteration_then_rerun_ends_with_the_rows_of_a_run_that_never_died(
     concurrent, tmp_path_factory, prefect_home, micro_compare
 ):
+    """The run kills itself (SIGKILL, fault point `shard:train@2`) right after iteration 2's rows are stored and
+    before its metrics are logged; a query runs while it is paused after iteration 1. Exact points, any speed."""
     home = home_with_micro_base(tmp_path_factory, "binac-home-killed", micro_compare)
-    env = binac_env(home, prefect_home)
+    env, faults = binac_env(home, prefect_home), home / "faults"
+    faults.mkdir()
     args, log = [*TRAIN, "--seed", "0"], home / "killed.log"
-    proc = start(args, env, log)
+    proc = start(args, {**env, "BINAC_FAULT": "shard:train@1:pause,shard:train@2:kill",
+                        "BINAC_FAULT_DIR": str(faults)}, log)
     try:
-        wait_for(lambda: list(home.glob("trajectories/*/train-step00001.parquet")), proc, log)
-        # Another process queries the store while the run is writing.
-        query = run_binac(["sql", "sql/method_summary.sql", "--param", "per_run=1"], env, timeout=120)
+        wait_for_point(faults, "shard:train@1", proc, log)
+        # Another process queries the store while the run is in the middle of writing it.
+        query = run_binac(["sql", "sql/method_summary.sql", "--param", "per_run=1"], env)
         assert "binac" in query.stdout
-        wait_for(lambda: list(home.glob("trajectories/*/train-step00002.parquet")), proc, log)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+        resume(faults, "shard:train@1")
+        proc.wait()
     finally:
         stop(proc)
-    assert proc.returncode == -signal.SIGKILL
-    assert not list(home.glob("trajectories/*/eval-single-step00003.parquet")), "killed before the end"
-    assert only_run(home)[1].info.status == "RUNNING"
+    assert proc.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    shards = {p.name for p in home.glob("trajectories/*/*.parquet") if p.parent.name != "_schema"}
+    assert {"train-step00001.parquet", "train-step00002.parquet"} <= shards
+    assert "train-step00003.parquet" not in shards and "eval-single-step00003.parquet" not in shards
+    c, killed = only_run(home)
+    assert killed.info.status == "RUNNING"
+    assert [m.step for m in c.get_metric_history(killed.info.run_id, "train/reward_first")] == [1]
 
     run_binac(args, env)  # the same command again
 

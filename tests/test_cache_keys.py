@@ -1,0 +1,105 @@
+"""Cached stages never outlive the code that computed them: an edit to `binac_core` recomputes the stages of the
+next run (a real `binac train` on micro, in a temporary copy of the project), `--fresh` recomputes without an
+edit, and the library digests change exactly when the files they cover do."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, binac_env, home_with_micro_base
+
+from binac_core import tracking
+from binac_core.provenance import module_closure
+from binac_core.workspace import Workspace
+
+pytestmark = pytest.mark.integration
+ARGS = ["train", "--preset", "micro", "--method", "grpo", "--steps", "1", "--seed", "0"]
+
+
+def copy_project(dest: Path) -> Path:
+    for folder in ("binac_core", "tasks", "flows", "sql"):
+        shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def binac_in(project: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
+    """`binac` run from `project` (its own packages first on sys.path, ahead of the installed checkout)."""
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=project, env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def mtimes(home: Path) -> dict[str, int]:
+    """Modification time of every stage output and data file of the workspace."""
+    files = [*(home / "runs").rglob("*.json"), *(home / "data").rglob("*.json")]
+    return {str(p.relative_to(home)): p.stat().st_mtime_ns for p in files}
+
+
+def runs_of(home: Path):
+    ws = Workspace(home)
+    c = tracking.client(ws)
+    return sorted(c.search_runs([tracking.experiment_id(c, ws)]), key=lambda r: r.info.start_time)
+
+
+def digest_in(project: Path, expr: str) -> str:
+    code = f"from binac_core import provenance as p; print({expr})"
+    return subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
+    tmp_path, tmp_path_factory, prefect_home, micro_compare
+):
+    project = copy_project(tmp_path / "project")
+    home = home_with_micro_base(tmp_path_factory, "binac-home-cache", micro_compare)
+    env = binac_env(home, prefect_home)
+    env.pop("PYTHONPATH", None)
+
+    binac_in(project, ARGS, env)  # (that the same command again is served from the cache: tests/test_train.py)
+    first = mtimes(home)
+    assert len(runs_of(home)) == 1
+
+    losses = project / "binac_core" / "losses.py"  # an edit to a library function no task's source shows
+    losses.write_text(losses.read_text() + "\n\ndef edited_after_the_first_run() -> int:\n    return 1\n")
+    binac_in(project, ARGS, env)
+    after_edit = mtimes(home)
+    assert all(after_edit[f] == t for f, t in first.items() if f.startswith("runs/")), "old results kept"
+    data = [f for f in first if f.startswith("data/")]
+    assert data and all(after_edit[f] != first[f] for f in data), "prepare-data recomputed (same inputs)"
+    new = [f for f in after_edit if f not in first]
+    assert any("/step-00001/attempts.json" in f for f in new), "the new run generated its rollouts again"
+    runs = runs_of(home)
+    assert len(runs) == 2 and runs[0].data.params["code.library_digest"] != runs[1].data.params[
+        "code.library_digest"]
+
+    binac_in(project, [*ARGS, "--fresh"], env)  # no edit: --fresh recomputes anyway
+    fresh = mtimes(home)
+    assert any("/step-00001/attempts.json" in f for f in set(fresh) - set(after_edit))
+    assert all(fresh[f] != after_edit[f] for f in data)
+    assert len(runs_of(home)) == 3
+
+
+def test_library_digests_follow_the_files_they_cover(tmp_path):
+    project = copy_project(tmp_path / "project")
+    before = json.loads(digest_in(project, "__import__('json').dumps([p.library_digest(), "
+                                           "p.module_digest('binac_core.pretrain')])"))
+    losses = project / "binac_core" / "losses.py"
+    losses.write_text(losses.read_text() + "\n# edited\n")
+    after_loss = json.loads(digest_in(project, "__import__('json').dumps([p.library_digest(), "
+                                               "p.module_digest('binac_core.pretrain')])"))
+    assert after_loss[0] != before[0], "any library edit changes the library digest"
+    assert after_loss[1] == before[1], "a loss is not part of pretraining: the base model is kept"
+    tok = project / "binac_core" / "tokenizer.py"
+    tok.write_text(tok.read_text() + "\n# edited\n")
+    assert digest_in(project, "p.module_digest('binac_core.pretrain')") != after_loss[1]
+
+
+def test_module_closure_follows_imports_transitively():
+    closure = module_closure("binac_core.pretrain")
+    assert {"binac_core.pretrain", "binac_core.tokenizer", "binac_core.config", "binac_core.errors"} <= closure
+    assert "binac_core.losses" not in closure and "binac_core.update" not in closure
+    assert module_closure("binac_core.errors") == {"binac_core", "binac_core.errors"}
