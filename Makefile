@@ -26,7 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -x --timeout 600
+	$(BIN)/python -m pytest -q -x --timeout 1800
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

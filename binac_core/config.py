@@ -83,7 +83,8 @@ class LoraConfig(_Section):
     alpha: int = Field(16, gt=0)
     """LoRA scaling numerator (effective scale alpha / rank)."""
     dropout: float = Field(0.0, ge=0, lt=1)
-    """LoRA dropout (0 keeps log-probs of sampling and training identical)."""
+    """LoRA dropout of the peft adapters (and of the TRL bench). The in-process RL update computes its log-probs in
+    eval mode, as sampling does, so it trains without dropout whatever this says (`binac_core.update`)."""
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     """Module names that get LoRA adapters."""
 
@@ -98,7 +99,8 @@ class GenerationConfig(_Section):
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature for training rollouts and sampled evaluation (0 = greedy)."""
     top_p: float = Field(1.0, gt=0, le=1)
-    """Nucleus sampling threshold."""
+    """Nucleus sampling threshold; only 1.0 is accepted (the RL loss recomputes untruncated log-probs, so a
+    truncated sampler would make every first-pass ratio differ from 1)."""
     eval_temperature: float = Field(1.0, ge=0)
     """Temperature of held-out evaluation (pass@1 is the mean over samples)."""
     eval_samples: int = Field(1, gt=0)
@@ -177,8 +179,13 @@ class Config(_Section):
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
     def base_digest(self) -> str:
-        """Hash of what determines the base model (model + task teacher settings), so methods share one base."""
-        blob = {"model": self.model.model_dump(mode="json"), "task": self.task.model_dump(mode="json")}
+        """Hash of what determines the base model (model + task teacher settings, and the pretraining code with
+        every library module it imports: `provenance.module_digest`), so methods share one base and an edit to
+        pretraining, the tokenizer or the teacher corpus builds a new one."""
+        from binac_core.provenance import module_digest
+
+        blob = {"model": self.model.model_dump(mode="json"), "task": self.task.model_dump(mode="json"),
+                "code": module_digest("binac_core.pretrain")}
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -206,8 +213,44 @@ def load_config(preset: str, overrides: dict | None = None) -> Config:
         section, _, key = dotted.partition(".")
         raw.setdefault(section, {})[key] = value
     try:
-        return Config.model_validate(raw)
+        cfg = Config.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         raise BinacError(f"invalid config {preset}: {where}: {err['msg']} (got {err.get('input')!r})") from None
+    check_generation(cfg, preset)
+    return cfg
+
+
+def known_context(cfg: Config) -> int | None:
+    """The model's context in tokens when it is known without loading the model: the tiny model's
+    `max_positions`, or `max_position_embeddings` of a local hub folder's config.json; None otherwise."""
+    if cfg.model.source == "tiny":
+        return cfg.model.max_positions
+    if cfg.model.hub_id and (Path(cfg.model.hub_id) / "config.json").is_file():
+        try:
+            data = json.loads((Path(cfg.model.hub_id) / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+        data = data.get("text_config", data)
+        value = data.get("max_position_embeddings") if isinstance(data, dict) else None
+        return int(value) if isinstance(value, int) else None
+    return None
+
+
+def check_generation(cfg: Config, preset: str = "") -> None:
+    """Cross-field checks of the `generation` section, one line naming the field (a hub model whose context is
+    only known once loaded is checked again by `HFBackend`, before any generation)."""
+    where = f"invalid config {preset}: " if preset else "invalid config: "
+    g = cfg.generation
+    if g.top_p != 1.0:
+        raise BinacError(f"{where}generation.top_p must be 1.0 (got {g.top_p}): the RL loss recomputes untruncated "
+                         "log-probs, so nucleus sampling would be off-policy")
+    context = known_context(cfg)
+    if context is None:
+        return
+    for field in ("max_new_tokens", "feedback_max_new_tokens"):
+        value = getattr(g, field)
+        if value >= context:
+            raise BinacError(f"{where}generation.{field} ({value}) must be smaller than the model's context of "
+                             f"{context} tokens")

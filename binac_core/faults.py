@@ -7,8 +7,8 @@ Actions:
 - `pause`: the process creates `$BINAC_FAULT_DIR/NAME@STEP.paused` and waits until a test creates
   `NAME@STEP.resume` beside it, so a test can act at an exact point of a run (query the store, start a rival).
 Points in the code: `shard:<protocol>` after a trajectory shard is in place (`storage.write_shard`, STEP is the
-iteration), `adapter-saved:<name>` after an adapter is written, before it is moved into place (`policy`, STEP
-is the seed). Unset (the default), `fault_point` costs one dictionary lookup.
+iteration); `adapter-written:<name>` after an adapter is written to its temporary folder, before it is moved
+into place (`Policy.save`, STEP is always 0: every save of that adapter; a pause resumed once stays resumed). Unset (the default), `fault_point` costs one dictionary lookup.
 """
 
 from __future__ import annotations

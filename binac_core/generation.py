@@ -6,8 +6,17 @@ Callers depend only on `GenerationBackend.generate`. Two implementations:
 - `VLLMBackend` (`binac_core.generation_vllm`, GPU only): one vLLM engine with `enable_lora=True` serving the
   actor and critic adapters per request from their checkpoint folders.
 
-Log-probs are those of the sampling distribution (logits / temperature), which is what the training loss
-recomputes (`binac_core.losses.sequence_logprobs`), so the PPO ratio starts at exactly 1 on-policy.
+Log-probs are those of the sampling distribution, softmax(logits / temperature), which is what the training loss
+recomputes (`binac_core.update.sequence_logprobs`), so the PPO ratio starts at 1 on-policy (up to float rounding:
+generation runs with a KV cache and left padding, training over whole right-padded sequences).
+
+`HFBackend` samples from exactly that distribution whatever the checkpoint ships: each `generate` call runs under
+a generation config built from `SamplingParams` alone (`neutral_generation_config`), with every other logits
+processor off (a shipped `generation_config.json` may set `repetition_penalty`, `top_k`, `min_new_tokens`...), and
+the stored log-probs are read from the scores the sampler actually drew from. `top_p` must be 1 (the config
+rejects anything else): the loss has no nucleus truncation. Generation stops on every end-of-turn token of the
+model (`eos_token_ids`), and a config whose answer budget does not fit the model's context is refused before any
+generation (`check_context`).
 """
 
 from __future__ import annotations
@@ -16,6 +25,44 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from binac_core.errors import BinacError
+
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>", "<end_of_turn>",
+                      "<|end|>", "</s>")
+"""End-of-turn/end-of-text tokens of common chat models (ChatML/Qwen/SmolLM, Llama 3, Gemma, Phi, Llama 2): any
+present in a tokenizer's vocabulary stops generation."""
+
+
+def eos_token_ids(tokenizer, model=None) -> list[int]:
+    """Every id that ends a completion: the tokenizer's eos, the model's `generation_config.eos_token_id` and
+    `config.eos_token_id` (an int or a list), and the known end-of-turn tokens of the vocabulary."""
+    ids: set[int] = set()
+
+    def add(value):
+        if value is None:
+            return
+        for v in value if isinstance(value, list | tuple) else [value]:
+            if v is not None and int(v) >= 0:
+                ids.add(int(v))
+
+    add(tokenizer.eos_token_id)
+    if model is not None:
+        add(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+        add(getattr(model.config, "eos_token_id", None))
+    vocab = tokenizer.get_vocab()
+    add([vocab[t] for t in END_OF_TURN_TOKENS if t in vocab])
+    return sorted(ids)
+
+
+def context_length(model) -> int:
+    return int(model.config.max_position_embeddings)
+
+
+def check_context(max_new_tokens: int, context: int, field: str = "generation.max_new_tokens") -> None:
+    """An answer budget must leave room for a prompt: `max_new_tokens` >= the context is refused, one line."""
+    if max_new_tokens >= context:
+        raise BinacError(f"{field} ({max_new_tokens}) must be smaller than the model's context of {context} tokens")
 
 
 @dataclass(frozen=True)
@@ -60,13 +107,20 @@ class HFBackend:
         self.policy = policy
         self.batch_size = batch_size
         self.truncated_prompts = 0
+        self.context = context_length(policy.model)
+        cfg = getattr(policy, "cfg", None)
+        if cfg is not None:  # the context of a hub model is only known now: refuse before any generation
+            check_context(cfg.generation.max_new_tokens, self.context)
+            check_context(cfg.generation.feedback_max_new_tokens, self.context, "generation.feedback_max_new_tokens")
+        self.eos_ids = eos_token_ids(policy.tokenizer, policy.model)
 
     def render(self, messages: list[dict], max_new_tokens: int) -> list[int]:
         """Chat-template token ids; a prompt longer than the model's context minus the answer budget keeps its
         end (the part nearest the answer) and is counted in `truncated_prompts`."""
         tok = self.policy.tokenizer
         ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-        room = self.policy.model.config.max_position_embeddings - max_new_tokens
+        check_context(max_new_tokens, self.context, "max_new_tokens")
+        room = self.context - max_new_tokens
         if len(ids) > room:
             self.truncated_prompts += 1
             ids = ids[-room:]
@@ -84,38 +138,70 @@ class HFBackend:
 
     def _generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, gen: torch.Generator):
         model, tok = self.policy.model, self.policy.tokenizer
-        pad, eos = tok.pad_token_id, tok.eos_token_id
+        eos = self.eos_ids
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
         width = max(len(p) for p in prompt_ids)
         input_ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
         mask = torch.zeros_like(input_ids)
         for i, p in enumerate(prompt_ids):
             input_ids[i, width - len(p) :] = torch.tensor(p)
             mask[i, width - len(p) :] = 1
-        greedy = params.temperature == 0
+        config = neutral_generation_config(params, pad, eos)
         # transformers' sampler draws from the global torch RNG: seed it from our generator for reproducibility.
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-        res = model.generate(
-            input_ids=input_ids.to(self.policy.device),
-            attention_mask=mask.to(self.policy.device),
-            max_new_tokens=params.max_new_tokens,
-            do_sample=not greedy,
-            temperature=None if greedy else params.temperature,
-            top_p=None if greedy else params.top_p,
-            top_k=None,
-            pad_token_id=pad,
-            eos_token_id=eos,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+        # generate() fills every field we leave unset from the model's own generation config: swap in ours.
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        shipped = inner.generation_config
+        inner.generation_config = config
+        try:
+            res = model.generate(
+                input_ids=input_ids.to(self.policy.device),
+                attention_mask=mask.to(self.policy.device),
+                generation_config=config,
+            )
+        finally:
+            inner.generation_config = shipped
         new = res.sequences[:, width:]
-        logits = torch.stack(res.logits, dim=1).float()
-        logp = torch.log_softmax(logits / (params.temperature or 1.0), dim=-1)
-        tok_logp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()
+        # `scores` are what the sampler drew from (after every logits processor): with the neutral config,
+        # logits / T. One step at a time, so no [batch, steps, vocabulary] log-softmax is built.
+        tok_logp = torch.stack(
+            [_selected_logprobs(s, new[:, t].to(s.device)) for t, s in enumerate(res.scores)], dim=1
+        ).cpu() if res.scores else torch.zeros(len(prompt_ids), 0)
         new = new.cpu()
+        stops = set(eos)
         out = []
         for i, p in enumerate(prompt_ids):
             ids = new[i].tolist()
-            n = ids.index(eos) + 1 if eos in ids else len(ids)
+            n = next((j + 1 for j, t in enumerate(ids) if t in stops), len(ids))
             text = tok.decode(ids[:n], skip_special_tokens=True)
             out.append(Generation(text, p, ids[:n], tok_logp[i, :n].tolist()))
         return out
+
+
+def _selected_logprobs(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(scores)[target] for scores [N, V] -> [N] (fp32), as gather minus logsumexp."""
+    scores = scores.float()
+    return scores.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scores, dim=-1)
+
+
+def neutral_generation_config(params: SamplingParams, pad: int, eos: list[int]):
+    """A transformers `GenerationConfig` that samples from softmax(logits / T) (T = 0: greedy) and nothing else:
+    every processor a checkpoint could switch on is set to its off value explicitly."""
+    from transformers import GenerationConfig
+
+    greedy = params.temperature == 0
+    return GenerationConfig(
+        max_new_tokens=params.max_new_tokens, min_new_tokens=0,
+        do_sample=not greedy, num_beams=1, num_beam_groups=1,
+        # sampling-only settings stay unset when greedy (no warper runs then; transformers warns about them)
+        temperature=None if greedy else params.temperature, top_p=None if greedy else params.top_p,
+        top_k=None if greedy else 0, min_p=None, typical_p=None if greedy else 1.0,
+        epsilon_cutoff=None if greedy else 0.0, eta_cutoff=None if greedy else 0.0,
+        repetition_penalty=1.0, encoder_repetition_penalty=1.0, no_repeat_ngram_size=0,
+        encoder_no_repeat_ngram_size=0, length_penalty=1.0, bad_words_ids=None, sequence_bias=None,
+        suppress_tokens=None, begin_suppress_tokens=None, forced_bos_token_id=None, forced_eos_token_id=None,
+        exponential_decay_length_penalty=None, renormalize_logits=False, remove_invalid_values=False,
+        guidance_scale=None, watermarking_config=None, stop_strings=None,
+        pad_token_id=pad, eos_token_id=list(eos), bos_token_id=None,
+        output_scores=True, output_logits=False, return_dict_in_generate=True, use_cache=True,
+    )

@@ -3,7 +3,8 @@
 - `group_advantages`: GRPO advantages, reward minus its group mean, divided by the group std when
   `scale=True` (DeepSeekMath GRPO; `scale=False` is the Dr. GRPO variant). Groups of one or with zero spread get 0.
 - `critic_rewards`: the first-order value-penalty reward of a feedback z,
-  (1 + λ)·r1(z; θ) − λ·r1(z; θ⁺), θ⁺ = the actor after its update on the same batch (docs/algorithm.md).
+  (1 + λ(1 + α))·r1(z; θ) − λ(1 + α)·r1(z; θ⁺), θ⁺ = the actor after its update on the same batch, α the
+  actor's shaping weight (the lower level's shaped r1 term depends on z; docs/algorithm.md derives it).
 - `clipped_policy_loss`: PPO clipped surrogate with a token-level mean over every completion token of the batch
   (DAPO's aggregation, as TRL's `loss_type="dapo"`), plus β·k3 KL to a reference (Schulman's unbiased estimator,
   as in TRL/verl `low_var_kl` without clamping).
@@ -28,9 +29,12 @@ def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: bool = 
     return adv
 
 
-def critic_rewards(r1: torch.Tensor, r1_lookahead: torch.Tensor, lam: float) -> torch.Tensor:
-    """(1 + λ)·r1 − λ·r1⁺ elementwise; λ = 0 gives the plain reward of the refined answer."""
-    return (1.0 + lam) * r1.float() - lam * r1_lookahead.float()
+def critic_rewards(r1: torch.Tensor, r1_lookahead: torch.Tensor, lam: float, alpha: float) -> torch.Tensor:
+    """(1 + μ)·r1 − μ·r1⁺ elementwise with μ = λ(1 + α); λ = 0 (or r1⁺ = r1) gives r1, the reward of the refined
+    answer. The weight μ is the φ-dependent part of the lower level's objective, λ·E[(1 + α)·r1 − α·r0]: the
+    −α·r0 term is constant in z and drops out, the α·r1 term does not."""
+    mu = lam * (1.0 + alpha)
+    return (1.0 + mu) * r1.float() - mu * r1_lookahead.float()
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

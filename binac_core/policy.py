@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
+import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -23,6 +26,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from binac_core.config import Config
+from binac_core.faults import fault_point
 from binac_core.generation import AdapterRef
 
 ADAPTERS = ("actor", "critic")
@@ -107,22 +111,65 @@ class Policy:
         self.loaded[ref.name] = ref.digest
 
     def save(self, name: str, folder: str | Path) -> AdapterRef:
-        """Write adapter `name` (+ its optimizer state) atomically into `folder` and return its reference."""
+        """Write adapter `name` (+ its optimizer state) atomically into `folder` and return its reference.
+
+        The files are written into a temporary folder of their own (unique per process and thread, beside
+        `folder`) and renamed into place, so concurrent writers of one folder never share a temporary folder; the
+        initial adapters of one seed are written by every method's run into one shared folder
+        (`flows/train.py`). See `_publish` for a destination that already exists."""
         folder = Path(folder)
-        tmp = folder.with_name(folder.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(str(tmp), selected_adapters=[name])
-        # peft writes non-default adapters into a sub-folder named after the adapter: flatten it.
-        sub = tmp / name
-        if sub.is_dir():
-            for f in sub.iterdir():
-                f.replace(tmp / f.name)
-            sub.rmdir()
-        if name in self.optimizers:
-            torch.save(self.optimizers[name].state_dict(), tmp / "optimizer.pt")
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.replace(folder)
-        digest = file_digest(folder)
+        tmp = self._write_temp(name, folder)
+        fault_point(f"adapter-written:{name}", 0)  # tests/test_reliability.py: two writers, one destination
+        try:
+            return self._publish(name, tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _write_temp(self, name: str, folder: Path) -> Path:
+        """The adapter's files in a fresh temporary folder beside `folder` (tempfile.mkdtemp: never shared)."""
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-{threading.get_ident()}-",
+                                    dir=folder.parent))
+        try:
+            self.model.save_pretrained(str(tmp), selected_adapters=[name])
+            # peft writes non-default adapters into a sub-folder named after the adapter: flatten it.
+            sub = tmp / name
+            if sub.is_dir():
+                for f in sub.iterdir():
+                    f.replace(tmp / f.name)
+                sub.rmdir()
+            if name in self.optimizers:
+                torch.save(self.optimizers[name].state_dict(), tmp / "optimizer.pt")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return tmp
+
+    def _publish(self, name: str, tmp: Path, folder: Path) -> AdapterRef:
+        """Rename the written `tmp` to `folder`. Where `folder` already exists with the same content (a
+        concurrent writer of the same deterministic adapter, e.g. two methods' runs of one seed initialising
+        the shared adapters), the existing one is kept and `tmp` dropped; with other content it is replaced
+        (moved aside under a unique name, then removed), as a re-run of an update overwrites its output."""
+        digest = file_digest(tmp)
+        for _ in range(100):
+            try:
+                os.rename(tmp, folder)
+                break
+            except FileNotFoundError:
+                raise
+            except OSError:  # `folder` exists (non-empty): keep it when equal, else move it aside and retry
+                pass
+            try:
+                if file_digest(folder) == digest:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    break
+                aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-{os.getpid()}-", dir=folder.parent))
+                os.rename(folder, aside / folder.name)
+                shutil.rmtree(aside, ignore_errors=True)
+            except FileNotFoundError:  # another writer moved it meanwhile: try the rename again
+                continue
+        else:
+            raise RuntimeError(f"could not publish adapter {name} into {folder}")
         self.loaded[name] = digest
         return AdapterRef(name, str(folder), digest)
 

@@ -2,7 +2,9 @@
 samples each method needed to reach GRPO's final single-turn accuracy, and accuracy-vs-samples curves (PNG).
 
 Input: one dict per (method, seed) run with `evals` = {iteration: {"eval/acc_single": ..., ...}} and
-`samples_per_iteration`; nothing is tuned or filtered here, every run given is reported.
+`samples_per_iteration`; nothing is tuned or filtered here, every run given is reported. Every row names the
+feedback source its feedback protocols used, and the text names each protocol shown (for code benchmarks:
+`acc_feedback` is the unassisted critic, `acc_feedback_exec` the critic shown the graded tests' execution result).
 """
 
 from __future__ import annotations
@@ -11,9 +13,14 @@ import math
 import statistics
 from pathlib import Path
 
+from binac_core.evaluation import CRITIC_BASE, CRITIC_TRAINED, FIXED_INSTRUCTION, method_feedback_source
+
 PROTOCOLS = [
     ("eval/acc_single", "single-turn (actor alone)"),
-    ("eval/acc_feedback", "with feedback (actor → critic → actor, no verifier)"),
+    ("eval/acc_feedback", "with feedback (actor → feedback → actor; unassisted: the critic sees the problem and the "
+                          "attempt only, no verifier or execution result)"),
+    ("eval/acc_feedback_exec", "with execution-assisted feedback (code: the critic also sees the execution result of "
+                               "the graded tests, so it is told whether the answer passes; verifier-assisted)"),
 ]
 
 
@@ -54,9 +61,12 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
     """Write report.md and accuracy_vs_samples.png into out_dir; return {"text", "files", "table"}."""
     out_dir.mkdir(parents=True, exist_ok=True)
     methods = list(dict.fromkeys(r["method"] for r in runs))
-    gated = sorted({k for r in runs for k in _final(r) if k.startswith("eval/acc_gated")})
-    protocols = PROTOCOLS + [(k, f"verifier-gated, up to {k.rsplit('k', 1)[-1]} rounds (oracle-assisted)")
-                             for k in gated]
+    present = {k for r in runs for k in _final(r)}
+    gated = sorted(k for k in present if k.startswith("eval/acc_gated"))
+    protocols = [(k, d) for k, d in PROTOCOLS if k in present or k != "eval/acc_feedback_exec"] + [
+        (k, f"verifier-gated, up to {k.rsplit('k', 1)[-1]} rounds (oracle-assisted)"
+            + ("; critic shown the graded tests' execution result" if "_exec_" in k else "; unassisted critic"))
+        for k in gated]
     by_method = {m: [r for r in runs if r["method"] == m] for m in methods}
     lines = [
         f"# Comparison on preset `{meta['preset']}`",
@@ -66,8 +76,8 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
         f"{meta['eval_temperature']}; accuracy is pass@1 (mean over problems of correct/samples), in %, "
         "mean ± 95 % t-interval over seeds (no interval with one seed).",
         "",
-        "| method | " + " | ".join(k.removeprefix("eval/") for k, _ in protocols) + " | iterations |",
-        "| --- | " + " | ".join("---" for _ in protocols) + " | --- |",
+        "| method | feedback source | " + " | ".join(k.removeprefix("eval/") for k, _ in protocols) + " | iterations |",
+        "| --- | --- | " + " | ".join("---" for _ in protocols) + " | --- |",
     ]
     table = {}
     for m in methods:
@@ -77,8 +87,12 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
             cells.append(_fmt(vals) if vals else "–")
             table[(m, key)] = vals
         iters = max(int(k) for k in by_method[m][0]["evals"])
-        lines.append(f"| {m} | " + " | ".join(cells) + f" | {iters} |")
-    lines += ["", "Protocols: " + "; ".join(f"`{k.removeprefix('eval/')}` = {d}" for k, d in protocols) + ".", ""]
+        lines.append(f"| {m} | {method_feedback_source(m)} | " + " | ".join(cells) + f" | {iters} |")
+    lines += ["", "Protocols: " + "; ".join(f"`{k.removeprefix('eval/')}` = {d}" for k, d in protocols) + ".", "",
+              "Feedback source (each method is evaluated with the feedback it trains with): "
+              f"`{CRITIC_TRAINED}` = the method's own learned critic adapter; `{CRITIC_BASE}` = the initial critic "
+              "(the base model in the critic role), never updated (grpo trains no critic and is shown with this "
+              f"one, the fixed_critic's); `{FIXED_INSTRUCTION}` = the self-correction text, no critic.", ""]
     if "grpo" in by_method:
         target = statistics.fmean(_final(r)["eval/acc_single"] for r in by_method["grpo"])
         lines += [f"Actor samples to reach GRPO's final single-turn accuracy ({100 * target:.1f} %), per seed "

@@ -43,8 +43,12 @@ def policy_and_backend(base_dir: str | Path, cfg: Config, seed: int):
         _CURRENT.clear()
         policy = Policy(base_dir, cfg, seed)
         if cfg.generation.backend == "vllm":
+            from binac_core.generation import check_context, context_length
             from binac_core.generation_vllm import VLLMBackend
 
+            # HFBackend checks the answer budgets against the loaded model's context itself; so does this.
+            for field in ("max_new_tokens", "feedback_max_new_tokens"):
+                check_context(getattr(cfg.generation, field), context_length(policy.model), f"generation.{field}")
             backend = VLLMBackend(base_dir, cfg)
         else:
             backend = HFBackend(policy, cfg.generation.batch_size)

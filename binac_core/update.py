@@ -7,6 +7,16 @@ reported for critique-guided GRPO (critique-GRPO issue #6).
 
 An update = `passes` full passes over the batch; each pass accumulates gradients over minibatches, normalised by
 the batch's total completion tokens (one token-level mean), then takes one clipped-gradient AdamW step.
+
+The training forward runs in eval mode, as sampling does: LoRA dropout (`lora.dropout`, 0.05 in the real-model
+presets) is off in both, so the recomputed log-probs are those the backend sampled with (the first-pass ratio is 1
+up to float rounding, nothing is clipped on noise) and a resumed update is deterministic. `lora.dropout` therefore
+has no effect on the in-process update (it is still handed to peft and to the TRL bench).
+
+Log-probs are computed without materialising a [batch, length, vocabulary] tensor: the decoder's hidden states
+are sliced to the completion positions before the LM head, which then runs over chunks of `LOGPROB_CHUNK`
+positions, each token's log-prob being its logit minus the logsumexp of its row (`token_logprobs`); with
+gradients on, each chunk is checkpointed (its logits are recomputed in the backward pass instead of kept).
 """
 
 from __future__ import annotations
@@ -14,8 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from binac_core.losses import clipped_policy_loss
+
+LOGPROB_CHUNK = 1024
+"""Completion positions per LM-head chunk: a chunk's fp32 logits are LOGPROB_CHUNK x vocabulary (512 MB at 128k)."""
 
 
 @dataclass
@@ -26,8 +40,45 @@ class Sample:
     advantage: float
 
 
-def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: float):
-    """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T])."""
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / T)[target] for logits [N, V], targets [N] -> [N] (fp32), as gather minus logsumexp:
+    no second [N, V] tensor of log-probs."""
+    scaled = logits.float() / (temperature or 1.0)
+    return scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+
+
+def chunked_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
+                           chunk: int = LOGPROB_CHUNK) -> torch.Tensor:
+    """`token_logprobs(head(hidden), targets)` for hidden [N, H], computed `chunk` rows at a time (checkpointed
+    when gradients are on, so no chunk's logits outlive its own forward/backward)."""
+
+    def piece(h, t):
+        return token_logprobs(head(h), t, temperature)
+
+    out = []
+    for s in range(0, hidden.shape[0], chunk):
+        h, t = hidden[s : s + chunk], targets[s : s + chunk]
+        if torch.is_grad_enabled() and h.requires_grad:
+            out.append(checkpoint(piece, h, t, use_reentrant=False))
+        else:
+            out.append(piece(h, t))
+    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
+def _decoder_and_head(model):
+    """(decoder, lm_head) of a causal LM, through a peft wrapper when there is one (LoRA layers live inside the
+    modules, so the active adapter, or `disable_adapter()`, applies to both)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for attr in ("final_logit_softcapping", "logit_scale"):
+        if getattr(base.config, attr, None) not in (None, 1.0):
+            raise NotImplementedError(f"sequence_logprobs: models with config.{attr} are not supported")
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: float, chunk: int = LOGPROB_CHUNK):
+    """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T]).
+
+    The LM head runs only on the completion positions, `chunk` positions at a time."""
     seqs = [s.prompt_ids + s.token_ids for s in samples]
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -37,18 +88,21 @@ def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: fl
         attn[i, : len(s)] = 1
     dev = next(model.parameters()).device
     ids, attn = ids.to(dev), attn.to(dev)
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-    logp_all = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
-    # Gather on the device, move only [B, T] to the CPU (the vocabulary axis can be 150k wide).
-    tok = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).cpu()
+    decoder, head = _decoder_and_head(model)
+    hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, L, H]
+    # Position p predicts token p + 1: a completion of n tokens after a prompt of m uses positions m-1 .. m+n-2.
+    rows = torch.cat([torch.full((len(s.token_ids),), i, dtype=torch.long) for i, s in enumerate(samples)])
+    cols = torch.cat([torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.token_ids))
+                      for s in samples])
+    rows, cols = rows.to(dev), cols.to(dev)
+    flat = chunked_token_logprobs(hidden[rows, cols], head, ids[rows, cols + 1], temperature, chunk)
     t_max = max(len(s.token_ids) for s in samples)
-    logp = torch.zeros(len(samples), t_max)
+    logp = torch.zeros(len(samples), t_max, device=dev)
     mask = torch.zeros(len(samples), t_max)
+    logp = logp.index_put((rows, torch.cat([torch.arange(len(s.token_ids)) for s in samples]).to(dev)), flat)
     for i, s in enumerate(samples):
-        start, n = len(s.prompt_ids) - 1, len(s.token_ids)
-        logp[i, :n] = tok[i, start : start + n]
-        mask[i, :n] = 1
-    return logp, mask
+        mask[i, : len(s.token_ids)] = 1
+    return logp.cpu(), mask
 
 
 def _pad(rows: list[list[float]], t_max: int) -> torch.Tensor:
@@ -74,7 +128,7 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
             refs = [sequence_logprobs(policy.model, c, pad, temp)[0] for c in chunks]
     opt = policy.train_mode(name)
     params = policy.params(name)
-    policy.model.train()
+    policy.model.eval()  # no dropout: the same distribution as sampling (module docstring)
     total = {"loss": 0.0, "kl_sum": 0.0, "clip_sum": 0.0, "tokens": 0.0}
     for _ in range(passes):
         opt.zero_grad(set_to_none=True)

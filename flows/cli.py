@@ -49,6 +49,13 @@ def _int_list(text: str, what: str) -> list[int]:
     return values
 
 
+def _fresh(a) -> str:
+    """`--fresh`: a value no earlier invocation used, so every stage recomputes (see flows/train.py `fresh`)."""
+    import uuid
+
+    return uuid.uuid4().hex[:12] if getattr(a, "fresh", False) else ""
+
+
 def cmd_train(a) -> int:
     from binac_core.plans import plan
 
@@ -58,7 +65,7 @@ def cmd_train(a) -> int:
     from binac_core.workspace import workspace
     from flows.train import train
 
-    res = train(a.preset, a.method, a.steps, a.seed, overrides)
+    res = train(a.preset, a.method, a.steps, a.seed, overrides, fresh=_fresh(a))
     ws = workspace()
     print(f"MLflow store: {ws.mlflow_uri}  (run {res['run_id']})")
     print(f"Trajectory store: {ws.duckdb_path}  (view `trajectories`)")
@@ -78,7 +85,7 @@ def cmd_compare(a) -> int:
     _env_defaults()
     from flows.compare import compare
 
-    res = compare(a.preset, methods, seeds, a.steps, overrides)
+    res = compare(a.preset, methods, seeds, a.steps, overrides, fresh=_fresh(a))
     from binac_core.workspace import workspace
 
     ws = workspace()
@@ -105,13 +112,17 @@ def cmd_evaluate(a) -> int:
     args = (a.benchmark, a.model, a.actor_adapter, a.critic_adapter, a.protocol, a.samples, a.limit, a.preset,
             a.temperature, a.max_new_tokens)
     plan_evaluate(*args)
+    from binac_core.evaluation import eval_stages
+
+    eval_stages(a.benchmark, a.protocol, a.critic_sees_execution, a.feedback)
     _env_defaults()
     from binac_core.workspace import workspace
     from flows.evaluate import evaluate
 
-    res = evaluate(*args, seed=a.seed)
+    res = evaluate(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback)
     for k, v in res["metrics"].items():
         print(f"{k} = {v:.4f}  (n={a.limit} problems x {a.samples} samples)")
+    print(f"feedback source: {res['feedback_source']}")
     ws = workspace()
     print(f"MLflow store: {ws.mlflow_uri}  (run {res['run_id']}); trajectories: {ws.duckdb_path}")
     return 0
@@ -121,6 +132,10 @@ def cmd_sql(a) -> int:
     from flows.sql_cli import run_sql
 
     return run_sql(a.query, a.param, a.out)
+
+
+FRESH_HELP = ("recompute every stage instead of reusing cached results (a new MLflow run); an edit to binac_core "
+              "recomputes without it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--steps", type=int, default=20, help="training iterations")
     t.add_argument("--seed", type=int, default=0, help="run seed (sampling, adapter init, batch order)")
     t.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a field")
+    t.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     t.set_defaults(func=cmd_train)
 
     c = sub.add_parser("compare", help="every method x seed at equal actor-sample budgets, with a report")
@@ -143,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     c.add_argument("--steps", type=int, default=30, help="budget: as many actor samples as N grpo iterations")
     c.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    c.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     c.set_defaults(func=cmd_compare)
 
     d = sub.add_parser("demo", help="compare grpo, fixed_critic, binac on the tiny preset")
@@ -155,7 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", required=True, help="Hugging Face id or local model folder")
     e.add_argument("--actor-adapter", help="LoRA adapter folder for the actor")
     e.add_argument("--critic-adapter", help="LoRA adapter folder for the critic")
-    e.add_argument("--protocol", default="single", help="single | feedback | gated")
+    e.add_argument("--protocol", default="single", help="single | feedback | gated (feedback: the critic sees the "
+                   "problem and the attempt only)")
+    e.add_argument("--critic-sees-execution", action="store_true",
+                   help="code benchmarks: show the critic the execution result of the graded tests (protocols "
+                   "feedback_exec / gated_exec, verifier-assisted)")
+    e.add_argument("--feedback", default="critic", choices=("critic", "fixed"),
+                   help="feedback source: the critic (base or --critic-adapter) or the self_correct baseline's "
+                   "fixed instruction")
     e.add_argument("--samples", type=int, default=1, help="samples per problem (pass@1 = mean correct/N)")
     e.add_argument("--limit", type=int, default=20, help="first K problems of the eval split")
     e.add_argument("--preset", default="tiny", help="preset supplying generation and LoRA settings")

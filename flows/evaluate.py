@@ -3,6 +3,11 @@ critic LoRA adapters on a benchmark, under one protocol, as a Prefect flow.
 
 Logs `eval/acc_<protocol>` (pass@1: mean over problems of correct/N) with N, temperature and max tokens to one
 MLflow run, and stores every sample in `trajectories` with split='eval'. Generation is cached like training's.
+
+Feedback protocols (binac_core/evaluation.py): `feedback`/`gated` show the critic the problem and the attempt only;
+with `critic_sees_execution` (code benchmarks) they become `feedback_exec`/`gated_exec`, where the critic also
+sees the execution result of the graded tests. `feedback="fixed"` gives the self-correction baseline's fixed
+instruction instead of a critic. The feedback source is logged as the tag and param `eval_feedback_source`.
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ import hashlib
 
 from prefect import flow
 
-from binac_core.plans import PROTOCOL_STAGES, plan_evaluate
+from binac_core.evaluation import CRITIC_ADAPTER, CRITIC_BASE, FIXED_INSTRUCTION, eval_stages
+from binac_core.plans import plan_evaluate
 from binac_core.workspace import workspace
 from tasks.evaluate import evaluate as evaluate_task
+from tasks.evaluate import store_eval_exec
 from tasks.prepare import prepare_data
 from tasks.store import store_eval
 from tasks.track import finish_run, log_metrics, start_run
@@ -24,27 +31,33 @@ def evaluate(
     benchmark: str = "gsm8k", model: str = "", actor_adapter: str | None = None, critic_adapter: str | None = None,
     protocol: str = "single", samples: int = 1, limit: int = 20, preset: str = "tiny",
     temperature: float | None = None, max_new_tokens: int | None = None, seed: int = 0,
+    critic_sees_execution: bool = False, feedback: str = "critic",
 ) -> dict:
     cfg, refs = plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset,
                               temperature, max_new_tokens)
+    stages, name, fixed = eval_stages(benchmark, protocol, critic_sees_execution, feedback)
+    source = FIXED_INSTRUCTION if fixed else CRITIC_ADAPTER if critic_adapter else CRITIC_BASE
     cfg_d, ws = cfg.model_dump(mode="json"), workspace()
-    key = hashlib.sha256(f"{cfg.digest()}|{refs}|{protocol}|{seed}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{cfg.digest()}|{refs}|{name}|{seed}|{source}".encode()).hexdigest()[:12]
     g = cfg.generation
-    params = {**cfg.flat(), "protocol": protocol, "samples": str(samples), "limit": str(limit),
+    params = {**cfg.flat(), "protocol": name, "samples": str(samples), "limit": str(limit),
               "temperature": str(g.eval_temperature), "max_new_tokens": str(g.max_new_tokens),
-              "actor_adapter": str(actor_adapter), "critic_adapter": str(critic_adapter)}
-    tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": protocol}
-    run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{protocol}", tags, params)
+              "actor_adapter": str(actor_adapter), "critic_adapter": str(critic_adapter),
+              "eval_feedback_source": source}
+    tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": name,
+            "eval_feedback_source": source}
+    run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)
     meta = {"run_id": run_id, "method": "eval", "preset": cfg.name, "seed": seed, "benchmark": benchmark}
     try:
         base = {"path": cfg.model.hub_id, "digest": cfg.model.hub_id}
         data = prepare_data(cfg_d, ("eval",))
-        result = evaluate_task(cfg_d, base, data["eval"], refs["actor"], refs["critic"], seed, 0,
-                               str(ws.run_dir(f"eval-{key}")), PROTOCOL_STAGES[protocol])
+        result = evaluate_task(cfg_d, base, data["eval"], refs["actor"], None if fixed else refs["critic"], seed, 0,
+                               str(ws.run_dir(f"eval-{key}")), stages, fixed, source)
         metrics = store_eval(meta, 0, result)
+        store_eval_exec(meta, 0, result)
         log_metrics(run_id, metrics, 0)
         finish_run(run_id)
     except BaseException:
         finish_run(run_id, "FAILED")
         raise
-    return {"run_id": run_id, "metrics": metrics}
+    return {"run_id": run_id, "metrics": metrics, "feedback_source": source}

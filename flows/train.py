@@ -2,7 +2,8 @@
 
 Per iteration:  sample problems → actor attempts y0 → [critic feedback z → actor refinement y1] → rewards
 → actor update θ → θ⁺ → [look-ahead refinement under θ⁺ → critic reward → critic update φ]
-→ store trajectories → log metrics → every k iterations: evaluate (single, feedback, gated@K).
+→ store trajectories → log metrics → every k iterations: evaluate (single, feedback, gated@K; code benchmarks
+also feedback_exec, gated_exec), with the feedback source the method trains with.
 Brackets depend on the method (binac_core/methods.py). Every stage is cached on its inputs, so re-running the
 same command reuses finished work and a killed run resumes where it stopped.
 """
@@ -14,13 +15,16 @@ import time
 
 from prefect import flow
 
+from binac_core import tracking
+from binac_core.evaluation import FIXED_INSTRUCTION, method_feedback_source, training_protocols
 from binac_core.grading import grader_stats
 from binac_core.plans import evaluation_steps, plan
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
+from binac_core.provenance import library_digest
 from binac_core.workspace import workspace
 from tasks.actor_update import update_actor
 from tasks.critic_update import critic_reward, update_critic
-from tasks.evaluate import evaluate
+from tasks.evaluate import evaluate, store_eval_exec
 from tasks.feedback import sample_feedback
 from tasks.prepare import build_base_model, init_adapters, prepare_data
 from tasks.refine import refine
@@ -33,7 +37,7 @@ from tasks.track import finalize_run, finish_run, log_metrics, start_run
 @flow(name="train")
 def train(
     preset: str = "micro", method: str = "grpo", steps: int = 3, seed: int = 0, overrides: dict | None = None,
-    budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "",
+    budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "", fresh: str = "",
 ) -> dict:
     """Train `method` for `steps` iterations (or until `budget` actor samples); returns run id and evaluations.
 
@@ -46,21 +50,29 @@ def train(
         budget: actor-sample budget; set by `compare` for its subflows.
         parent_run_id: MLflow parent run; set by `compare`.
         parent_key: the comparison's key; set by `compare`.
+        fresh: any new value recomputes every stage instead of reusing cached ones (a new MLflow run);
+            `binac train --fresh` sets one. An edit to library code recomputes without it.
     """
     cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
     ws, cfg_d = workspace(), cfg.model_dump(mode="json")
-    key = hashlib.sha256(f"{cfg.digest()}|{method}|{seed}|{iterations}|{parent_key}".encode()).hexdigest()[:12]
-    run_dir, shared = ws.run_dir(f"{method}-s{seed}-{key}"), ws.run_dir(f"init-{cfg.digest()}-s{seed}")
+    # The code that computes the stages is part of the run's identity: after a library edit the same command is
+    # a new run (new MLflow run, new stage folders); `fresh` does the same without an edit.
+    code = library_digest()
+    key = hashlib.sha256(f"{cfg.digest()}|{method}|{seed}|{iterations}|{parent_key}|{code}|{fresh}".encode()
+                         ).hexdigest()[:12]
+    init_key = hashlib.sha256(f"{cfg.digest()}|{code}|{fresh}".encode()).hexdigest()[:16]
+    run_dir, shared = ws.run_dir(f"{method}-s{seed}-{key}"), ws.run_dir(f"init-{init_key}-s{seed}")
     base = build_base_model(cfg_d)
-    data = prepare_data(cfg_d)
+    data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
     tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark}
-    params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations)}
+    params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations),
+              "code.library_digest": code, "code.fresh": fresh}
     run_id = start_run(key, f"{method}-seed{seed}", tags, params, parent_run_id)
     meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark}
     try:
         adapters = init_adapters(cfg_d, base, seed, str(shared))
         actor, critic = adapters["actor"], adapters["critic"]
-        evals = {0: _evaluate(cfg_d, base, data, actor, critic, seed, 0, str(shared), meta, run_id)}
+        evals = {0: _evaluate(cfg_d, base, data, actor, critic, seed, 0, str(shared), meta, run_id, method)}
         samples, t_start = 0, time.time()
         eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None)
         for step in range(1, iterations + 1):
@@ -105,7 +117,7 @@ def train(
             })
             log_metrics(run_id, metrics, step)
             if step in eval_at:
-                evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id)
+                evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method)
             eta = (time.time() - t_start) / step * (iterations - step)
             print(f"[{method} seed {seed}] iter {step}/{iterations} reward_first "
                   f"{metrics['train/reward_first']:.3f} samples {samples} ETA {eta:.0f}s", flush=True)
@@ -117,8 +129,17 @@ def train(
             "samples_per_iteration": spec.actor_samples_per_iteration(cfg), "actor": actor, "critic": critic}
 
 
-def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id) -> dict:
-    result = evaluate(cfg_d, base, data["eval"], actor, critic, seed, step, out)
+def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method) -> dict:
+    """Evaluate with the feedback source the method trains with (binac_core/evaluation.py): self_correct with its
+    fixed instruction, the others with the critic adapter (for grpo and fixed_critic the frozen initial critic).
+    Code benchmarks also get the execution-assisted protocols. The source is tagged `eval_feedback_source`."""
+    source = method_feedback_source(method)
+    fixed = SELF_CORRECT_FEEDBACK if source == FIXED_INSTRUCTION else None
+    protocols = training_protocols(meta["benchmark"], fixed)
+    result = evaluate(cfg_d, base, data["eval"], actor, None if fixed else critic, seed, step, out, protocols, fixed,
+                      source)
     metrics = store_eval(meta, step, result)
+    store_eval_exec(meta, step, result)
     log_metrics(run_id, metrics, step)
+    tracking.set_tags(workspace(), run_id, {"eval_feedback_source": source})
     return metrics

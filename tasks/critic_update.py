@@ -1,7 +1,8 @@
 """Stage 6: the critic's (upper level's) update on its feedback, judged by the actor's refined reward.
 
-Critic reward of feedback z: (1 + λ)·r1(z; θ) − λ·r1(z; θ⁺) (θ⁺: the actor after its update on this batch),
-with advantages normalised within each attempt's group of feedbacks (docs/algorithm.md)."""
+Critic reward of feedback z: (1 + λ(1 + α))·r1(z; θ) − λ(1 + α)·r1(z; θ⁺) (θ⁺: the actor after its update on
+this batch, α = train.alpha_shaping, the actor's turn-2 shaping), with advantages normalised within each attempt's
+group of feedbacks (docs/algorithm.md derives it from the bilevel objective)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from tasks._common import CACHED, config, loaded, ref
 @task(name="critic-reward", **CACHED)
 def critic_reward(cfg_d: dict, r1: dict, r1_lookahead: dict | None, out_dir: str) -> dict:
     """λ-penalised reward per feedback; without a look-ahead actor (θ⁺ = θ) it is r1 itself."""
-    lam = config(cfg_d).train.lam
+    train = config(cfg_d).train
     now = torch.tensor(read_json(r1))
     later = now if r1_lookahead is None else torch.tensor(read_json(r1_lookahead))
-    return write_json(Path(out_dir) / "critic.rewards.json", critic_rewards(now, later, lam).tolist())
+    rewards = critic_rewards(now, later, train.lam, train.alpha_shaping)
+    return write_json(Path(out_dir) / "critic.rewards.json", rewards.tolist())
 
 
 @task(name="update-critic", **CACHED)

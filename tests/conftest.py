@@ -34,7 +34,7 @@ def binac_env(home: Path, prefect_home: Path) -> dict:
     return env
 
 
-def run_binac(args: list[str], env: dict, timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
+def run_binac(args: list[str], env: dict, timeout: int = 1500, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
     if check and proc.returncode != 0:
@@ -78,7 +78,7 @@ def prefect_home(tmp_path_factory):
                                    "127.0.0.1", "--port", str(port)], cwd=REPO, env=env, stdout=log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.time() + 180
+        deadline = time.time() + 600  # a hang guard only: a busy machine may take minutes
         while not _healthy(f"http://127.0.0.1:{port}/api/health"):
             if server.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"the test Prefect server did not start; see {home / 'server.log'}")

@@ -41,3 +41,119 @@ def test_bad_benchmark_and_missing_data_folder_fail_in_one_line(micro_compare, b
                      check=False)
     assert proc.returncode == 2 and str(tmp_path / "nowhere") in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
+
+
+# --- Feedback protocols and feedback sources, unit level (a recording fake backend, real MBPP rows and sandbox) ---
+
+class _RecordingBackend:
+    """Answers every prompt with the same wrong program; keeps every prompt it was sent."""
+
+    def __init__(self):
+        self.sent: list[str] = []
+
+    def generate(self, prompts, adapter, params):
+        from binac_core.generation import Generation
+
+        self.sent += [m[-1]["content"] for m in prompts]
+        return [Generation("```python\ndef not_the_function():\n    return 0\n```", [1], [2], [0.0]) for _ in prompts]
+
+
+_GEN = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "feedback_max_new_tokens": 8}
+
+
+def _mbpp_rows(n=3):
+    from binac_core.data import load_benchmark
+
+    return [dict(r) for r in list(load_benchmark("mbpp", "eval"))[:n]]
+
+
+def _critic_results(sent: list[str]) -> list[str]:
+    """The 'Execution result' section of every critic prompt sent."""
+    from binac_core.prompts import CODE_CRITIC
+
+    return [p.split("Execution result:\n", 1)[1].rsplit("\n\nInstruction:", 1)[0]
+            for p in sent if p.startswith(CODE_CRITIC)]
+
+
+def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_shows_it():
+    from binac_core.episodes import score_with_errors
+    from binac_core.evaluation import evaluate_protocols
+
+    rows = _mbpp_rows()
+    by_id = {r["id"]: r for r in rows}
+    wrong = [{"problem_id": r["id"], "text": "```python\ndef not_the_function():\n    return 0\n```"} for r in rows]
+    r0, reasons = score_with_errors("mbpp", by_id, wrong)
+    assert r0 == [0.0] * 3 and all(reasons), reasons  # the graded asserts fail, with a reason to show
+
+    unassisted = _RecordingBackend()
+    res = evaluate_protocols(unassisted, "mbpp", rows, None, None, 1, _GEN, 0, 0, ("single", "feedback", "gated"))
+    shown = _critic_results(unassisted.sent)
+    assert len(shown) == 3 + 3  # feedback (= gated round 1) and gated round 2
+    assert not any(reason in text for reason in reasons for text in shown), shown
+    assert set(res["metrics"]) == {"acc_single", "acc_feedback", "acc_gated_k2"}
+
+    assisted = _RecordingBackend()
+    res = evaluate_protocols(assisted, "mbpp", rows, None, None, 1, _GEN, 0, 0,
+                             ("single", "feedback_exec", "gated_exec"))
+    shown = _critic_results(assisted.sent)
+    assert shown[:3] == reasons  # the execution result of the very asserts that grade the answer
+    assert len(shown) == 6 and all(text.strip() and text != "(not run)" for text in shown[3:])  # round 2: y1's result
+    assert set(res["metrics"]) == {"acc_single", "acc_feedback_exec", "acc_gated_exec_k2"}
+    assert res["feedback_exec"]["r1"] == [0.0] * 3
+
+
+def test_exec_protocols_are_refused_without_code_or_without_a_critic():
+    from binac_core.errors import BinacError
+    from binac_core.evaluation import check_protocols, training_protocols
+    from binac_core.prompts import SELF_CORRECT_FEEDBACK
+
+    with pytest.raises(BinacError, match="code benchmark"):
+        check_protocols("gsm8k", ("single", "feedback_exec"))
+    with pytest.raises(BinacError, match="need a critic"):
+        check_protocols("mbpp", ("feedback_exec",), SELF_CORRECT_FEEDBACK)
+    assert training_protocols("mbpp", None) == ("single", "feedback", "gated", "feedback_exec", "gated_exec")
+    assert training_protocols("mbpp", SELF_CORRECT_FEEDBACK) == ("single", "feedback", "gated")
+    assert training_protocols("synthetic", None) == ("single", "feedback", "gated")
+
+
+def test_fixed_feedback_replaces_the_critic_in_every_feedback_round():
+    from binac_core.evaluation import FIXED_INSTRUCTION, evaluate_protocols
+    from binac_core.prompts import CODE_CRITIC, SELF_CORRECT_FEEDBACK
+
+    be = _RecordingBackend()
+    res = evaluate_protocols(be, "mbpp", _mbpp_rows(), None, None, 1, _GEN, 0, 0, ("single", "feedback", "gated"),
+                             fixed_feedback=SELF_CORRECT_FEEDBACK, feedback_source=FIXED_INSTRUCTION)
+    assert not any(p.startswith(CODE_CRITIC) for p in be.sent)  # no critic was asked
+    texts = [f["text"] for f in res["feedback"]["feedback"]] + [f["text"] for r in res["gated"] for f in r["feedback"]]
+    assert len(texts) == 3 + 3 + 3 and set(texts) == {SELF_CORRECT_FEEDBACK}  # feedback, gated rounds 1 and 2
+    assert res["feedback_source"] == FIXED_INSTRUCTION
+
+
+def test_method_feedback_sources_and_the_report_column(tmp_path):
+    from binac_core.evaluation import method_feedback_source
+    from binac_core.report import build_report
+
+    assert {m: method_feedback_source(m) for m in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")} \
+        == {"grpo": "critic (base, frozen)", "fixed_critic": "critic (base, frozen)", "binac": "critic (trained)",
+            "critic_only": "critic (trained)", "self_correct": "fixed instruction"}
+    ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25, "eval/acc_feedback_exec": 0.75,
+          "eval/acc_gated_k2": 0.5, "eval/acc_gated_exec_k2": 1.0}
+    runs = [{"method": m, "seed": 0, "samples_per_iteration": 4, "evals": {0: ev, 1: ev}}
+            for m in ("grpo", "binac", "self_correct")]
+    meta = {"preset": "p", "seeds": [0], "budget": 4, "steps": 1, "n_eval": 2, "eval_samples": 1,
+            "eval_temperature": 1.0}
+    text = build_report(runs, meta, tmp_path)["text"]
+    header = next(line for line in text.splitlines() if line.startswith("| method"))
+    assert header.split(" | ")[1] == "feedback source"
+    assert "| self_correct | fixed instruction |" in text and "| binac | critic (trained) |" in text
+    assert "| grpo | critic (base, frozen) |" in text
+    assert "acc_feedback_exec" in header and "acc_gated_exec_k2" in header
+    assert "no verifier in the loop" not in text
+    assert "`acc_feedback_exec` = with execution-assisted feedback" in text and "unassisted" in text
+
+
+def test_execution_assisted_protocol_on_a_non_code_benchmark_fails_in_one_line(micro_compare, base_model):
+    proc = run_binac(["evaluate", "--benchmark", "gsm8k", "--model", str(base_model), "--protocol", "feedback",
+                      "--critic-sees-execution", "--limit", "1"], dict(micro_compare["env"]), 120, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "code benchmark" in proc.stderr

@@ -18,10 +18,16 @@ from binac_core.grading import (
 )
 from binac_core.grading.code import extract_program
 
-# Reference programs that do not pass their own tests in the sandbox, with the reason (checked by hand).
+# Reference programs that do not pass their own tests in the sandbox, with the reason (checked by hand) and a
+# piece of the reason the grader gives. At least 99.5 % of the 874 must pass.
 KNOWN_FAILING_REFERENCES = {
-    "123": "too slow: amicable_numbers_sum(9999) sums divisors in O(n^2) pure Python, about 9 s of CPU alone, "
-    "so it hits the 10 s default limit (it passes given ~15 s on an idle core)",
+    "126": ("the program defines its own `sum(a, b)` and the test calls `sum(10,15)`: a test's pure builtins "
+            "are always the builtins (else a program could redefine `sorted` to choose an expected value), so "
+            "the grader evaluates the builtin sum(10, 15)", "TypeError: 'int' object is not iterable"),
+}
+# Slow enough that a loaded machine may hit the 10 s limit: allowed to fail by timing out only.
+SLOW_REFERENCES = {
+    "123": "amicable_numbers_sum(9999) sums divisors in O(n^2) pure Python, several seconds of CPU",
 }
 
 
@@ -35,15 +41,22 @@ def fenced(code: str) -> str:
 
 
 def test_every_reference_program_passes_its_own_tests(rows):
-    todo = [r for r in rows if r["id"] not in KNOWN_FAILING_REFERENCES]
-    assert len(todo) == len(rows) - len(KNOWN_FAILING_REFERENCES) == 873
+    assert len(rows) == 874
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda r: check_program(r, fenced(r["answer"])), todo))
-    assert [(r["id"], res.reason) for r, res in zip(todo, results, strict=True) if not res.passed] == []
+        results = list(pool.map(lambda r: check_program(r, fenced(r["answer"])), rows))
+    failed = {r["id"]: res.reason for r, res in zip(rows, results, strict=True) if not res.passed}
+    unexpected = {
+        i: reason for i, reason in failed.items()
+        if i not in KNOWN_FAILING_REFERENCES and not (i in SLOW_REFERENCES and reason.startswith("timed out"))
+    }
+    assert unexpected == {}
+    for i, (_, expected) in KNOWN_FAILING_REFERENCES.items():
+        assert expected in failed[i]
+    assert 1 - len(failed) / len(rows) >= 0.995
 
 
 def test_known_failures_are_real_task_ids(rows):
-    assert set(KNOWN_FAILING_REFERENCES) <= {r["id"] for r in rows}
+    assert set(KNOWN_FAILING_REFERENCES) | set(SLOW_REFERENCES) <= {r["id"] for r in rows}
 
 
 def _break_one_assert(tests: list[str], k: int) -> list[str]:

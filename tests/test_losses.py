@@ -23,11 +23,49 @@ def test_group_advantages_mean_only_and_singletons():
     assert torch.allclose(adv, torch.tensor([1.0, -1.0, 0.0]))
 
 
-def test_critic_reward_value_penalty_form():
+def test_critic_reward_is_the_value_penalty_weight_worked_out_by_hand_from_the_objective():
+    """Independent hand computation from the bilevel objective (docs/algorithm.md, "First-order value-penalty form").
+
+    L_λ(φ, θ) = F(φ, θ) + λ·[G(θ, φ) − G(θ⁺, φ)]
+        F = E[r1]                                   (upper level: reward of the refined answer)
+        G = E[r0] + E[r1 + α·(r1 − r0)] − β·KL      (lower level: the actor's two turns, SCoRe shaping α)
+    The score-function gradient ∇_φ L_λ weights ∇_φ log π_φ(z | x, y0) of each feedback z (on one attempt y0 with
+    reward r0; θ⁺'s refinement is taken on the same y0, so the same r0) by the integrand
+        I = r1 + λ·[r0 + r1 + α·(r1 − r0)] − λ·[r0 + r1⁺ + α·(r1⁺ − r0)]
+    (β·KL: an actor regularizer, left out of the critic's reward). Below, I is evaluated number by number with
+    λ = 0.5 and α = 2, for each (r0, r1, r1⁺); r0 is written in to show that it cancels and the α·r1 terms do not.
+    """
+    lam, alpha = 0.5, 2.0
+    cases = [  # (r0, r1, r1⁺) -> I, computed by hand
+        # 1 + 0.5·[1 + 1 + 2·(1 − 1)] − 0.5·[1 + 1 + 2·(1 − 1)] = 1 + 1 − 1 = 1
+        ((1.0, 1.0, 1.0), 1.0),
+        # 1 + 0.5·[1 + 1 + 2·0] − 0.5·[1 + 0 + 2·(0 − 1)] = 1 + 1 − 0.5·(−1) = 2.5   (good only for θ: highest)
+        ((1.0, 1.0, 0.0), 2.5),
+        # 1 + 0.5·[0 + 1 + 2·(1 − 0)] − 0.5·[0 + 0 + 0] = 1 + 1.5 = 2.5            (same, r0 = 0)
+        ((0.0, 1.0, 0.0), 2.5),
+        # 0 + 0.5·[0 + 0 + 0] − 0.5·[0 + 1 + 2·(1 − 0)] = −1.5                     (good only for θ⁺: lowest)
+        ((0.0, 0.0, 1.0), -1.5),
+        # 0 + 0.5·[1 + 0 + 2·(0 − 1)] − 0.5·[1 + 1 + 2·(1 − 1)] = −0.5 − 1 = −1.5  (same, r0 = 1)
+        ((1.0, 0.0, 1.0), -1.5),
+        # 0 + 0.5·[0 + 0 + 0] − 0.5·[0 + 0 + 0] = 0
+        ((0.0, 0.0, 0.0), 0.0),
+    ]
+    r1 = torch.tensor([c[0][1] for c in cases])
+    r1_plus = torch.tensor([c[0][2] for c in cases])
+    expected = torch.tensor([c[1] for c in cases])
+    assert torch.allclose(critic_rewards(r1, r1_plus, lam, alpha), expected)
+    # α = 0 (no shaping), λ = 0.5, (r0, r1, r1⁺) = (0, 1, 0): 1 + 0.5·[0 + 1] − 0.5·[0 + 0] = 1.5; (0, 0, 1): −0.5
+    assert torch.allclose(critic_rewards(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), 0.5, 0.0),
+                          torch.tensor([1.5, -0.5]))
+
+
+def test_critic_reward_is_r1_without_penalty_or_without_lookahead():
     r1 = torch.tensor([1.0, 1.0, 0.0, 0.0])
     r1_plus = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    assert torch.allclose(critic_rewards(r1, r1_plus, 0.5), torch.tensor([1.0, 1.5, -0.5, 0.0]))
-    assert torch.equal(critic_rewards(r1, r1_plus, 0.0), r1)
+    # λ = 0: I = r1 whatever α and r1⁺
+    assert torch.equal(critic_rewards(r1, r1_plus, 0.0, 2.0), r1)
+    # θ⁺ = θ (critic_only: no actor update, r1⁺ = r1): the two λ brackets are equal, I = r1
+    assert torch.equal(critic_rewards(r1, r1.clone(), 0.5, 2.0), r1)
 
 
 def test_clipped_loss_on_policy_is_minus_mean_advantage_per_token():

@@ -83,6 +83,7 @@ def test_equal_actor_sample_budgets(micro_compare):
     the budget of 2 GRPO iterations."""
     home = micro_compare["home"]
     budget = 2 * 4 * 4  # --steps 2 GRPO iterations of 4 problems x 4 samples
+    generated = {}
     for method in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct"):
         (run,) = [d for d in (home / "runs").iterdir() if d.name.startswith(f"{method}-s0-")]
         per_step = [sum(len(json.loads(f.read_text())) for f in step.glob("*.json")
@@ -90,7 +91,9 @@ def test_equal_actor_sample_budgets(micro_compare):
                     for step in sorted(run.glob("step-*"))]
         assert per_step and len(set(per_step)) == 1, (method, per_step)
         assert budget <= sum(per_step) < budget + per_step[0], (method, per_step)
-    assert sum(per_step) == 2 * 16 * 2, "self_correct: one attempt and one refinement per sample, 2 iterations"
+        generated[method] = per_step
+    assert generated["grpo"] == [16, 16], "16 attempts per iteration, 2 iterations"
+    assert generated["self_correct"] == [32], "16 attempts + 16 refinements reach the budget in 1 iteration"
 
 
 def test_no_critic_prompt_contains_the_reference_answer(micro_compare, micro_base):
@@ -105,12 +108,16 @@ def test_no_critic_prompt_contains_the_reference_answer(micro_compare, micro_bas
     tok = AutoTokenizer.from_pretrained(str(micro_base))
     decoded = 0
     for f in (home / "runs").rglob("feedback.json"):
+        attempts = {(a["problem_id"], a["sample_idx"]): a["text"]
+                    for a in json.loads((f.parent / "attempts.json").read_text())}
         for fb in json.loads(f.read_text()):
             if not fb["prompt_ids"]:  # the fixed self-correction text: no critic prompt
                 continue
             row = rows[fb["problem_id"]]
+            attempt = attempts[(fb["problem_id"], fb["sample_idx"])]
             prompt = tok.decode(fb["prompt_ids"])
-            assert row["question"] in prompt, "the decoded prompt is the critic's prompt for this problem"
+            assert row["question"] in prompt and attempt in prompt, "the critic's prompt for this attempt"
+            prompt = prompt.replace(attempt, "")  # an attempt may itself be right: only the rest must not tell
             solution = synthetic.render_trace(synthetic.solve_steps(row["question"]))
             assert solution not in prompt and f"A: {row['answer']}" not in prompt, prompt
             decoded += 1

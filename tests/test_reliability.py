@@ -69,7 +69,7 @@ def concurrent(tmp_path_factory, prefect_home, micro_compare):
     procs = [start([*TRAIN, "--seed", str(s)], env, log) for s, log in zip((0, 1), logs, strict=True)]
     try:
         for p in procs:
-            p.wait(timeout=600)
+            p.wait()
     finally:
         for p in procs:
             stop(p)
@@ -140,6 +140,44 @@ def test_sigkill_mid_iteration_then_rerun_ends_with_the_rows_of_a_run_that_never
     assert [m.step for m in c.get_metric_history(run.info.run_id, "train/reward_first")] == [1, 2, 3]
 
 
+def test_two_methods_of_one_seed_at_once_share_the_initial_adapters_without_corrupting_them(
+    tmp_path_factory, prefect_home, micro_compare
+):
+    """`grpo` and `fixed_critic` with seed 0 both write the seed's initial adapters into one shared folder. Each
+    run pauses with its actor adapter written but not yet moved into place (fault point `adapter-written:actor`)
+    until both are there, so both publish onto one destination: both runs finish, with their own rows, and the
+    shared folder holds one whole adapter per name and nothing else."""
+    from safetensors.torch import load_file
+
+    home = home_with_micro_base(tmp_path_factory, "binac-home-same-seed", micro_compare)
+    env, point, procs = binac_env(home, prefect_home), "adapter-written:actor@0", []
+    for method in ("grpo", "fixed_critic"):
+        faults = home / f"faults-{method}"
+        faults.mkdir()
+        argv = ["train", "--preset", "micro", "--method", method, "--steps", "1", "--seed", "0"]
+        fault_env = {**env, "BINAC_FAULT": f"{point}:pause", "BINAC_FAULT_DIR": str(faults)}
+        procs.append((faults, home / f"{method}.log", start(argv, fault_env, home / f"{method}.log")))
+    try:
+        for faults, log, proc in procs:
+            wait_for_point(faults, point, proc, log)
+        for faults, _, _ in procs:
+            resume(faults, point)
+        for _, _, proc in procs:
+            proc.wait()
+    finally:
+        for _, _, proc in procs:
+            stop(proc)
+    assert [p.returncode for _, _, p in procs] == [0, 0], "\n".join(log.read_text()[-2000:] for _, log, _ in procs)
+    (shared,) = list((home / "runs").glob("init-*-s0"))
+    assert sorted(p.name for p in shared.iterdir() if p.is_dir()) == ["actor", "critic"]
+    assert not [p for p in shared.parent.iterdir() if p.name.startswith(".")], "no temporary folder left"
+    for name in ("actor", "critic"):
+        assert load_file(str(shared / name / "adapter_model.safetensors")), name
+    stored = sqlrun.run(Workspace(home), "SELECT method, split, count(*) n FROM trajectories GROUP BY ALL")
+    train = stored[stored.split == "train"].set_index("method")["n"].to_dict()
+    assert train == {"grpo": 4 * 4, "fixed_critic": 4 * 4 * 2}  # micro: 4 problems x 4 attempts (x 2 critiques)
+
+
 # Runs `binac` with the actor update failing at its second call (iteration 2). The patch replaces the library
 # function the task calls, not the task, so the task's cache key (inputs + task source) is the real one.
 FAILING_DRIVER = textwrap.dedent("""
@@ -168,7 +206,7 @@ def test_a_failing_task_marks_the_run_failed_keeps_its_rows_and_a_retry_resumes_
     args, log = ["train", "--preset", "micro", "--method", "grpo", "--steps", "2", "--seed", "0"], home / "fail.log"
     proc = start(args, failing_env, log, driver=["-c", FAILING_DRIVER])
     try:
-        proc.wait(timeout=600)
+        proc.wait()
     finally:
         stop(proc)
     assert proc.returncode not in (0, -signal.SIGKILL) and "injected failure" in log.read_text()

@@ -40,7 +40,7 @@ def test_queries_run_from_the_cli_with_parameters_and_out(micro_compare, tmp_pat
     env = binac_env(micro_compare["home"], tmp_path / "prefect")
     proc = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "sql/feedback_top_gain.sql", "--param", "k=1",
                            "--param", "split=eval", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True)
     assert proc.returncode == 0, proc.stderr
     import pandas as pd
 

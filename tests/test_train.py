@@ -69,7 +69,7 @@ def test_bad_input_fails_fast_with_one_line_and_writes_nothing(tmp_path, prefect
     argv = ["train"] + [x for kv in base.items() for x in kv]
     if "--set" in args:
         argv = ["train", "--preset", "micro", "--set", args[1]]
-    proc = run_binac(argv, env, timeout=120, check=False)
+    proc = run_binac(argv, env, check=False)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
@@ -80,8 +80,8 @@ def test_bad_input_fails_fast_with_one_line_and_writes_nothing(tmp_path, prefect
 def test_malformed_config_file_names_the_file(tmp_path, prefect_home):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: [unclosed\n")
-    proc = run_binac(["train", "--preset", str(bad)], binac_env(tmp_path / "h", prefect_home), 120, check=False)
+    proc = run_binac(["train", "--preset", str(bad)], binac_env(tmp_path / "h", prefect_home), check=False)
     assert proc.returncode == 2 and "malformed config file" in proc.stderr and str(bad) in proc.stderr
     bad.write_text("model:\n  hidden_size: -3\n")
-    proc = run_binac(["train", "--preset", str(bad)], binac_env(tmp_path / "h", prefect_home), 120, check=False)
+    proc = run_binac(["train", "--preset", str(bad)], binac_env(tmp_path / "h", prefect_home), check=False)
     assert proc.returncode == 2 and "model.hidden_size" in proc.stderr

@@ -3,7 +3,8 @@
 Extraction: the last ```python (or ```py) fenced block; else the last fenced block of any language; else the
 whole response (a model that answers with bare code). A final block left open by a truncated response is taken
 up to the end. Then `run_python(program, row["tests"], row["setup"])`: program, setup, asserts, in that order
-(stack notes, "Running untrusted code"). Passing means every assert ran and held. This mirrors lm-eval's MBPP
+(stack notes, "Running untrusted code"). Passing means every assert held, judged outside the sandbox on
+the plain values the program's calls returned (see `sandbox`), so the program cannot forge it. This mirrors lm-eval's MBPP
 task (https://github.com/EleutherAI/lm-evaluation-harness/blob/main/lm_eval/tasks/mbpp/mbpp.yaml), with a
 fenced block instead of its `[BEGIN]`/`[DONE]` markers.
 """
