@@ -36,11 +36,14 @@ def _leftovers(parent, keep):
 def test_two_concurrent_writers_of_one_folder_both_succeed(policy, tmp_path, monkeypatch):
     """Both writers finish writing their files before either publishes (a barrier inside save_pretrained)."""
     dest = tmp_path / "init-s0" / "actor"
-    barrier = threading.Barrier(2, timeout=60)
+    barrier, one_at_a_time = threading.Barrier(2), threading.Lock()
     real = policy.model.save_pretrained
 
     def save_then_wait(*a, **k):
-        out = real(*a, **k)
+        # Two processes each have their own model; these threads share one, and peft's save_pretrained edits
+        # the shared adapter config while it writes: one writer at a time, then both wait before publishing.
+        with one_at_a_time:
+            out = real(*a, **k)
         barrier.wait()
         return out
 
@@ -57,7 +60,7 @@ def test_two_concurrent_writers_of_one_folder_both_succeed(policy, tmp_path, mon
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)
+        t.join()
     assert not errors, errors
     assert refs[0] == refs[1]
     _valid(policy, refs[0], "actor")
