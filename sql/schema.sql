@@ -9,7 +9,7 @@ CREATE TABLE trajectory_rows (
     seed            INTEGER NOT NULL,  -- run seed
     step            INTEGER NOT NULL,  -- training iteration (eval rows: the iteration evaluated after)
     split           VARCHAR NOT NULL,  -- train | eval
-    protocol        VARCHAR NOT NULL,  -- train rows: train; eval rows: single | feedback | gated
+    protocol        VARCHAR NOT NULL,  -- train rows: train; eval rows: single | feedback | gated | feedback_exec | gated_exec
     benchmark       VARCHAR NOT NULL,  -- synthetic | math500 | mbpp | gpqa_diamond | gsm8k ...
     problem_id      VARCHAR NOT NULL,  -- the problem's id in its split
     sample_idx      INTEGER NOT NULL,  -- index of the first attempt within its group
@@ -21,7 +21,7 @@ CREATE TABLE trajectory_rows (
     feedback        VARCHAR,           -- critic feedback z (NULL for methods without feedback)
     refined         VARCHAR,           -- refined answer y1 given (x, y0, z)
     refined_reward  DOUBLE,            -- verifier reward r1 of the refinement
-    critic_reward   DOUBLE,            -- the critic's reward (1+λ)·r1(θ) − λ·r1(θ⁺) (training rows of critic methods)
+    critic_reward   DOUBLE,            -- the critic's reward (1+μ)·r1(θ) − μ·r1(θ⁺), μ = λ(1+α) (training rows of critic methods)
     attempt_tokens  INTEGER NOT NULL,  -- completion tokens of the attempt
     feedback_tokens INTEGER,           -- completion tokens of the feedback
     refined_tokens  INTEGER,           -- completion tokens of the refinement
