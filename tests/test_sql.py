@@ -48,16 +48,21 @@ def test_queries_run_from_the_cli_with_parameters_and_out(micro_compare, tmp_pat
     assert len(df) > 0 and (df["rank"] == 1).all() and df["method"].is_unique
 
 
+def _stored_row(ws: Workspace, where: str = "TRUE") -> dict:
+    """One stored trajectory row as a dict of Python values (NULL as None), to plant a modified copy."""
+    con = sqlrun.connect(ws)
+    try:
+        cur = con.execute(f"SELECT * FROM trajectories WHERE {where} LIMIT 1")
+        return dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
+    finally:
+        con.close()
+
+
 def test_bm25_search_finds_a_planted_phrase(micro_compare, tmp_path):
     home = tmp_path / "home"  # a copy of the store: the shared one stays as the run wrote it
     shutil.copytree(micro_compare["home"] / "trajectories", home / "trajectories")
     ws = Workspace(home)
-    con = sqlrun.connect(ws)
-    try:
-        cur = con.execute("SELECT * FROM trajectories WHERE feedback IS NOT NULL AND split = 'train' LIMIT 1")
-        row = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
-    finally:
-        con.close()
+    row = _stored_row(ws, "feedback IS NOT NULL AND split = 'train'")
     planted = "Step 2 is wrong: carry the zebra quantum before multiplying"
     storage.write_shard(ws, "planted-run", "train", 1, [{**row, "run_id": "planted-run", "method": "binac", "feedback": planted}])
     query = (REPO / "sql" / "feedback_search.sql").read_text()
@@ -195,12 +200,7 @@ def test_a_client_holding_the_store_file_blocks_no_query_and_no_run(micro_compar
                               cwd=REPO, env=env, capture_output=True, text=True)
         assert proc.returncode == 0 and str(_shard_rows(home)) in proc.stdout, proc.stderr
         storage.ensure_view(ws)  # what `start-run` does
-        con = sqlrun.connect(ws)
-        try:
-            cur = con.execute("SELECT * FROM trajectories LIMIT 1")
-            row = dict(zip([d[0] for d in cur.description], cur.fetchone(), strict=True))
-        finally:
-            con.close()
+        row = _stored_row(ws)
         storage.write_shard(ws, "another-run", "train", 1, [{**row, "run_id": "another-run"}])
         assert sqlrun.run(ws, "SELECT count(*) n FROM trajectories WHERE run_id = 'another-run'")["n"][0] == 1
     finally:
