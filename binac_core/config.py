@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from binac_core.errors import BinacError
 
 PRESET_DIR = Path(__file__).parent / "presets"
-METHODS = ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")
+METHODS = ("grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic")
 
 
 class _Section(BaseModel):
@@ -62,7 +62,11 @@ class TaskConfig(_Section):
     benchmark: str = "synthetic"
     """Benchmark to train and evaluate on: `synthetic` (built here) or `math`, `gsm8k`, `mbpp`, `gpqa_diamond`."""
     difficulty: int = Field(4, ge=1, le=12)
-    """Synthetic only: the number of arithmetic steps in each problem."""
+    """Synthetic only: the number of arithmetic steps in each problem of the RL splits (train and eval)."""
+    pretrain_difficulties: tuple[Annotated[int, Field(ge=1, le=12)], ...] | None = Field(None, min_length=1)
+    """Synthetic only: the difficulties of the pretraining corpus, one drawn uniformly per example; None means
+    `difficulty` alone. With a range, one base model serves every `difficulty` (it is not part of the base's key),
+    so the difficulty of the RL problems is a knob on a fixed base (the study's regimes)."""
     n_train: int = Field(4000, gt=0)
     """Synthetic only: training problems generated."""
     n_test: int = Field(200, gt=0)
@@ -130,19 +134,25 @@ class TrainConfig(_Section):
     """Divide group-centred rewards by the group std (GRPO); False gives Dr. GRPO-style mean-only advantages."""
     eval_every: int = Field(5, gt=0)
     """`binac train`: evaluate on the held-out split every k iterations (and at step 0 and the last step)."""
+    eval_at_samples: int | None = Field(None, gt=0)
+    """`binac train`: also evaluate at the first iteration whose cumulative actor samples reach this count (a
+    study sets GRPO's final count, so every method has an evaluation at equal actor samples)."""
     eval_points: int = Field(4, gt=0)
     """`binac compare`: evaluations per run after step 0, evenly spaced in actor samples, so every method's
     accuracy-vs-samples curve has points at the same budget fractions."""
     # --- Bi-NAC (critic) ---
     critic_group_size: int = Field(2, ge=1)
-    """Feedbacks sampled per first attempt; the critic's advantages are normalised within this group."""
+    """K: feedbacks per first attempt, each followed by one refinement, for every method with a second turn; the
+    critic's advantages are normalised within this group. A fixed instruction or the oracle writes the same text K
+    times (K refinements sampled under it)."""
     critic_lr: float = Field(2e-3, gt=0)
     """AdamW learning rate of the critic adapter."""
     critic_kl_coef: float = Field(0.0, ge=0)
     """Weight of the k3 KL estimate of the critic to its initial policy."""
     lam: float = Field(0.5, ge=0)
     """Bilevel penalty λ: critic reward (1+μ)·r1(z; θ) − μ·r1(z; θ⁺), μ = λ(1+α), θ⁺ = actor after its update
-    (docs/algorithm.md, "First-order value-penalty form")."""
+    (docs/algorithm.md, "First-order value-penalty form"). Used by `binac`; `binac_lam0` is λ = 0 (r1 alone, no
+    look-ahead) and `binac_after` rewards r1(z; θ⁺) alone, whatever this says."""
     t_low: int = Field(1, ge=1)
     """t_L: actor (lower level) optimizer passes over each iteration's batch (1 = on-policy, ratio starts at 1)."""
     t_high: int = Field(1, ge=1)
@@ -172,20 +182,28 @@ class Config(_Section):
         out: dict[str, str] = {"name": self.name}
         for section in ("model", "task", "lora", "generation", "train"):
             for key, value in getattr(self, section).model_dump().items():
-                out[f"{section}.{key}"] = ",".join(value) if isinstance(value, tuple | list) else str(value)
+                out[f"{section}.{key}"] = ",".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
         return out
+
+    def data_digest(self) -> str:
+        """Hash of the task settings: the prepared problem splits are named by it."""
+        return hashlib.sha256(json.dumps(self.task.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
     def digest(self) -> str:
         """Content hash of the whole config (part of every cache key)."""
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
     def base_digest(self) -> str:
-        """Hash of what determines the base model (model + task teacher settings, and the pretraining code with
-        every library module it imports: `provenance.module_digest`), so methods share one base and an edit to
-        pretraining, the tokenizer or the teacher corpus builds a new one."""
+        """Hash of what determines the base model (model settings, the teacher corpus's task settings, and the
+        pretraining code with every library module it imports: `provenance.module_digest`), so methods share one
+        base and an edit to pretraining, the tokenizer or the teacher corpus builds a new one. The RL splits'
+        sizes are not part of it, nor `difficulty` when `pretrain_difficulties` is set (pretraining ignores it)."""
         from binac_core.provenance import module_digest
 
-        blob = {"model": self.model.model_dump(mode="json"), "task": self.task.model_dump(mode="json"),
+        task = self.task.model_dump(mode="json", exclude={"n_train", "n_test"})
+        if self.task.pretrain_difficulties is not None:
+            task.pop("difficulty")
+        blob = {"model": self.model.model_dump(mode="json"), "task": task,
                 "code": module_digest("binac_core.pretrain")}
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -55,15 +55,20 @@ def generate_attempts(
 def sample_feedback(
     backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[dict],
     critic: AdapterRef | None, per_attempt: int, params: SamplingParams, fixed_text: str | None = None,
-    errors: list[str | None] | None = None,
+    errors: list[str | None] | None = None, oracle: bool = False,
 ) -> list[dict]:
-    """`per_attempt` feedbacks for each attempt from the critic adapter, or the fixed text (self-correction).
-    `errors` (code tasks) are the attempts' execution results (`score_with_errors`), put in the critic's prompt."""
-    if fixed_text is not None:
+    """`per_attempt` feedbacks for each attempt from the critic adapter, or `per_attempt` copies of the fixed text
+    (self-correction) or of the rule-based oracle's feedback (`oracle`, synthetic task only: it reads the
+    reference). `errors` (code tasks) are the attempts' execution results (`score_with_errors`), put in the
+    critic's prompt. Fixed and oracle feedback carry no tokens: nothing trains on them."""
+    if fixed_text is not None or oracle:
+        from binac_core.synthetic import oracle_feedback
+
         return [
-            {"problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "feedback_idx": 0, "text": fixed_text,
+            {"problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "feedback_idx": j,
+             "text": oracle_feedback(problems[a["problem_id"]], a["text"]) if oracle else fixed_text,
              "prompt_ids": [], "token_ids": [], "logprobs": []}
-            for a in attempts
+            for a in attempts for j in range(per_attempt)
         ]
     msgs, keys = [], []
     for i, a in enumerate(attempts):

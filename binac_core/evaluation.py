@@ -37,6 +37,8 @@ from binac_core.prompts import CODE_BENCHMARKS
 CRITIC_TRAINED = "critic (trained)"
 CRITIC_BASE = "critic (base, frozen)"
 FIXED_INSTRUCTION = "fixed instruction"
+ORACLE = "oracle (rule-based)"
+"""`oracle_critic`: the synthetic task's oracle, which names the first wrong step (it reads the reference)."""
 CRITIC_ADAPTER = "critic (adapter)"
 """`binac evaluate --critic-adapter DIR`: an adapter given on the command line (how it was trained is not known)."""
 
@@ -53,6 +55,8 @@ def method_feedback_source(method: str) -> str:
         return "–"
     if spec.feedback == "fixed":
         return FIXED_INSTRUCTION
+    if spec.feedback == "oracle":
+        return ORACLE
     return CRITIC_TRAINED if spec.train_critic else CRITIC_BASE
 
 
@@ -98,10 +102,12 @@ def evaluate_protocols(
     backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None,
     critic: AdapterRef | None, samples: int, gen: dict, seed: int, step: int, protocols: tuple[str, ...],
     gated_k: int = 2, fixed_feedback: str | None = None, feedback_source: str = CRITIC_BASE,
+    oracle_feedback: bool = False,
 ) -> dict:
     """Returns {"metrics": {"acc_single": ..}, "feedback_source": .., "single": {...records}, "feedback": {...},
     "gated": [rounds], "feedback_exec": {...}, "gated_exec": [rounds]} (the protocols asked for).
-    `fixed_feedback`: the feedback text given instead of a critic's (the self-correction baseline)."""
+    `fixed_feedback`: the feedback text given instead of a critic's (the self-correction baseline);
+    `oracle_feedback`: the rule-based oracle's feedback instead of a critic's (`oracle_critic`, synthetic only)."""
     check_protocols(benchmark, protocols, fixed_feedback)
     by_id = {r["id"]: r for r in problems}
 
@@ -119,7 +125,7 @@ def evaluate_protocols(
         show_exec = suffix == "_exec"  # the critic is shown the graded tests' execution result
         fb = sample_feedback(backend, benchmark, by_id, attempts, critic, 1,
                              params("z1", gen["feedback_max_new_tokens"]), fixed_text=fixed_feedback,
-                             errors=err0 if show_exec else None)
+                             errors=err0 if show_exec else None, oracle=oracle_feedback)
         y1 = generate_refinements(backend, benchmark, by_id, attempts, fb, actor, params("y1", gen["max_new_tokens"]))
         r1, err1 = score_with_errors(benchmark, by_id, y1)
         out[f"feedback{suffix}"] = {"attempts": attempts, "r0": r0, "feedback": fb, "refined": y1, "r1": r1}
@@ -128,13 +134,15 @@ def evaluate_protocols(
         if f"gated{suffix}" in protocols:
             out[f"gated{suffix}"], out["metrics"][f"acc_gated{suffix}_k{gated_k}"] = _gated(
                 backend, benchmark, by_id, attempts, r0, fb, y1, (r1, err1 if show_exec else None), actor, critic,
-                gated_k, params, gen, fixed_feedback,
+                gated_k, params, gen, (fixed_feedback, oracle_feedback),
             )
     return out
 
 
-def _gated(backend, benchmark, by_id, attempts, r0, fb, y1, scored_y1, actor, critic, k, params, gen, fixed_feedback):
-    """`scored_y1` = (r1, execution results to show the critic in later rounds, or None for an unassisted critic)."""
+def _gated(backend, benchmark, by_id, attempts, r0, fb, y1, scored_y1, actor, critic, k, params, gen, not_critic):
+    """`scored_y1` = (r1, execution results to show the critic in later rounds, or None for an unassisted critic);
+    `not_critic` = (the fixed feedback text or None, whether the oracle writes the feedback)."""
+    fixed_feedback, oracle = not_critic
     r1, err1 = scored_y1
     show_exec = err1 is not None
     solved = {(a["problem_id"], a["sample_idx"]): r > 0 for a, r in zip(attempts, r0, strict=True)}
@@ -151,7 +159,7 @@ def _gated(backend, benchmark, by_id, attempts, r0, fb, y1, scored_y1, actor, cr
                 break
             fb_r = sample_feedback(
                 backend, benchmark, by_id, current, critic, 1, params(f"z{rnd}", gen["feedback_max_new_tokens"]),
-                fixed_text=fixed_feedback, errors=cur_err,
+                fixed_text=fixed_feedback, errors=cur_err, oracle=oracle,
             )
             y_r = generate_refinements(
                 backend, benchmark, by_id, current, fb_r, actor, params(f"y{rnd}", gen["max_new_tokens"])

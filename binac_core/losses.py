@@ -5,6 +5,7 @@
 - `critic_rewards`: the first-order value-penalty reward of a feedback z,
   (1 + λ(1 + α))·r1(z; θ) − λ(1 + α)·r1(z; θ⁺), θ⁺ = the actor after its update on the same batch, α the
   actor's shaping weight (the lower level's shaped r1 term depends on z; docs/algorithm.md derives it).
+- `critic_reward_of`: that reward, r1 alone (λ = 0) or r1⁺ alone, by the `binac` variant's form.
 - `clipped_policy_loss`: PPO clipped surrogate with a token-level mean over every completion token of the batch
   (DAPO's aggregation, as TRL's `loss_type="dapo"`), plus β·k3 KL to a reference (Schulman's unbiased estimator,
   as in TRL/verl `low_var_kl` without clamping).
@@ -35,6 +36,20 @@ def critic_rewards(r1: torch.Tensor, r1_lookahead: torch.Tensor, lam: float, alp
     −α·r0 term is constant in z and drops out, the α·r1 term does not."""
     mu = lam * (1.0 + alpha)
     return (1.0 + mu) * r1.float() - mu * r1_lookahead.float()
+
+
+def critic_reward_of(form: str, r1: torch.Tensor, r1_lookahead: torch.Tensor | None, lam: float, alpha: float):
+    """The critic's reward in one of the three forms the `binac` variants use (binac_core/methods.py): `penalty`
+    (`critic_rewards`; θ⁺ = θ when there is no look-ahead), `r1` (r1 alone: λ = 0) or `after` (r1⁺ alone)."""
+    if form == "r1":
+        return r1.float()
+    if form == "penalty":
+        return critic_rewards(r1, r1 if r1_lookahead is None else r1_lookahead, lam, alpha)
+    if form == "after":
+        if r1_lookahead is None:
+            raise ValueError("the `after` critic reward needs the look-ahead refinements r1(θ⁺)")
+        return r1_lookahead.float()
+    raise ValueError(f"unknown critic reward form {form!r} (known: r1, penalty, after)")
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

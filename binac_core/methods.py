@@ -1,4 +1,10 @@
-"""What each `--method` trains and where its feedback comes from (the table in README / docs/algorithm.md)."""
+"""What each `--method` trains and where its feedback comes from (the table in README / docs/algorithm.md).
+
+The three `binac` variants differ only in the critic's reward, since the paper's exact form is not recoverable
+(docs/algorithm.md): `binac` the first-order value-penalty form (1 + μ)·r1(θ) − μ·r1(θ⁺), μ = λ(1 + α);
+`binac_lam0` λ = 0, i.e. r1(θ) alone with no look-ahead (the authors' precursor code); `binac_after` r1(θ⁺)
+alone, the "downstream effect on the actor after adaptation". `oracle_critic` trains the actor exactly as
+`fixed_critic` does, on the rule-based oracle's feedback (synthetic task only): a ceiling, not a competitor."""
 
 from __future__ import annotations
 
@@ -13,21 +19,23 @@ from binac_core.errors import BinacError
 class MethodSpec:
     name: str
     feedback: str | None
-    """None (no second turn), "critic" (the critic adapter writes it) or "fixed" (the self-correction text)."""
+    """None (no second turn), "critic" (the critic adapter writes it), "fixed" (the self-correction text) or
+    "oracle" (the rule-based oracle's feedback naming the first wrong step; synthetic task only)."""
     train_actor: bool
     actor_second_turn: bool
     """The actor is also trained on its refinements y1 (conditioned on x, y0, z)."""
     train_critic: bool
     lookahead: bool
-    """Refine again with the updated actor θ⁺ to form the critic's λ-penalised reward (bilevel methods)."""
+    """Refine again with the updated actor θ⁺ to form the critic's reward (bilevel methods)."""
+    critic_reward: str = "r1"
+    """How a feedback is rewarded: "r1" (the refinement's reward under θ), "penalty" ((1 + μ)·r1(θ) − μ·r1(θ⁺))
+    or "after" (r1(θ⁺) alone); the last two need the look-ahead."""
 
     def actor_samples_per_iteration(self, cfg: Config) -> int:
-        """Actor completions generated per iteration: attempts, refinements and look-ahead refinements."""
+        """Actor completions generated per iteration: attempts, K refinements per attempt (every feedback source
+        gives K = `train.critic_group_size` feedbacks per attempt) and, with the look-ahead, K more under θ⁺."""
         attempts = cfg.train.batch_problems * cfg.train.group_size
-        per_attempt = 0
-        if self.feedback:
-            fb = cfg.train.critic_group_size if self.feedback == "critic" else 1
-            per_attempt = fb * (2 if self.lookahead else 1)
+        per_attempt = cfg.train.critic_group_size * (2 if self.lookahead else 1) if self.feedback else 0
         return attempts * (1 + per_attempt)
 
     def iterations_for_budget(self, cfg: Config, budget: int) -> int:
@@ -37,9 +45,12 @@ class MethodSpec:
 SPECS = {
     "grpo": MethodSpec("grpo", None, True, False, False, False),
     "fixed_critic": MethodSpec("fixed_critic", "critic", True, True, False, False),
-    "binac": MethodSpec("binac", "critic", True, True, True, True),
+    "binac": MethodSpec("binac", "critic", True, True, True, True, "penalty"),
+    "binac_lam0": MethodSpec("binac_lam0", "critic", True, True, True, False, "r1"),
+    "binac_after": MethodSpec("binac_after", "critic", True, True, True, True, "after"),
     "critic_only": MethodSpec("critic_only", "critic", False, False, True, False),
     "self_correct": MethodSpec("self_correct", "fixed", True, True, False, False),
+    "oracle_critic": MethodSpec("oracle_critic", "oracle", True, True, False, False),
 }
 assert set(SPECS) == set(METHODS)
 

@@ -14,6 +14,8 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
     """Validate everything before any compute: (config, method spec, iterations)."""
     cfg = load_config(preset, overrides)
     spec = method_spec(method)
+    if spec.feedback == "oracle" and cfg.task.benchmark != "synthetic":
+        raise BinacError(f"method {method!r} needs the synthetic task's oracle (benchmark is {cfg.task.benchmark!r})")
     if budget is None and (steps is None or steps < 1):
         raise BinacError(f"--steps must be a positive integer (got {steps})")
     if budget is not None and budget < 1:
@@ -42,6 +44,15 @@ def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, 
         for s in seeds:
             plan(preset, m, None, s, overrides, budget)
     return cfg, budget
+
+
+def train_run_key(cfg, method: str, seed: int, iterations: int, parent_key: str, code: str, fresh: str) -> str:
+    """A training run's identity (its MLflow run, stage folders, lock): the config, method, seed, iterations, the
+    comparison or study it belongs to, the stage code digest and the `--fresh` value."""
+    import hashlib
+
+    blob = f"{cfg.digest()}|{method}|{seed}|{iterations}|{parent_key}|{code}|{fresh}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 PROTOCOL_STAGES = {"single": ("single",), "feedback": ("single", "feedback"), "gated": ("single", "feedback", "gated")}
@@ -88,11 +99,19 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
 
 
 
-def evaluation_steps(iterations: int, every: int, points: int | None) -> set[int]:
+def evaluation_steps(iterations: int, every: int, points: int | None, samples_per_iteration: int = 0,
+                     at_samples: int | None = None) -> set[int]:
     """Iterations after which to evaluate: `points` evenly spaced ones (budgeted comparison runs), or every
-    `every` iterations; the last iteration always."""
+    `every` iterations; the last iteration always; and with `at_samples`, the first iteration whose cumulative
+    actor samples (`samples_per_iteration` each) reach it, when the run gets that far."""
     import math
 
     if points:
-        return {math.ceil(i * iterations / points) for i in range(1, points + 1)}
-    return {s for s in range(1, iterations + 1) if s % every == 0} | {iterations}
+        steps = {math.ceil(i * iterations / points) for i in range(1, points + 1)}
+    else:
+        steps = {s for s in range(1, iterations + 1) if s % every == 0} | {iterations}
+    if at_samples and samples_per_iteration:
+        first = math.ceil(at_samples / samples_per_iteration)
+        if first <= iterations:
+            steps.add(first)
+    return steps

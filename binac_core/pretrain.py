@@ -57,11 +57,13 @@ def _assistant(text: str) -> dict:
 
 
 def teacher_corpus(task, n: int) -> list[Conversation]:
-    """`n` conversations from train-side questions only (drawn with replacement), deterministic in `task.data_seed`."""
-    rng = random.Random(f"teacher:{task.data_seed}:{task.difficulty}")
+    """`n` conversations from train-side questions only (drawn with replacement), deterministic in `task.data_seed`.
+    Each question's difficulty is `task.difficulty`, or drawn uniformly from `task.pretrain_difficulties`."""
+    mix = task.pretrain_difficulties
+    rng = random.Random(f"teacher:{task.data_seed}:{task.difficulty if mix is None else '-'.join(map(str, mix))}")
     out: list[Conversation] = []
     while len(out) < n:
-        question = syn.random_question(rng, task.difficulty)
+        question = syn.random_question(rng, task.difficulty if mix is None else rng.choice(mix))
         if syn.split_of(question) == "train":
             out.append(teacher_example(task, question, rng))
     return out

@@ -1,19 +1,22 @@
-"""What code computed a result: digests of `binac_core` source, part of cache keys.
+"""What code computed a result: digests of source files, part of cache keys.
 
-A stage's cache key is its inputs, its task's source (Prefect's TASK_SOURCE) and `library_digest()`. The task
+A stage's cache key is its inputs, its task's source (Prefect's TASK_SOURCE) and `stage_code_digest()`. The task
 source alone misses the code that does the work (a loss, a grader, a prompt lives in `binac_core`), so without
 the digest a re-run after a library edit would silently serve results the old code computed.
 
-- `library_digest()` covers every `.py` and `.yaml` file of the `binac_core` package (path and bytes): any edit,
-  even to a comment, recomputes every cached stage. Coarse on purpose: per-function dependency tracking is easy
-  to get subtly wrong, and a stale result is the worse error.
-- `module_digest(name)` covers one module and every `binac_core` module it imports, transitively (imports inside
-  functions included; read from the source with `ast`, nothing is imported). The tiny base model's folder is
-  named by it (`Config.base_digest`), so a base model is rebuilt when pretraining code changes but not when a
-  loss does: pretraining costs minutes.
+- `stage_code_digest()` covers every file of `tasks/` (the stages and their shared helpers) and every
+  `binac_core` module they import, transitively (imports inside functions included; read from the source with
+  `ast`, nothing is imported): any edit to that code, even to a comment, recomputes every cached stage.
+  Modules no stage imports (the comparison and study reports, the study file reader) are left out, so a report
+  can be rewritten while a study's runs are cached. Whole modules, not functions: per-function dependency
+  tracking is easy to get subtly wrong, and a stale result is the worse error.
+- `module_digest(name)` covers one module and every `binac_core` module it imports, transitively. The tiny base
+  model's folder is named by it (`Config.base_digest`), so a base model is rebuilt when pretraining code changes
+  but not when a loss does: pretraining costs minutes.
 
-Neither covers third-party packages (torch, transformers, math-verify; pinned in `pyproject.toml`) nor data
-files outside the package: after changing those, force a recomputation with `binac train|compare ... --fresh`.
+Neither covers third-party packages (torch, transformers, math-verify; pinned in `pyproject.toml`), modules
+reached only through `importlib` with a computed name (binac has none), nor data files outside the package:
+after changing those, force a recomputation with `binac train|compare ... --fresh`.
 """
 
 from __future__ import annotations
@@ -24,15 +27,19 @@ import hashlib
 from pathlib import Path
 
 LIBRARY = Path(__file__).resolve().parent
+STAGES = LIBRARY.parent / "tasks"
 PACKAGE = "binac_core"
-SUFFIXES = (".py", ".yaml")
 
 
 @functools.lru_cache(maxsize=1)
-def library_digest() -> str:
-    """sha256 (16 hex digits) over the relative path and bytes of every library source file, sorted."""
-    files = [p for p in LIBRARY.rglob("*") if p.suffix in SUFFIXES and p.is_file() and "__pycache__" not in p.parts]
-    return _digest(files)
+def stage_code_digest() -> str:
+    """sha256 (16 hex digits) over `tasks/*.py` and the transitive `binac_core` imports of those files."""
+    files = sorted(STAGES.glob("*.py"))
+    modules: set[str] = set()
+    for f in files:
+        for name in _imports_of(f, "tasks"):
+            modules |= module_closure(name)
+    return _digest(files + [_path(m) for m in modules])
 
 
 @functools.cache
@@ -56,7 +63,7 @@ def module_closure(module: str) -> set[str]:
 def _digest(files: list[Path]) -> str:
     h = hashlib.sha256()
     for path in sorted(files):
-        h.update(path.relative_to(LIBRARY).as_posix().encode() + b"\0")
+        h.update(path.relative_to(LIBRARY.parent).as_posix().encode() + b"\0")
         h.update(hashlib.sha256(path.read_bytes()).digest())
     return h.hexdigest()[:16]
 
@@ -77,8 +84,11 @@ def _path(module: str) -> Path | None:
 def _imports(module: str) -> set[str]:
     """The binac_core modules `module` names in its import statements (`from pkg import sub` counts `pkg.sub`)."""
     path = _path(module)
-    is_pkg = path.name == "__init__.py"
-    package = module if is_pkg else module.rpartition(".")[0]
+    return _imports_of(path, module if path.name == "__init__.py" else module.rpartition(".")[0])
+
+
+def _imports_of(path: Path, package: str) -> set[str]:
+    """The binac_core modules the file at `path` (a module of `package`) names in its import statements."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):

@@ -196,15 +196,22 @@ def oracle_feedback(row: dict, attempt: str) -> str:
     answer line is missing or wrong there is no step to name, so it falls back to `Check your work.`.
     A missing or malformed step counts as wrong. Uses the reference (it is an oracle, not a critic prompt).
     """
-    gold = solve_steps(row["question"])
-    pieces = parse_steps(attempt)
-    for k, want in enumerate(gold, start=1):
-        got = pieces[k - 1] if k <= len(pieces) else ""
-        if got != want:
-            return name_step(k)
-    if len(pieces) == len(gold) and grade_response(row, attempt) == 1.0:
+    k = first_wrong_step(row["question"], attempt)
+    if k is not None:
+        return name_step(k)
+    if len(parse_steps(attempt)) == len(solve_steps(row["question"])) and grade_response(row, attempt) == 1.0:
         return LOOKS_CORRECT
     return CHECK_YOUR_WORK
+
+
+def first_wrong_step(question: str, attempt: str) -> int | None:
+    """The 1-based number of the first written step that differs from the correct one (a missing or malformed
+    step counts as wrong), or None when every step is right (the answer line may still be wrong or missing)."""
+    pieces = parse_steps(attempt)
+    for k, want in enumerate(solve_steps(question), start=1):
+        if (pieces[k - 1] if k <= len(pieces) else "") != want:
+            return k
+    return None
 
 
 # --------------------------------------------------------------------------- noisy teacher (pretraining data)

@@ -1,4 +1,4 @@
-"""`binac`: the command line for local runs (train, compare, demo, evaluate, sql).
+"""`binac`: the command line (train, compare, demo, evaluate, study, sql).
 
 Every argument is validated before any compute (before Prefect or a model starts); a bad value exits with
 status 2 and one line `error: ...` naming it.
@@ -128,6 +128,25 @@ def cmd_evaluate(a) -> int:
     return 0
 
 
+def cmd_study(a) -> int:
+    from binac_core.study import load_study
+
+    spec = load_study(a.file)  # a bad file fails here, before any compute
+    _env_defaults()
+    if not a.report_only:  # no server, no deployment, another $BINAC_HOME: one line, before any compute
+        from binac_core.workspace import workspace
+        from flows.fanout import check_deployment
+
+        check_deployment(spec.deployment, workspace().home)
+    from flows.study import study
+
+    res = study(a.file, report_only=a.report_only, retries=a.retries)
+    print(res["report_text"])
+    print(f"{res['finished']}/{res['runs']} runs finished; report: {res['report_files'][0]}")
+    print(f"MLflow parent run {res['parent_run_id']} (tag kind=study)")
+    return 0 if res["complete"] or a.report_only else 1
+
+
 def cmd_sql(a) -> int:
     from flows.sql_cli import run_sql
 
@@ -187,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-new-tokens", type=int, help="override the preset's answer length")
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=cmd_evaluate)
+
+    st = sub.add_parser("study", help="run (or resume) a pre-registered study file over a Prefect work pool")
+    st.add_argument("file", help="a study file, e.g. studies/sparse-feedback.yaml")
+    st.add_argument("--report-only", action="store_true",
+                    help="write the report from the runs finished so far; submit nothing")
+    st.add_argument("--retries", type=int, default=1,
+                    help="resubmissions of a run whose flow run failed, per invocation (killed runs always are)")
+    st.set_defaults(func=cmd_study)
 
     q = sub.add_parser("sql", help="run SQL (a query or a file from sql/) over the trajectory store")
     q.add_argument("query", help="a SQL string or a path to a .sql file")

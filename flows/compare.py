@@ -9,7 +9,7 @@ from prefect import flow
 
 from binac_core import tracking
 from binac_core.plans import plan_compare
-from binac_core.provenance import library_digest
+from binac_core.provenance import stage_code_digest
 from binac_core.report import build_report
 from binac_core.workspace import workspace
 from flows.train import train
@@ -34,7 +34,7 @@ def compare(
     """
     methods, seeds = list(methods), list(seeds)
     cfg, budget = plan_compare(preset, methods, seeds, steps, overrides)
-    key = hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}|{library_digest()}|{fresh}".encode()
+    key = hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}|{stage_code_digest()}|{fresh}".encode()
                          ).hexdigest()[:12]
     params = {**cfg.flat(), "methods": ",".join(methods), "seeds": ",".join(map(str, seeds)),
               "steps": str(steps), "budget_actor_samples": str(budget)}

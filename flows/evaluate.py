@@ -18,7 +18,7 @@ from prefect import flow
 
 from binac_core.evaluation import CRITIC_ADAPTER, CRITIC_BASE, FIXED_INSTRUCTION, eval_stages
 from binac_core.plans import plan_evaluate
-from binac_core.provenance import library_digest
+from binac_core.provenance import stage_code_digest
 from binac_core.workspace import workspace
 from tasks.evaluate import evaluate as evaluate_task
 from tasks.evaluate import store_eval_exec
@@ -39,7 +39,7 @@ def evaluate(
     stages, name, fixed = eval_stages(benchmark, protocol, critic_sees_execution, feedback)
     source = FIXED_INSTRUCTION if fixed else CRITIC_ADAPTER if critic_adapter else CRITIC_BASE
     cfg_d, ws = cfg.model_dump(mode="json"), workspace()
-    key = hashlib.sha256(f"{cfg.digest()}|{refs}|{name}|{seed}|{source}|{library_digest()}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{cfg.digest()}|{refs}|{name}|{seed}|{source}|{stage_code_digest()}".encode()).hexdigest()[:12]
     g = cfg.generation
     params = {**cfg.flat(), "protocol": name, "samples": str(samples), "limit": str(limit),
               "temperature": str(g.eval_temperature), "max_new_tokens": str(g.max_new_tokens),

@@ -14,13 +14,15 @@ import hashlib
 import time
 
 from prefect import flow
+from prefect.runtime import flow_run
 
 from binac_core import tracking
-from binac_core.evaluation import FIXED_INSTRUCTION, method_feedback_source, training_protocols
+from binac_core.evaluation import FIXED_INSTRUCTION, ORACLE, method_feedback_source, training_protocols
 from binac_core.grading import grader_stats
-from binac_core.plans import evaluation_steps, plan
+from binac_core.plans import evaluation_steps, plan, train_run_key
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
-from binac_core.provenance import library_digest
+from binac_core.provenance import stage_code_digest
+from binac_core.runlock import run_lock
 from binac_core.workspace import workspace
 from tasks.actor_update import update_actor
 from tasks.critic_update import critic_reward, update_critic
@@ -43,7 +45,8 @@ def train(
 
     Args:
         preset: preset name (tiny, micro, ...) or path of a preset YAML file.
-        method: grpo | fixed_critic | binac | critic_only | self_correct.
+        method: grpo | fixed_critic | binac | binac_lam0 | binac_after | critic_only | self_correct |
+            oracle_critic (binac_core/methods.py).
         steps: training iterations (ignored when `budget` is set).
         seed: run seed (sampling, adapter init, batch order).
         overrides: config fields to override, {"section.field": value}.
@@ -57,88 +60,93 @@ def train(
     ws, cfg_d = workspace(), cfg.model_dump(mode="json")
     # The code that computes the stages is part of the run's identity: after a library edit the same command is
     # a new run (new MLflow run, new stage folders); `fresh` does the same without an edit.
-    code = library_digest()
-    key = hashlib.sha256(f"{cfg.digest()}|{method}|{seed}|{iterations}|{parent_key}|{code}|{fresh}".encode()
-                         ).hexdigest()[:12]
+    code = stage_code_digest()
+    key = train_run_key(cfg, method, seed, iterations, parent_key, code, fresh)
     init_key = hashlib.sha256(f"{cfg.digest()}|{code}|{fresh}".encode()).hexdigest()[:16]
     run_dir, shared = ws.run_dir(f"{method}-s{seed}-{key}"), ws.run_dir(f"init-{init_key}-s{seed}")
-    base = build_base_model(cfg_d)
-    data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
-    tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark}
-    params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations),
-              "code.library_digest": code, "code.fresh": fresh}
-    run_id = start_run(key, f"{method}-seed{seed}", tags, params, parent_run_id)
-    meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark}
-    try:
-        adapters = init_adapters(cfg_d, base, seed, str(shared))
-        actor, critic = adapters["actor"], adapters["critic"]
-        evals = {0: _evaluate(cfg_d, base, data, actor, critic, seed, 0, str(shared), meta, run_id, method)}
-        samples, t_start = 0, time.time()
-        eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None)
-        for step in range(1, iterations + 1):
-            t0, out = time.time(), str(run_dir / f"step-{step:05d}")
-            batch = sample_batch(cfg_d, data["train"], seed, step, out)
-            attempts = generate_rollouts(cfg_d, base, batch, actor, seed, step, out)
-            r0 = score_rewards(cfg_d, batch, attempts, out, "attempts")
-            feedback = refined = r1 = crew = None
-            gens = [attempts]
-            if spec.feedback:
-                fixed = SELF_CORRECT_FEEDBACK if spec.feedback == "fixed" else None
-                feedback = sample_feedback(cfg_d, base, batch, attempts, None if fixed else critic, fixed, seed, step,
-                                           out, r0)
-                refined = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out)
-                r1 = score_rewards(cfg_d, batch, refined, out, "refined")
-                gens += [feedback, refined]
-            stats = {}
-            if spec.train_actor:
-                two = spec.actor_second_turn
-                upd = update_actor(cfg_d, base, seed, actor, attempts, r0, out, refined if two else None,
-                                   r1 if two else None)
-                actor, stats["train/actor_loss"], stats["train/kl"] = upd["adapter"], upd["stats"]["loss"], \
-                    upd["stats"]["kl"]
-            if spec.feedback:
-                r1_ahead = None
-                if spec.lookahead:  # θ⁺ = the actor just updated on this batch
-                    ahead = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out, "lookahead")
-                    r1_ahead = score_rewards(cfg_d, batch, ahead, out, "lookahead")
-                    gens.append(ahead)
-                crew = critic_reward(cfg_d, r1, r1_ahead, out)
-            if spec.train_critic:
-                upd = update_critic(cfg_d, base, seed, critic, feedback, crew, out)
-                critic, stats["train/critic_loss"] = upd["adapter"], upd["stats"]["loss"]
-            metrics = store_train_step(meta, step, attempts, r0, feedback, refined, r1, crew)
-            samples += spec.actor_samples_per_iteration(cfg)
-            gen_s = sum(g.get("seconds", 0.0) for g in gens)
-            metrics.update(stats)
-            metrics.update({f"grader/{k}": v for k, v in grader_stats().items()})
-            metrics.update({
-                "train/actor_samples": samples, "perf/step_s": time.time() - t0,
-                "perf/gen_tokens_per_s": sum(g.get("tokens", 0) for g in gens) / max(gen_s, 1e-9),
-            })
-            log_metrics(run_id, metrics, step)
-            if step in eval_at:
-                evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method)
-            eta = (time.time() - t_start) / step * (iterations - step)
-            print(f"[{method} seed {seed}] iter {step}/{iterations} reward_first "
-                  f"{metrics['train/reward_first']:.3f} samples {samples} ETA {eta:.0f}s", flush=True)
-        finalize_run(run_id, cfg_d, actor, critic)
-    except BaseException:
-        finish_run(run_id, "FAILED")
-        raise
-    return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
-            "samples_per_iteration": spec.actor_samples_per_iteration(cfg), "actor": actor, "critic": critic}
+    # One process per run: a duplicate waits; a study tells a killed run from a live one (binac_core/runlock.py).
+    with run_lock(ws.home, key, flow_run.get_id()):
+        base = build_base_model(cfg_d)
+        data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
+        tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark}
+        params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations),
+                  "code.stage_code_digest": code, "code.fresh": fresh}
+        run_id = start_run(key, f"{method}-seed{seed}", tags, params, parent_run_id)
+        meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark}
+        try:
+            adapters = init_adapters(cfg_d, base, seed, str(shared))
+            actor, critic = adapters["actor"], adapters["critic"]
+            evals = {0: _evaluate(cfg_d, base, data, actor, critic, seed, 0, str(shared), meta, run_id, method)}
+            samples, t_start = 0, time.time()
+            eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
+                                       spec.actor_samples_per_iteration(cfg), cfg.train.eval_at_samples)
+            for step in range(1, iterations + 1):
+                t0, out = time.time(), str(run_dir / f"step-{step:05d}")
+                batch = sample_batch(cfg_d, data["train"], seed, step, out)
+                attempts = generate_rollouts(cfg_d, base, batch, actor, seed, step, out)
+                r0 = score_rewards(cfg_d, batch, attempts, out, "attempts")
+                feedback = refined = r1 = crew = None
+                gens = [attempts]
+                if spec.feedback:
+                    fixed = SELF_CORRECT_FEEDBACK if spec.feedback == "fixed" else None
+                    feedback = sample_feedback(cfg_d, base, batch, attempts, critic if spec.feedback == "critic" else None,
+                                               fixed, seed, step, out, r0, spec.feedback == "oracle")
+                    refined = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out)
+                    r1 = score_rewards(cfg_d, batch, refined, out, "refined")
+                    gens += [feedback, refined]
+                stats = {}
+                if spec.train_actor:
+                    two = spec.actor_second_turn
+                    upd = update_actor(cfg_d, base, seed, actor, attempts, r0, out, refined if two else None,
+                                       r1 if two else None)
+                    actor, stats["train/actor_loss"], stats["train/kl"] = upd["adapter"], upd["stats"]["loss"], \
+                        upd["stats"]["kl"]
+                if spec.feedback:
+                    r1_ahead = None
+                    if spec.lookahead:  # θ⁺ = the actor just updated on this batch
+                        ahead = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out, "lookahead")
+                        r1_ahead = score_rewards(cfg_d, batch, ahead, out, "lookahead")
+                        gens.append(ahead)
+                    crew = critic_reward(cfg_d, r1, r1_ahead, out, spec.critic_reward)
+                if spec.train_critic:
+                    upd = update_critic(cfg_d, base, seed, critic, feedback, crew, out)
+                    critic, stats["train/critic_loss"] = upd["adapter"], upd["stats"]["loss"]
+                metrics = store_train_step(meta, step, attempts, r0, feedback, refined, r1, crew, batch,
+                                           cfg.train.alpha_shaping)
+                samples += spec.actor_samples_per_iteration(cfg)
+                gen_s = sum(g.get("seconds", 0.0) for g in gens)
+                metrics.update(stats)
+                metrics.update({f"grader/{k}": v for k, v in grader_stats().items()})
+                metrics.update({
+                    "train/actor_samples": samples, "perf/step_s": time.time() - t0,
+                    "perf/gen_tokens_per_s": sum(g.get("tokens", 0) for g in gens) / max(gen_s, 1e-9),
+                })
+                log_metrics(run_id, metrics, step)
+                if step in eval_at:
+                    evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method)
+                eta = (time.time() - t_start) / step * (iterations - step)
+                print(f"[{method} seed {seed}] iter {step}/{iterations} reward_first "
+                      f"{metrics['train/reward_first']:.3f} samples {samples} ETA {eta:.0f}s", flush=True)
+            finalize_run(run_id, cfg_d, actor, critic)
+        except BaseException:
+            finish_run(run_id, "FAILED")
+            raise
+        return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
+                "samples_per_iteration": spec.actor_samples_per_iteration(cfg), "actor": actor, "critic": critic}
 
 
 def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/evaluation.py): self_correct with its
-    fixed instruction, the others with the critic adapter (for grpo and fixed_critic the frozen initial critic).
+    fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
+    fixed_critic the frozen initial critic).
     Code benchmarks also get the execution-assisted protocols. The source is tagged `eval_feedback_source`."""
     source = method_feedback_source(method)
     fixed = SELF_CORRECT_FEEDBACK if source == FIXED_INSTRUCTION else None
+    oracle = source == ORACLE
     protocols = training_protocols(meta["benchmark"], fixed)
-    result = evaluate(cfg_d, base, data["eval"], actor, None if fixed else critic, seed, step, out, protocols, fixed,
-                      source)
-    metrics = store_eval(meta, step, result)
+    result = evaluate(cfg_d, base, data["eval"], actor, None if fixed or oracle else critic, seed, step, out,
+                      protocols, fixed, source, oracle)
+    metrics = store_eval(meta, step, result, data["eval"])
     store_eval_exec(meta, step, result)
     log_metrics(run_id, metrics, step)
     tracking.set_tags(workspace(), run_id, {"eval_feedback_source": source})

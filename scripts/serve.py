@@ -1,13 +1,15 @@
 """Start and stop the lab servers on 127.0.0.1 over one `$BINAC_HOME` (`make serve`, `make stop`).
 
 `start` launches a Prefect server, an MLflow tracking server (over `$BINAC_HOME/mlflow.db` and
-`$BINAC_HOME/mlartifacts`, the stores local runs write) and a Prefect process worker, creates the work pool
+`$BINAC_HOME/mlartifacts`, the stores local runs write) and `BINAC_WORKERS` (default 2) Prefect process workers
+that take one flow run at a time each (`--limit 1`; `BINAC_WORKER_LIMIT` changes it), creates the work pool
 `binac-local`, deploys everything in prefect.yaml, and writes what it started to `$BINAC_HOME/serve/`:
 `<name>.pid` ("pid starttime"), `<name>.log`, and `env.sh` (ports and `PREFECT_API_URL`, to `source`).
 `stop` stops exactly those processes: each was started as the leader of its own session, so it and its children
 form one process group, which is signalled by its id (never by name), after checking that the pid still belongs
 to the process that was started (its start time matches). The worker goes first (it ignores its first SIGTERM),
-then MLflow, then the Prefect server.
+then MLflow, then the Prefect server. On this 2-core machine two workers run a study's runs two at a time (each
+run uses one torch thread); more workers can join from other machines (README, "Running in a lab").
 
 Environment: BINAC_HOME (default ./.binac), BINAC_PREFECT_PORT (default 4200), BINAC_MLFLOW_PORT (default 5000);
 a port of 0 picks a free one. The Prefect server's own database lives in `$BINAC_HOME/serve/prefect-home`.
@@ -32,7 +34,20 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
 POOL = "binac-local"
-ORDER = ("prefect-worker", "mlflow", "prefect-server")  # stop order: worker before the server it talks to
+SERVERS = ("mlflow", "prefect-server")  # stop order: workers first, then these (the server last)
+
+
+def worker_names(recorded: bool = False) -> list[str]:
+    """The workers a start creates (`BINAC_WORKERS` of them); with `recorded`, also those an earlier start wrote
+    pid files for (stop finds every one of them)."""
+    names = {f"prefect-worker-{i}" for i in range(1, int(os.environ.get("BINAC_WORKERS", "2")) + 1)}
+    if recorded and state_dir().exists():
+        names |= {p.stem for p in state_dir().glob("prefect-worker-*.pid")}
+    return sorted(names)
+
+
+def order() -> list[str]:
+    return [*worker_names(recorded=True), *SERVERS]
 
 
 def home() -> Path:
@@ -140,7 +155,9 @@ def run_env(prefect_port: int) -> dict:
 
 
 def start() -> int:
-    running = [n for n in ORDER if read_pid(n)]
+    if int(os.environ.get("BINAC_WORKERS", "2")) < 1:
+        sys.exit("error: BINAC_WORKERS must be at least 1")
+    running = [n for n in order() if read_pid(n)]
     if running:
         sys.exit(f"error: already running under {state_dir()}: {', '.join(running)} (run `make stop` first)")
     state_dir().mkdir(parents=True, exist_ok=True)
@@ -168,13 +185,15 @@ def start() -> int:
         wait_until("prefect server", lambda: http_ok(f"http://{HOST}:{pp}/api/health"), [server])
         subprocess.run([str(BIN / "prefect"), "--no-prompt", "work-pool", "create", "--type", "process",
                         "--overwrite", POOL], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
-        limit = ["--limit", os.environ["BINAC_WORKER_LIMIT"]] if os.environ.get("BINAC_WORKER_LIMIT") else []
-        worker = spawn("prefect-worker", [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type",
-                                          "process", "--name", f"binac-{os.getpid()}", *limit], env)
+        limit = os.environ.get("BINAC_WORKER_LIMIT", "1")
+        workers = [spawn(name, [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process",
+                                "--name", f"binac-{os.getpid()}-{name.rsplit('-', 1)[1]}", "--limit", limit], env)
+                   for name in worker_names()]
         subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], cwd=REPO, env=env, check=True,
                        stdout=subprocess.DEVNULL)
         filt = f"http://{HOST}:{pp}/api/work_pools/{POOL}/workers/filter"
-        wait_until("prefect worker", lambda: json.loads(http_ok(filt, b"{}") or b"[]"), [server, worker])
+        wait_until("prefect workers", lambda: len(json.loads(http_ok(filt, b"{}") or b"[]")) >= len(workers),
+                   [server, *workers])
         wait_until("mlflow server", lambda: http_ok(f"http://{HOST}:{mp}/health"), [mlflow])
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -185,7 +204,7 @@ def start() -> int:
         f"export BINAC_PREFECT_PORT={pp}\nexport BINAC_MLFLOW_PORT={mp}\nexport MLFLOW_UI=http://{HOST}:{mp}\n")
     print(f"Prefect server  http://{HOST}:{pp}   (UI; API {env['PREFECT_API_URL']})")
     print(f"MLflow UI       http://{HOST}:{mp}   (store {h / 'mlflow.db'})")
-    print(f"Work pool {POOL}, worker and deployments ready; pids and logs in {state_dir()}")
+    print(f"Work pool {POOL}, {len(workers)} workers and deployments ready; pids and logs in {state_dir()}")
     print("Run a comparison:")
     print(f"  PREFECT_API_URL={env['PREFECT_API_URL']} {BIN / 'prefect'} deployment run 'compare/micro' "
           "--param seeds='[0]' --watch")
@@ -211,11 +230,11 @@ def wait_gone(pgid: int, timeout: float) -> bool:
 
 
 def stop() -> int:
-    for name in ORDER:
+    for name in order():
         pid = read_pid(name)
         if pid is not None:
             signal_group(pid, signal.SIGTERM)
-            if name == "prefect-worker":  # the worker treats the first SIGTERM as "finish up"; a second one stops it
+            if name.startswith("prefect-worker"):  # the worker treats the first SIGTERM as "finish up"; a second one stops it
                 time.sleep(1)
                 signal_group(pid, signal.SIGTERM)
             if not wait_gone(pid, 30):

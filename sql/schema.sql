@@ -4,7 +4,8 @@
 -- holds the view `trajectories` over all shards (see binac_core/storage.py).
 CREATE TABLE trajectory_rows (
     run_id          VARCHAR NOT NULL,  -- MLflow run id of the training/evaluation run
-    method          VARCHAR NOT NULL,  -- grpo | fixed_critic | binac | critic_only | self_correct | eval
+    method          VARCHAR NOT NULL,  -- grpo | fixed_critic | binac | binac_lam0 | binac_after | critic_only |
+                                       -- self_correct | oracle_critic | eval
     preset          VARCHAR NOT NULL,  -- config preset name
     seed            INTEGER NOT NULL,  -- run seed
     step            INTEGER NOT NULL,  -- training iteration (eval rows: the iteration evaluated after)
@@ -25,5 +26,7 @@ CREATE TABLE trajectory_rows (
     attempt_tokens  INTEGER NOT NULL,  -- completion tokens of the attempt
     feedback_tokens INTEGER,           -- completion tokens of the feedback
     refined_tokens  INTEGER,           -- completion tokens of the refinement
-    created_at      TIMESTAMP NOT NULL -- when the step's rows were generated
+    created_at      TIMESTAMP NOT NULL, -- when the step's rows were generated
+    first_wrong_step INTEGER,          -- synthetic task: the attempt's first wrong step by the oracle (NULL: none)
+    feedback_step   INTEGER            -- synthetic task: the step the feedback names as wrong (NULL: names none)
 );

@@ -21,10 +21,11 @@ from tasks._common import CACHED, config, loaded, ref
 def evaluate(
     cfg_d: dict, base: dict, problems: dict, actor: dict | None, critic: dict | None, seed: int, step: int,
     out_dir: str, protocols: tuple[str, ...] = ("single", "feedback", "gated"), fixed_feedback: str | None = None,
-    feedback_source: str = CRITIC_BASE,
+    feedback_source: str = CRITIC_BASE, oracle_feedback: bool = False,
 ) -> dict:
-    """`fixed_feedback` (the self-correction text) replaces the critic; `feedback_source` names where the feedback
-    comes from. Both are inputs of the cache key, and so is the protocol list (the `_exec` variants)."""
+    """`fixed_feedback` (the self-correction text) or `oracle_feedback` (the rule-based oracle) replaces the critic;
+    `feedback_source` names where the feedback comes from. All are inputs of the cache key, and so is the protocol
+    list (the `_exec` variants)."""
     cfg = config(cfg_d)
     _, backend = loaded(cfg_d, base, seed)
     g = cfg.generation
@@ -32,7 +33,7 @@ def evaluate(
            "feedback_max_new_tokens": g.feedback_max_new_tokens}
     res = evaluate_protocols(
         backend, cfg.task.benchmark, read_json(problems), ref(actor), ref(critic), g.eval_samples, gen, seed, step,
-        tuple(protocols), cfg.train.gated_k, fixed_feedback, feedback_source,
+        tuple(protocols), cfg.train.gated_k, fixed_feedback, feedback_source, oracle_feedback,
     )
     # One file per feedback source: methods share their step-0 evaluation folder.
     slug = re.sub(r"[^a-z]+", "-", feedback_source.lower()).strip("-")

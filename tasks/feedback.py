@@ -17,9 +17,10 @@ from tasks._common import CACHED, config, loaded, perf, ref
 @task(name="sample-feedback", **CACHED)
 def sample_feedback(
     cfg_d: dict, base: dict, batch: dict, attempts: dict, critic: dict | None, fixed_text: str | None,
-    seed: int, step: int, out_dir: str, r0: dict | None = None,
+    seed: int, step: int, out_dir: str, r0: dict | None = None, oracle: bool = False,
 ) -> dict:
-    """`r0` (the attempts' reward reference) carries the execution errors of code attempts, if any."""
+    """`r0` (the attempts' reward reference) carries the execution errors of code attempts, if any. `fixed_text`
+    or `oracle` (the rule-based oracle, synthetic only) writes the K feedbacks instead of the critic."""
     cfg = config(cfg_d)
     _, backend = loaded(cfg_d, base, seed)
     g = cfg.generation
@@ -28,6 +29,6 @@ def sample_feedback(
     t0 = time.time()
     out = sample(
         backend, cfg.task.benchmark, problems, read_json(attempts), ref(critic), cfg.train.critic_group_size,
-        params, fixed_text, read_json(r0["errors"]) if r0 and "errors" in r0 else None,
+        params, fixed_text, read_json(r0["errors"]) if r0 and "errors" in r0 else None, oracle,
     )
     return write_json(Path(out_dir) / "feedback.json", out) | perf(out, t0)

@@ -34,7 +34,7 @@ def build_base_model(cfg_d: dict) -> dict:
 def prepare_data(cfg_d: dict, splits: tuple[str, ...] = ("train", "eval")) -> dict:
     """Problems written once per task config: {"train": ref, "eval": ref} (the splits asked for)."""
     cfg = config(cfg_d)
-    folder = workspace().home / "data" / f"{cfg.task.benchmark}-{cfg.base_digest()}"
+    folder = workspace().home / "data" / f"{cfg.task.benchmark}-{cfg.data_digest()}"
     return {split: write_json(folder / f"{split}.json", load_problems(cfg, split)) for split in splits}
 
 

@@ -73,8 +73,8 @@ def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
     new = [f for f in after_edit if f not in first]
     assert any("/step-00001/attempts.json" in f for f in new), "the new run generated its rollouts again"
     runs = runs_of(home)
-    assert len(runs) == 2 and runs[0].data.params["code.library_digest"] != runs[1].data.params[
-        "code.library_digest"]
+    assert len(runs) == 2 and runs[0].data.params["code.stage_code_digest"] != runs[1].data.params[
+        "code.stage_code_digest"]
 
     binac_in(project, [*ARGS, "--fresh"], env)  # no edit: --fresh recomputes anyway
     fresh = mtimes(home)
@@ -83,13 +83,13 @@ def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
     assert len(runs_of(home)) == 3
 
 
-def test_library_digests_follow_the_files_they_cover(tmp_path):
+def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
     project = copy_project(tmp_path / "project")
-    before = json.loads(digest_in(project, "__import__('json').dumps([p.library_digest(), "
+    before = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
                                            "p.module_digest('binac_core.pretrain')])"))
     losses = project / "binac_core" / "losses.py"
     losses.write_text(losses.read_text() + "\n# edited\n")
-    after_loss = json.loads(digest_in(project, "__import__('json').dumps([p.library_digest(), "
+    after_loss = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
                                                "p.module_digest('binac_core.pretrain')])"))
     assert after_loss[0] != before[0], "any library edit changes the library digest"
     assert after_loss[1] == before[1], "a loss is not part of pretraining: the base model is kept"

@@ -1,0 +1,81 @@
+"""A study's regimes: measuring the base model at a difficulty, before any RL run (synthetic task only).
+
+`measure_base` samples G first attempts per held-out problem from the base model (no adapters) with the
+pipeline's own generation backend and chat template, then gives every attempt three second turns that differ
+only in the feedback: the base model in the critic role (the initial critic), the rule-based oracle, and the
+fixed self-correction instruction. It returns
+- `all_wrong_frac`: share of problems whose G attempts are all wrong, i.e. GRPO groups with no signal at step 0
+  (the sparse regime's rule reads it);
+- the bounds of feedback as in docs/results-tiny.md: accuracy single-turn and after each feedback source, with
+  the share of attempts fixed (wrong → right) and broken (right → wrong) by it, and the initial critic's
+  measures (`binac_core.measures`).
+`sparse_difficulty` applies the rule. Sampling seeds are derived from (seed, difficulty, stage), so a
+measurement is reproducible and cached by the study.
+"""
+
+from __future__ import annotations
+
+from binac_core import synthetic
+from binac_core.episodes import generate_attempts, generate_refinements, sample_feedback, score, stage_seed
+from binac_core.generation import SamplingParams
+from binac_core.measures import critic_error_measures, zero_adv_frac
+from binac_core.prompts import SELF_CORRECT_FEEDBACK
+
+SOURCES = ("initial_critic", "oracle", "self_correct")
+
+
+def measure_base(backend, problems: list[dict], group_size: int, gen, seed: int, bounds: bool = True) -> dict:
+    """The rule's statistic and (with `bounds`) the feedback bounds of the base model on `problems`.
+    `gen` is the config's `generation` section (temperature, answer and feedback budgets)."""
+    difficulty = problems[0]["difficulty"]
+
+    def params(stage: str, max_new: int) -> SamplingParams:
+        return SamplingParams(max_new, gen.temperature, gen.top_p, stage_seed(seed, "regime", difficulty, stage))
+
+    by_id = {p["id"]: p for p in problems}
+    attempts = generate_attempts(backend, "synthetic", problems, None, group_size, params("y0", gen.max_new_tokens))
+    r0 = score("synthetic", by_id, attempts)
+    out = {"difficulty": difficulty, "problems": len(problems), "group_size": group_size, "seed": seed,
+           "temperature": gen.temperature, "single": _mean(r0),
+           "all_wrong_frac": 1.0 - _share_of_groups_with_a_success(attempts, r0),
+           "zero_adv_frac": zero_adv_frac([a["problem_id"] for a in attempts], r0)}
+    if not bounds:
+        return out
+    feedbacks = {
+        "initial_critic": sample_feedback(backend, "synthetic", by_id, attempts, None, 1,
+                                          params("z", gen.feedback_max_new_tokens)),
+        "oracle": sample_feedback(backend, "synthetic", by_id, attempts, None, 1, params("z", 1), oracle=True),
+        "self_correct": sample_feedback(backend, "synthetic", by_id, attempts, None, 1, params("z", 1),
+                                        fixed_text=SELF_CORRECT_FEEDBACK),
+    }
+    for name, fb in feedbacks.items():
+        y1 = generate_refinements(backend, "synthetic", by_id, attempts, fb, None,
+                                  params(f"y1-{name}", gen.max_new_tokens))
+        r1 = score("synthetic", by_id, y1)
+        out[name] = _mean(r1)
+        out[f"{name}_fixed"] = _mean([float(a == 0 and b > 0) for a, b in zip(r0, r1, strict=True)])
+        out[f"{name}_broken"] = _mean([float(a > 0 and b == 0) for a, b in zip(r0, r1, strict=True)])
+    critic = feedbacks["initial_critic"]
+    out.update(critic_error_measures([by_id[a["problem_id"]]["question"] for a in attempts],
+                                     [a["text"] for a in attempts], r0, [f["text"] for f in critic]))
+    out["critic_agrees_with_oracle"] = _mean([
+        float(c["text"].strip() == synthetic.oracle_feedback(by_id[a["problem_id"]], a["text"]))
+        for a, c in zip(attempts, critic, strict=True)])
+    return out
+
+
+def sparse_difficulty(measured: dict[int, dict], threshold: float) -> int | None:
+    """The smallest difficulty whose `all_wrong_frac` is at least `threshold`, or None when none is."""
+    hits = [d for d, m in sorted(measured.items()) if m["all_wrong_frac"] >= threshold]
+    return hits[0] if hits else None
+
+
+def _share_of_groups_with_a_success(attempts: list[dict], rewards: list[float]) -> float:
+    solved: dict[str, bool] = {}
+    for a, r in zip(attempts, rewards, strict=True):
+        solved[a["problem_id"]] = solved.get(a["problem_id"], False) or r > 0
+    return sum(solved.values()) / len(solved)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0

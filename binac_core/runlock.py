@@ -1,0 +1,96 @@
+"""One process at a time per training run, and a way to tell a killed run from a live one, without timeouts.
+
+A training run holds an exclusive `flock` on `$BINAC_HOME/locks/<run key>.lock` for as long as it computes, and
+writes into that file who holds it (pid, host, Prefect flow run id) and `"state": "running"`; it writes
+`"state": "exited"` before letting go, whether it finished or failed. The kernel drops the lock when the process
+dies, however it dies, so
+
+- a second process asked for the same run (the same command twice, or a study re-submitting a run that is in
+  fact alive) waits for the first instead of writing beside it;
+- `probe` tells a study that a run whose Prefect flow run still says RUNNING is dead: the lock is free while the
+  file still says `running` for that flow run (killed before it could write `exited`).
+
+It does not cover a process that dies before it takes the lock (its flow run stays RUNNING and is not detected),
+nor file systems without working `flock` (local disks and NFSv4 have it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def lock_path(home: Path, key: str) -> Path:
+    return Path(home) / "locks" / f"{key}.lock"
+
+
+@contextlib.contextmanager
+def run_lock(home: Path, key: str, flow_run_id: str | None, wait_message=print):
+    """Hold the run's lock while the body runs; waits (saying so once) while another process holds it."""
+    path = lock_path(home, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            wait_message(f"run {key} is being computed by another process ({_read(path)}); waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        _write(fd, {"pid": os.getpid(), "host": socket.gethostname(), "flow_run_id": flow_run_id,
+                    "state": "running"})
+        try:
+            yield
+        finally:
+            _write(fd, {**_read(path), "state": "exited"})
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@dataclass(frozen=True)
+class LockProbe:
+    held: bool
+    """Some live process holds the lock now."""
+    owner: dict
+    """What the file says: pid, host, flow_run_id, state ({} when there is no file)."""
+
+    def dead(self, flow_run_id: str) -> bool:
+        """The flow run took this lock and died while computing: nobody holds it, it never wrote `exited`."""
+        return (not self.held and self.owner.get("flow_run_id") == flow_run_id
+                and self.owner.get("state") == "running")
+
+
+def probe(home: Path, key: str) -> LockProbe:
+    """Whether the run's lock is held, and by whom it was last taken. A shared lock is tried and dropped at once:
+    a run starting in that instant waits for it instead of failing."""
+    path = lock_path(home, key)
+    if not path.exists():
+        return LockProbe(False, {})
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            held = False
+        except BlockingIOError:
+            held = True
+        return LockProbe(held, _read(path))
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(fd: int, data: dict) -> None:
+    blob = json.dumps(data).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, blob, 0)
+    os.fsync(fd)

@@ -1,0 +1,150 @@
+"""A pre-registered study: the regimes chosen on the base model, then every regime × method × seed as a flow run
+of the `train` deployment, fanned out over the Prefect work pool's workers, then the report.
+
+    base model → measure it at every difficulty the regimes need (rule statistic + feedback bounds)
+    → regimes' difficulties → one MLflow parent run → submit the grid's runs (done ones skipped) → wait
+    → report (tables, hypotheses, plots) logged to the parent run
+
+Runs on the machine that starts it (`binac study FILE`) against a Prefect server (PREFECT_API_URL); the training
+runs themselves run wherever the pool's workers are. Re-running the same command resumes: finished runs are
+skipped, live ones waited on, killed ones resubmitted (flows/fanout.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+
+from binac_core import tracking
+from binac_core.config import load_config
+from binac_core.errors import BinacError
+from binac_core.methods import method_spec
+from binac_core.plans import train_run_key
+from binac_core.provenance import stage_code_digest
+from binac_core.regimes import sparse_difficulty
+from binac_core.study import Study, equal_samples_total, grid, load_study
+from binac_core.study_report import build_study_report
+from binac_core.workspace import workspace
+from flows.fanout import Tracked, check_deployment, fan_out
+from tasks.prepare import build_base_model
+from tasks.regimes import measure_base_at
+from tasks.track import finish_run, start_run
+
+
+@flow(name="study")
+def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
+    """Run (or resume) the study in the file at `path`; `report_only` writes the report from the finished runs
+    without submitting anything (marked partial when runs are missing)."""
+    st = load_study(path)
+    ws = workspace()
+    pool = None if report_only else check_deployment(st.deployment, ws.home)
+    key, code = st.key(), stage_code_digest()
+    base = build_base_model(st.config().model_dump(mode="json"))
+    measured, difficulties, deviations = choose_regimes(st, base)
+    runs = grid(st, difficulties)
+    params = {"study": st.name, "study_file": str(st.path), "preset": st.preset, "methods": ",".join(st.methods),
+              "seeds": ",".join(map(str, st.seeds)), "iterations": str(st.iterations),
+              "eval_every": str(st.eval_every), "equal_samples": str(equal_samples_total(st)),
+              **{f"regime.{r}": str(d) for r, d in difficulties.items()}, **st.config().flat()}
+    parent = start_run(f"study-{key}", f"study-{st.name}", {"kind": "study", "method": "study",
+                                                            "preset": st.preset, "study": st.name}, params)
+    tracked = [Tracked(r.name, run_key(st, r, key, code), train_parameters(st, r, parent, key), r.method)
+               for r in runs]
+    try:
+        if not report_only:
+            is_finished = finished_keys(ws)
+            fan_out(st.deployment, pool, tracked, f"binac-study:{key}", ws.home, is_finished, retries)
+        outcome = collect(ws, runs, tracked)
+        report = build_study_report(st, measured, difficulties, deviations, outcome,
+                                    ws.home / "reports" / f"study-{key}")
+        for f in report["files"]:
+            tracking.log_path(ws, parent, f, "report")
+        complete = all(o["finished"] for o in outcome)
+        tracking.finish(ws, parent, "FINISHED" if complete else "RUNNING" if report_only else "FAILED")
+    except BaseException:
+        finish_run(parent, "FAILED")
+        raise
+    return {"parent_run_id": parent, "report_text": report["text"], "report_files": report["files"],
+            "complete": complete, "runs": len(runs), "finished": sum(o["finished"] for o in outcome)}
+
+
+def choose_regimes(st: Study, base: dict) -> tuple[dict, dict, list[str]]:
+    """Measure the base at every difficulty a regime needs; apply the rules. Returns (measurements by difficulty,
+    difficulty by regime, deviations to report)."""
+    wanted = set()
+    for r in st.regimes:
+        wanted |= {r.difficulty} if r.rule is None else set(range(r.rule.search[0], r.rule.search[1] + 1))
+    fixed = {r.difficulty for r in st.regimes if r.rule is None}
+    measured = {d: measure_base_at(st.config(d).model_dump(mode="json"), base, st.group_size, st.measure_seed,
+                                   d in fixed) for d in sorted(wanted)}
+    difficulties, deviations = {}, []
+    for r in st.regimes:
+        if r.rule is None:
+            difficulties[r.name] = r.difficulty
+            continue
+        searched = {d: m for d, m in measured.items() if r.rule.search[0] <= d <= r.rule.search[1]}
+        chosen = sparse_difficulty(searched, r.rule.threshold)
+        if chosen is None:
+            if r.rule.otherwise == "fail":
+                raise BinacError(f"regime {r.name!r}: no difficulty in {list(r.rule.search)} has an all-wrong "
+                                 f"share >= {r.rule.threshold} (widen the base's pretraining range)")
+            chosen = r.rule.search[1]
+            shares = ", ".join(f"d{d} {m['all_wrong_frac']:.3f}" for d, m in sorted(searched.items()))
+            deviations.append(f"regime {r.name}: no difficulty in {r.rule.search[0]}-{r.rule.search[1]} meets the "
+                              f"rule (all-wrong share >= {r.rule.threshold}; measured {shares}); the hardest, "
+                              f"{chosen}, is used, as the design allows")
+        difficulties[r.name] = chosen
+    for r in st.regimes:  # the bounds of every chosen difficulty
+        d = difficulties[r.name]
+        if "oracle" not in measured[d]:
+            measured[d] = measure_base_at(st.config(d).model_dump(mode="json"), base, st.group_size,
+                                          st.measure_seed, True)
+    return measured, difficulties, deviations
+
+
+def run_key(st: Study, r, study_key: str, code: str) -> str:
+    cfg = load_config(st.preset, r.overrides)
+    return train_run_key(cfg, r.method, r.seed, st.iterations, study_key, code, "")
+
+
+def train_parameters(st: Study, r, parent: str, study_key: str) -> dict:
+    """The `train` flow's parameters for one run (a preset given as a file path travels as an absolute path)."""
+    preset = st.preset
+    if Path(preset).suffix:
+        preset = str((st.path.parent / preset).resolve()) if not Path(preset).is_absolute() else preset
+    return {"preset": preset, "method": r.method, "steps": st.iterations, "seed": r.seed,
+            "overrides": r.overrides, "parent_run_id": parent, "parent_key": study_key}
+
+
+def finished_keys(ws):
+    """`is_finished(run_key)`: whether the run's MLflow run is FINISHED (asked afresh each time)."""
+    c = tracking.client(ws)
+    exp = tracking.experiment_id(c, ws)
+
+    def is_finished(key: str) -> bool:
+        found = c.search_runs([exp], filter_string=f"tags.`binac.run_key` = '{key}'", max_results=1)
+        return bool(found) and found[0].info.status == "FINISHED"
+
+    return is_finished
+
+
+def collect(ws, runs, tracked: list[Tracked]) -> list[dict]:
+    """Every run's metric histories from MLflow (what the report reads), by run key."""
+    c = tracking.client(ws)
+    exp = tracking.experiment_id(c, ws)
+    out = []
+    for r, t in zip(runs, tracked, strict=True):
+        found = c.search_runs([exp], filter_string=f"tags.`binac.run_key` = '{t.key}'", max_results=1)
+        item = {"regime": r.regime, "difficulty": r.difficulty, "method": r.method, "seed": r.seed,
+                "finished": bool(found) and found[0].info.status == "FINISHED", "metrics": {}, "run_id": None,
+                "notes": t.notes, "state": t.state}
+        if found:
+            run = found[0]
+            item["run_id"] = run.info.run_id
+            for name in run.data.metrics:
+                item["metrics"][name] = {m.step: m.value for m in c.get_metric_history(run.info.run_id, name)}
+        cfg = load_config(t.parameters["preset"], r.overrides)
+        item["samples_per_iteration"] = method_spec(r.method).actor_samples_per_iteration(cfg)
+        out.append(item)
+    return out

@@ -1,0 +1,242 @@
+"""`binac study`: the study file, the regime rule, the verdict rules, the run lock, and a two-run study fanned
+out over two real Prefect workers (`scripts/serve.py start`, what `make serve` runs), one of which is killed with
+SIGKILL mid-run at a deterministic fault point; the study resubmits the dead run and ends with every row once."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, home_with_micro_base
+
+from binac_core import runlock, sqlrun, tracking
+from binac_core.errors import BinacError
+from binac_core.regimes import sparse_difficulty
+from binac_core.study import grid, load_study
+from binac_core.study_report import paired, verdict
+from binac_core.workspace import Workspace
+
+SERVE = [sys.executable, str(REPO / "scripts" / "serve.py")]
+SMOKE = REPO / "studies" / "micro-smoke.yaml"
+
+
+# --------------------------------------------------------------------------- the study file
+
+
+def test_the_shipped_study_expands_to_its_grid():
+    st = load_study(REPO / "studies" / "sparse-feedback.yaml")
+    runs = grid(st, {"moderate": 4, "sparse": 8})
+    assert len(runs) == 2 * 8 * 5 and len({r.name for r in runs}) == len(runs)
+    assert {r.method for r in runs} == {"grpo", "fixed_critic", "critic_only", "self_correct", "binac", "binac_lam0",
+                                        "binac_after", "oracle_critic"}
+    assert [r.seed for r in runs[:16]] == [0] * 16, "seed-major: a grid stopped early is balanced"
+    cfg = st.config(4)
+    assert (cfg.train.batch_problems, cfg.train.group_size, cfg.train.critic_group_size) == (8, 8, 4)
+    assert runs[0].overrides["train.eval_at_samples"] == 40 * 8 * 8, "GRPO's final actor-sample count"
+    assert "## The design (pre-registered" in st.design
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"methods": ["grpo", "gpro"]}, "unknown method 'gpro'"),
+    ({"seeds": [0, 0]}, "seeds must be distinct"),
+    ({"iterations": 0}, "iterations must be a positive integer"),
+    ({"regimes": {"x": {"difficulty": 4, "rule": {}}}}, "needs exactly one of difficulty, rule"),
+    ({"regimes": {"x": {"rule": {"search": [2, 8]}}}}, "rule needs all_wrong_frac_at_least"),
+    ({"colour": "red"}, "unknown key 'colour'"),
+    ({"preset": "nope"}, "unknown preset 'nope'"),
+])
+def test_a_bad_study_file_is_one_line_naming_the_value(tmp_path, edit, message):
+    import yaml
+
+    raw = {**yaml.safe_load(SMOKE.read_text()), **edit}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(BinacError, match=message):
+        load_study(path)
+
+
+def test_the_study_key_follows_what_determines_the_runs(tmp_path):
+    import yaml
+
+    raw = yaml.safe_load(SMOKE.read_text())
+    keys = []
+    for edit in ({}, {"deployment": "train/other"}, {"seeds": [1]}):
+        path = tmp_path / f"s{len(keys)}.yaml"
+        path.write_text(yaml.safe_dump({**raw, **edit}))
+        keys.append(load_study(path).key())
+    assert keys[0] == keys[1] != keys[2]
+
+
+def test_the_sparse_rule_takes_the_smallest_difficulty_over_the_threshold():
+    measured = {d: {"all_wrong_frac": f} for d, f in {2: 0.0, 3: 0.2, 4: 0.5, 5: 0.7, 6: 0.4}.items()}
+    assert sparse_difficulty(measured, 0.5) == 4
+    assert sparse_difficulty(measured, 0.71) is None
+
+
+def test_verdict_rules_on_hand_made_differences():
+    assert paired({0: 0.5, 1: 0.6, 2: 0.7}, {0: 0.4, 1: 0.5, 2: 0.6})[:2] == pytest.approx((0.1, 0.0))
+    up, down, flat = (0.1, 0.05, 5), (-0.1, 0.05, 5), (0.01, 0.05, 5)
+    assert verdict([up, up]) == "supported"
+    assert verdict([up, down]) == "not supported"
+    assert verdict([up, flat]) == "inconclusive"
+    assert verdict([(0.1, math.nan, 1)]) == "inconclusive"
+
+
+# --------------------------------------------------------------------------- the run lock
+
+
+LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+from binac_core.runlock import run_lock
+home, key, ready, finish = sys.argv[1:5]
+with run_lock(Path(home), key, "flow-run-1"):
+    Path(ready).touch()
+    while not Path(finish).exists():
+        time.sleep(0.02)
+"""
+
+
+@pytest.mark.parametrize("ending", ["exits", "killed"])
+def test_the_run_lock_tells_a_killed_run_from_a_live_or_finished_one(tmp_path, ending):
+    ready, finish = tmp_path / "ready", tmp_path / "finish"
+    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(tmp_path), "k1", str(ready), str(finish)],
+                            cwd=REPO)
+    while not ready.exists():  # the holder says when it holds the lock: no sleep stands in for that
+        assert proc.poll() is None
+        time.sleep(0.02)
+    live = runlock.probe(tmp_path, "k1")
+    assert live.held and live.owner["pid"] == proc.pid and not live.dead("flow-run-1")
+    if ending == "killed":
+        proc.kill()
+    else:
+        finish.touch()
+    proc.wait()
+    after = runlock.probe(tmp_path, "k1")
+    assert not after.held
+    assert after.dead("flow-run-1") is (ending == "killed")
+    assert not after.dead("another-flow-run")
+
+
+# --------------------------------------------------------------------------- real servers, two workers
+
+
+def _started_groups(home: Path) -> list[int]:
+    return [int(f.read_text().split()[0]) for f in (home / "serve").glob("*.pid")]
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _flow_runs(api: str, tag: str) -> list[dict]:
+    import urllib.request
+
+    body = json.dumps({"flow_runs": {"tags": {"all_": [tag]}}, "limit": 200}).encode()
+    req = urllib.request.Request(f"{api}/flow_runs/filter", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def _held_locks(home: Path) -> dict[str, dict]:
+    out = {}
+    for f in (home / "locks").glob("*.lock") if (home / "locks").exists() else []:
+        p = runlock.probe(home, f.stem)
+        if p.held and p.owner.get("state") == "running":
+            out[f.stem] = p.owner
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(1500)
+def test_a_two_run_study_over_two_workers_survives_a_killed_worker(tmp_path_factory, micro_compare):
+    home = home_with_micro_base(tmp_path_factory, "binac-home-study", micro_compare)
+    faults = home / "faults"
+    faults.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
+    env.update(BINAC_HOME=str(home), BINAC_PREFECT_PORT="0", BINAC_MLFLOW_PORT="0", HF_HUB_OFFLINE="1",
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_WORKER_QUERY_SECONDS="1", BINAC_WORKERS="2",
+               # every run the workers start pauses right after iteration 1's rows are stored
+               BINAC_FAULT="shard:train@1:pause", BINAC_FAULT_DIR=str(faults))
+    if micro_compare["env"].get("BINAC_MODEL_CACHE"):
+        env["BINAC_MODEL_CACHE"] = micro_compare["env"]["BINAC_MODEL_CACHE"]
+    groups: list[int] = []
+    study = None
+    try:
+        started = subprocess.run([*SERVE, "start"], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+        groups = _started_groups(home)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "2 workers" in started.stdout and len(groups) == 4
+        ports = dict(line.removeprefix("export ").split("=", 1)
+                     for line in (home / "serve" / "env.sh").read_text().splitlines())
+        cli_env = {**env, "PREFECT_API_URL": ports["PREFECT_API_URL"]}
+        cli_env.pop("BINAC_FAULT")  # the study process itself stores nothing
+        log = open(home / "study.log", "w")  # noqa: SIM115
+        study = subprocess.Popen([sys.executable, "-m", "flows.cli", "study", str(SMOKE)], cwd=REPO, env=cli_env,
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        held = {}
+        while len(held) < 2:  # both runs paused at once: each of the two workers took one
+            assert study.poll() is None, (home / "study.log").read_text()[-3000:]
+            held = _held_locks(home)
+            time.sleep(0.2)
+        workers = {int((home / "serve" / f"prefect-worker-{i}.pid").read_text().split()[0]) for i in (1, 2)}
+        victim_key, owner = sorted(held.items())[0]
+        worker = owner["pid"]
+        while worker not in workers:  # the flow-run process's worker: walk up its parents
+            worker = _ppid(worker)
+        os.killpg(worker, signal.SIGKILL)  # the worker, and its run with it when it shares the group
+        try:
+            os.kill(owner["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while runlock.probe(home, victim_key).held:
+            time.sleep(0.05)
+        (faults / "shard:train@1.resume").touch()  # the other run, and the resubmitted one, go on
+        assert study.wait() == 0, (home / "study.log").read_text()[-4000:]
+        out = (home / "study.log").read_text()
+        assert "died while running" in out and "2/2 runs finished" in out
+
+        ws = Workspace(home)
+        c = tracking.client(ws)
+        runs = c.search_runs([tracking.experiment_id(c, ws)])
+        (parent,) = [r for r in runs if r.data.tags.get("kind") == "study"]
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert parent.info.status == "FINISHED"
+        assert sorted(r.data.tags["method"] for r in children) == ["fixed_critic", "grpo"]
+        assert all(r.info.status == "FINISHED" for r in children)
+        assert {a.path for a in c.list_artifacts(parent.info.run_id, "report")} >= {"report/report.md"}
+
+        dupes = sqlrun.run(ws, "SELECT run_id, split, protocol, step, problem_id, sample_idx, feedback_idx, round, "
+                               "count(*) AS n FROM trajectories GROUP BY ALL HAVING count(*) > 1")
+        assert dupes.empty, dupes
+        train = sqlrun.run(ws, "SELECT method, step, count(*) AS n FROM trajectories WHERE split = 'train' "
+                               "GROUP BY ALL ORDER BY ALL")
+        assert train.values.tolist() == [["fixed_critic", 1, 32], ["fixed_critic", 2, 32], ["grpo", 1, 16],
+                                         ["grpo", 2, 16]]
+        n_rows = len(sqlrun.run(ws, "SELECT * FROM trajectories"))
+
+        again = subprocess.run([sys.executable, "-m", "flows.cli", "study", str(SMOKE)], cwd=REPO, env=cli_env,
+                               capture_output=True, text=True, timeout=900)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert "2/2 runs done: 2 done" in again.stdout, "nothing submitted again"
+        assert len(sqlrun.run(ws, "SELECT * FROM trajectories")) == n_rows
+        assert len(c.search_runs([tracking.experiment_id(c, ws)])) == len(runs)
+        flow_runs = _flow_runs(ports["PREFECT_API_URL"], f"binac-run:{victim_key}")
+        assert sorted(fr["state_type"] for fr in flow_runs) == ["COMPLETED", "CRASHED"], flow_runs
+        status = json.loads((home / "locks" / f"{victim_key}.lock").read_text())
+        assert status["state"] == "exited", "the resubmitted run finished and released the lock"
+    finally:
+        if study is not None and study.poll() is None:
+            os.killpg(study.pid, signal.SIGKILL)
+        stopped = subprocess.run([*SERVE, "stop"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        for pgid in groups or _started_groups(home):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        assert stopped.returncode == 0, stopped.stderr
