@@ -56,8 +56,10 @@ def measure_base(backend, problems: list[dict], group_size: int, gen, seed: int,
         out[f"{name}_fixed"] = _mean([float(a == 0 and b > 0) for a, b in zip(r0, r1, strict=True)])
         out[f"{name}_broken"] = _mean([float(a > 0 and b == 0) for a, b in zip(r0, r1, strict=True)])
     critic = feedbacks["initial_critic"]
-    out.update(critic_error_measures([by_id[a["problem_id"]]["question"] for a in attempts],
-                                     [a["text"] for a in attempts], r0, [f["text"] for f in critic]))
+    out.update(critic_error_measures([
+        {"attempt_reward": r, "first_wrong_step": synthetic.first_wrong_step(by_id[a["problem_id"]]["question"],
+                                                                             a["text"]),
+         "feedback_step": synthetic.named_step(c["text"])} for a, r, c in zip(attempts, r0, critic, strict=True)]))
     out["critic_agrees_with_oracle"] = _mean([
         float(c["text"].strip() == synthetic.oracle_feedback(by_id[a["problem_id"]], a["text"]))
         for a, c in zip(attempts, critic, strict=True)])

@@ -90,7 +90,8 @@ def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, 
                     continue
                 fr = latest.get(t.key)
                 state = fr.state_type.value if fr and fr.state_type else None
-                if fr and state == "RUNNING" and probe(home, t.key).dead(str(fr.id)):
+                killed = bool(fr and state == "RUNNING" and probe(home, t.key).dead(str(fr.id)))
+                if killed:
                     client.set_flow_run_state(fr.id, Crashed(message="its process is gone (run lock released "
                                                               "without exiting); resubmitted by the study"),
                                               force=True)
@@ -106,13 +107,13 @@ def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, 
                     t.state = "done"
                     progress.finished(t, fr.total_run_time.total_seconds() if fr.total_run_time else None)
                     continue
-                if state in ENDED_BADLY and t.submitted > retries:
+                # ended badly, or completed without finishing its MLflow run: both count against the retries
+                if fr is not None and t.submitted > retries and not killed:
                     t.state = "failed"
                     t.notes.append(f"flow run {fr.id} ended {state}; not resubmitted (retries spent)")
                     say(f"[study] {t.name}: {state} again; giving up on it (see flow run {fr.id})")
                     continue
-                if state in ENDED_BADLY or fr is None or state == "COMPLETED":
-                    _submit(deployment, t, study_tag, n_before=_count(client, t.key))
+                _submit(deployment, t, study_tag, n_before=_count(client, t.key))
             workers = _online_workers(client, pool)
             progress.show(tracked, workers)
             if any(t.state in ("queued", "running") for t in tracked):

@@ -91,8 +91,14 @@ def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
     losses.write_text(losses.read_text() + "\n# edited\n")
     after_loss = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
                                                "p.module_digest('binac_core.pretrain')])"))
-    assert after_loss[0] != before[0], "any library edit changes the library digest"
+    assert after_loss[0] != before[0], "an edit to a module a stage imports changes the stage code digest"
     assert after_loss[1] == before[1], "a loss is not part of pretraining: the base model is kept"
+    report = project / "binac_core" / "study_report.py"  # imported by flows only: computes no stage
+    report.write_text(report.read_text() + "\n# edited\n")
+    assert digest_in(project, "p.stage_code_digest()") == after_loss[0]
+    helpers = project / "tasks" / "_common.py"  # the stages' own helpers count, not only the task sources
+    helpers.write_text(helpers.read_text() + "\n# edited\n")
+    assert digest_in(project, "p.stage_code_digest()") != after_loss[0]
     tok = project / "binac_core" / "tokenizer.py"
     tok.write_text(tok.read_text() + "\n# edited\n")
     assert digest_in(project, "p.module_digest('binac_core.pretrain')") != after_loss[1]

@@ -58,7 +58,7 @@ def served(tmp_path_factory, micro_compare):
         proc = subprocess.run([*SERVE, "start"], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
         groups = started_groups(home)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert len(groups) == 3
+        assert len(groups) == 4  # Prefect server, MLflow, two workers
         ports = dict(line.removeprefix("export ").split("=", 1)
                      for line in (home / "serve" / "env.sh").read_text().splitlines())
         yield {"home": home, "env": {**env, "PREFECT_API_URL": ports["PREFECT_API_URL"]},

@@ -185,7 +185,7 @@ def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
     """sql/study_measures.sql recomputes the per-iteration measures from the stored rows (its own SQL, not the
     Python that logged them); every value equals the MLflow metric of the same name and step."""
     ws = Workspace(micro_compare["home"])
-    df = sqlrun.run(ws, str(Path(__file__).resolve().parents[1] / "sql" / "study_measures.sql"))
+    df = sqlrun.run(ws, (Path(__file__).resolve().parents[1] / "sql" / "study_measures.sql").read_text())
     c = tracking.client(ws)
     compared = 0
     for row in df.itertuples(index=False):
