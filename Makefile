@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # Benchmark data is never in the repository: ../shared/data beside the checkout, else /work/shared/data.
 export BINAC_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data) /work/shared/data) $(abspath ../shared/data))
 
-.PHONY: install demo test lint bench serve stop ui-check clean
+.PHONY: install demo test lint bench serve worker stop ui-check clean
 
 install: $(STAMP)
 
@@ -34,11 +34,16 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
-# Prefect server + process worker + MLflow UI on 127.0.0.1 over $BINAC_HOME (default ./.binac); deploys prefect.yaml.
+# Prefect server + 2 process workers (BINAC_WORKERS) + MLflow UI on 127.0.0.1 over $BINAC_HOME (default ./.binac);
+# deploys prefect.yaml.
 serve: $(STAMP)
 	$(BIN)/python scripts/serve.py start
 
-# Stops exactly the processes `make serve` started (pids in $$BINAC_HOME/serve/).
+# One more worker on the running pool (replaces a dead one, or adds capacity); `make stop` stops it too.
+worker: $(STAMP)
+	$(BIN)/python scripts/serve.py add-worker
+
+# Stops exactly the processes `make serve` (and `make worker`) started (pids in $$BINAC_HOME/serve/).
 stop:
 	$(BIN)/python scripts/serve.py stop
 

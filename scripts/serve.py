@@ -246,8 +246,27 @@ def stop() -> int:
     return 0
 
 
+def add_worker() -> int:
+    """One more process worker on the running pool (`make worker`): to replace a worker that died, or to add one.
+    Recorded like the others (`prefect-worker-<n>.pid`), so `make stop` stops it too."""
+    env_file = state_dir() / "env.sh"
+    if not env_file.exists() or not read_pid("prefect-server"):
+        sys.exit(f"error: no server started under {state_dir()} (run `make serve` first)")
+    ports = dict(line.removeprefix("export ").split("=", 1) for line in env_file.read_text().splitlines())
+    env = run_env(int(ports["BINAC_PREFECT_PORT"]))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    n = 1
+    while read_pid(f"prefect-worker-{n}") is not None:
+        n += 1
+    name = f"prefect-worker-{n}"
+    spawn(name, [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process", "--name",
+                 f"binac-{os.getpid()}-{n}", "--limit", os.environ.get("BINAC_WORKER_LIMIT", "1")], env)
+    print(f"started {name} (pid {read_pid(name)}) on pool {POOL}; log {state_dir() / (name + '.log')}")
+    return 0
+
+
 if __name__ == "__main__":
-    commands = {"start": start, "stop": stop}
+    commands = {"start": start, "stop": stop, "add-worker": add_worker}
     if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        sys.exit(f"usage: {sys.argv[0]} start|stop")
+        sys.exit(f"usage: {sys.argv[0]} start|stop|add-worker")
     sys.exit(commands[sys.argv[1]]())
