@@ -61,9 +61,11 @@ def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
         for f in report["files"]:
             tracking.log_path(ws, parent, f, "report")
         complete = all(o["finished"] for o in outcome)
-        tracking.finish(ws, parent, "FINISHED" if complete else "RUNNING" if report_only else "FAILED")
+        if not report_only:  # a report of a study still running leaves its parent run as it is
+            tracking.finish(ws, parent, "FINISHED" if complete else "FAILED")
     except BaseException:
-        finish_run(parent, "FAILED")
+        if not report_only:
+            finish_run(parent, "FAILED")
         raise
     return {"parent_run_id": parent, "report_text": report["text"], "report_files": report["files"],
             "complete": complete, "runs": len(runs), "finished": sum(o["finished"] for o in outcome)}
