@@ -26,7 +26,7 @@ from binac_core.report import t_interval
 ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
 HYPOTHESIS_METHODS = {"grpo", "fixed_critic", "binac", "binac_lam0"}
 """H1-H5 (studies/sparse-feedback.design.md) are answered for a study with these methods and a `sparse` regime."""
-FEEDBACK_METHODS_ORDER = ("grpo", "self_correct", "fixed_critic", "critic_only", "binac", "binac_lam0",
+METHOD_ORDER = ("grpo", "self_correct", "fixed_critic", "critic_only", "binac", "binac_lam0",
                           "binac_after", "oracle_critic")
 
 
@@ -172,8 +172,7 @@ def _pct(v) -> str:
 
 
 def _methods(st) -> list[str]:
-    return [m for m in FEEDBACK_METHODS_ORDER if m in st.methods] + [m for m in st.methods
-                                                                      if m not in FEEDBACK_METHODS_ORDER]
+    return [m for m in METHOD_ORDER if m in st.methods] + [m for m in st.methods if m not in METHOD_ORDER]
 
 
 def _accuracy_table(st, rr: list[dict], title: str, at) -> list[str]:
