@@ -22,6 +22,7 @@ import statistics
 from pathlib import Path
 
 from binac_core.report import t_interval
+from binac_core.study import equal_samples_total
 
 ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
 HYPOTHESIS_METHODS = {"grpo", "fixed_critic", "binac", "binac_lam0"}
@@ -35,7 +36,7 @@ def build_study_report(st, measured: dict, difficulties: dict, deviations: list[
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     done = [r for r in runs if r["finished"]]
-    equal = _equal_total(st)
+    equal = equal_samples_total(st)
     lines = [f"# Study `{st.name}`: results", ""]
     if len(done) < len(runs):
         lines += [f"**Partial: {len(done)} of {len(runs)} runs finished.** Every number below is over the finished "
@@ -68,12 +69,6 @@ def build_study_report(st, measured: dict, difficulties: dict, deviations: list[
 
 
 # --------------------------------------------------------------------------- reading runs
-
-
-def _equal_total(st) -> int:
-    from binac_core.study import equal_samples_total
-
-    return equal_samples_total(st)
 
 
 def _evals(r: dict, name: str) -> dict[int, float]:

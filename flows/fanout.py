@@ -44,7 +44,6 @@ class Tracked:
     state: str = "queued"
     """queued | running | done | failed"""
     submitted: int = 0
-    flow_run_id: str | None = None
     started: float | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -84,63 +83,63 @@ def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, 
     progress = Progress(say)
     with get_client(sync_client=True) as client:
         while any(t.state in ("queued", "running") for t in tracked):
-            latest = _latest_flow_runs(client, study_tag)
+            by_key = _flow_runs_by_key(client, study_tag)
             for t in tracked:
-                if t.state in ("done", "failed"):
-                    continue
-                fr = latest.get(t.key)
-                state = fr.state_type.value if fr and fr.state_type else None
-                killed = bool(fr and state == "RUNNING" and probe(home, t.key).dead(str(fr.id)))
-                if killed:
-                    client.set_flow_run_state(fr.id, Crashed(message="its process is gone (run lock released "
-                                                              "without exiting); resubmitted by the study"),
-                                              force=True)
-                    t.notes.append(f"flow run {fr.id} died while running; resubmitted")
-                    say(f"[study] {t.name}: flow run {fr.id} died while running (worker killed?); resubmitting")
-                    state = "CRASHED"
-                if state in LIVE:
-                    t.state, t.flow_run_id = "running" if state == "RUNNING" else "queued", str(fr.id)
-                    if state == "RUNNING" and t.started is None:
-                        t.started = time.time()
-                    continue
-                if state == "COMPLETED" and is_finished(t.key):
-                    t.state = "done"
-                    progress.finished(t, fr.total_run_time.total_seconds() if fr.total_run_time else None)
-                    continue
-                # ended badly, or completed without finishing its MLflow run: both count against the retries
-                if fr is not None and t.submitted > retries and not killed:
-                    t.state = "failed"
-                    t.notes.append(f"flow run {fr.id} ended {state}; not resubmitted (retries spent)")
-                    say(f"[study] {t.name}: {state} again; giving up on it (see flow run {fr.id})")
-                    continue
-                _submit(deployment, t, study_tag, n_before=_count(client, t.key))
-            workers = _online_workers(client, pool)
-            progress.show(tracked, workers)
+                if t.state not in ("done", "failed"):
+                    _advance(client, t, by_key.get(t.key, []), deployment, study_tag, home, is_finished, retries,
+                             progress, say)
+            progress.show(tracked, _online_workers(client, pool))
             if any(t.state in ("queued", "running") for t in tracked):
                 time.sleep(poll_s)
         progress.show(tracked, _online_workers(client, pool), force=True)
     return tracked
 
 
+def _advance(client, t: Tracked, flow_runs: list, deployment: str, study_tag: str, home, is_finished,
+             retries: int, progress, say) -> None:
+    """One look at a run that is not done: follow its newest flow run (`flow_runs`, oldest first), or submit."""
+    fr = flow_runs[-1] if flow_runs else None
+    state = fr.state_type.value if fr and fr.state_type else None
+    killed = bool(fr and state == "RUNNING" and probe(home, t.key).dead(str(fr.id)))
+    if killed:
+        client.set_flow_run_state(fr.id, Crashed(message="its process is gone (run lock released without "
+                                                          "exiting); resubmitted by the study"), force=True)
+        t.notes.append(f"flow run {fr.id} died while running; resubmitted")
+        say(f"[study] {t.name}: flow run {fr.id} died while running (worker killed?); resubmitting")
+        state = "CRASHED"
+    if state in LIVE:
+        t.state = "running" if state == "RUNNING" else "queued"
+        if state == "RUNNING" and t.started is None:
+            t.started = time.time()
+    elif state == "COMPLETED" and is_finished(t.key):
+        t.state = "done"
+        progress.finished(t, fr.total_run_time.total_seconds() if fr.total_run_time else None)
+    elif fr is not None and t.submitted > retries and not killed:
+        # ended badly, or completed without finishing its MLflow run: both count against the retries
+        t.state = "failed"
+        t.notes.append(f"flow run {fr.id} ended {state}; not resubmitted (retries spent)")
+        say(f"[study] {t.name}: {state} again; giving up on it (see flow run {fr.id})")
+    else:
+        _submit(deployment, t, study_tag, n_before=len(flow_runs))
+
+
 def _submit(deployment: str, t: Tracked, study_tag: str, n_before: int) -> None:
-    fr = run_deployment(deployment, parameters=t.parameters, timeout=0, flow_run_name=t.name,
+    """`n_before` (the run's earlier flow runs) makes the idempotency key: two study processes submitting the
+    same run at the same moment get one flow run."""
+    run_deployment(deployment, parameters=t.parameters, timeout=0, flow_run_name=t.name,
                         tags=[study_tag, f"binac-run:{t.key}"], idempotency_key=f"{t.key}-{n_before}")
     t.submitted += 1
-    t.flow_run_id, t.state, t.started = str(fr.id), "queued", None
+    t.state, t.started = "queued", None
 
 
-def _latest_flow_runs(client, study_tag: str) -> dict:
-    """The newest flow run of each run key among the study's flow runs."""
-    latest = {}
-    for fr in _flow_runs(client, study_tag):  # oldest first: later ones overwrite
+def _flow_runs_by_key(client, study_tag: str) -> dict[str, list]:
+    """The study's flow runs grouped by run key, oldest first (one listing per look)."""
+    out: dict[str, list] = {}
+    for fr in _flow_runs(client, study_tag):
         for tag in fr.tags:
             if tag.startswith("binac-run:"):
-                latest[tag.removeprefix("binac-run:")] = fr
-    return latest
-
-
-def _count(client, key: str) -> int:
-    return len(_flow_runs(client, f"binac-run:{key}"))
+                out.setdefault(tag.removeprefix("binac-run:"), []).append(fr)
+    return out
 
 
 def _flow_runs(client, tag: str, page: int = 200) -> list:

@@ -118,6 +118,13 @@ def spawn(name: str, argv: list[str], env: dict) -> subprocess.Popen:
     return proc
 
 
+def spawn_worker(name: str, env: dict) -> subprocess.Popen:
+    """A process worker on the pool taking `BINAC_WORKER_LIMIT` (default 1) flow runs at a time."""
+    argv = [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process", "--name",
+            f"binac-{os.getpid()}-{name.rsplit('-', 1)[1]}", "--limit", os.environ.get("BINAC_WORKER_LIMIT", "1")]
+    return spawn(name, argv, env)
+
+
 def http_ok(url: str, data: bytes | None = None) -> bytes | None:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=5) as r:
@@ -185,10 +192,7 @@ def start() -> int:
         wait_until("prefect server", lambda: http_ok(f"http://{HOST}:{pp}/api/health"), [server])
         subprocess.run([str(BIN / "prefect"), "--no-prompt", "work-pool", "create", "--type", "process",
                         "--overwrite", POOL], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
-        limit = os.environ.get("BINAC_WORKER_LIMIT", "1")
-        workers = [spawn(name, [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process",
-                                "--name", f"binac-{os.getpid()}-{name.rsplit('-', 1)[1]}", "--limit", limit], env)
-                   for name in worker_names()]
+        workers = [spawn_worker(name, env) for name in worker_names()]
         subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], cwd=REPO, env=env, check=True,
                        stdout=subprocess.DEVNULL)
         filt = f"http://{HOST}:{pp}/api/work_pools/{POOL}/workers/filter"
@@ -259,8 +263,7 @@ def add_worker() -> int:
     while read_pid(f"prefect-worker-{n}") is not None:
         n += 1
     name = f"prefect-worker-{n}"
-    spawn(name, [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process", "--name",
-                 f"binac-{os.getpid()}-{n}", "--limit", os.environ.get("BINAC_WORKER_LIMIT", "1")], env)
+    spawn_worker(name, env)
     print(f"started {name} (pid {read_pid(name)}) on pool {POOL}; log {state_dir() / (name + '.log')}")
     return 0
 
