@@ -22,7 +22,8 @@ CREATE TABLE trajectory_rows (
     feedback        VARCHAR,           -- critic feedback z (NULL for methods without feedback)
     refined         VARCHAR,           -- refined answer y1 given (x, y0, z)
     refined_reward  DOUBLE,            -- verifier reward r1 of the refinement
-    critic_reward   DOUBLE,            -- the critic's reward (1+μ)·r1(θ) − μ·r1(θ⁺), μ = λ(1+α) (training rows of critic methods)
+    critic_reward   DOUBLE,            -- the feedback's reward, training rows of methods with a second turn: binac
+                                       -- (1+μ)·r1(θ) − μ·r1(θ⁺), μ = λ(1+α); binac_after r1(θ⁺); the others r1(θ)
     attempt_tokens  INTEGER NOT NULL,  -- completion tokens of the attempt
     feedback_tokens INTEGER,           -- completion tokens of the feedback
     refined_tokens  INTEGER,           -- completion tokens of the refinement
