@@ -208,6 +208,34 @@ class Config(_Section):
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _sections() -> dict[str, type[_Section]]:
+    return {name: f.annotation for name, f in Config.model_fields.items()
+            if isinstance(f.annotation, type) and issubclass(f.annotation, _Section)}
+
+
+def unknown_key(section: str, key: str | None = None, top_level: tuple[str, ...] = ()) -> str | None:
+    """Why `section.key` (or a top-level `section`) is no config field, naming the closest fields and the valid
+    ones; None when it is one. `top_level`: the other keys allowed beside the sections (a preset file's `name`)."""
+    import difflib
+
+    sections = _sections()
+    if section not in sections:
+        valid = sorted([*sections, *top_level])
+        close = difflib.get_close_matches(section, valid, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        what = "top-level key" if top_level else "section"
+        return f"unknown {what} {section}{hint}; valid {what}s: {', '.join(valid)}"
+    if key is None or key in sections[section].model_fields:
+        return None
+    fields = sorted(sections[section].model_fields)
+    # The same field in another section first, then close spellings, then fields with it as a word (lr: actor_lr).
+    close = [f"{s}.{key}" for s, cls in sections.items() if key in cls.model_fields]
+    close = close or [f"{section}.{f}" for f in difflib.get_close_matches(key, fields, n=2)]
+    close = close or [f"{section}.{f}" for f in fields if key in f.split("_")][:3]
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return f"unknown field of section {section}{hint}; valid: {', '.join(fields)}"
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
@@ -230,12 +258,21 @@ def load_config(preset: str, overrides: dict | None = None) -> Config:
     raw.setdefault("name", path.stem)
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
-        raw.setdefault(section, {})[key] = value
+        unknown = unknown_key(section, key)
+        if unknown:  # `binac --set` checks its own first, naming the option (flows/cli.py)
+            raise BinacError(f"override {dotted}: {unknown}")
+        if not isinstance(raw.setdefault(section, {}), dict):
+            raise BinacError(f"malformed config file {preset}: {section} must be a mapping")
+        raw[section][key] = value
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 2:
+            raise BinacError(f"invalid config {preset}: {where}: {unknown_key(*map(str, err['loc']))}") from None
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+            raise BinacError(f"invalid config {preset}: {unknown_key(where, top_level=('name',))}") from None
         raise BinacError(f"invalid config {preset}: {where}: {err['msg']} (got {err.get('input')!r})") from None
     check_generation(cfg, preset)
     return cfg

@@ -8,7 +8,6 @@ alone, the "downstream effect on the actor after adaptation". `oracle_critic` tr
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from binac_core.config import METHODS, Config
@@ -39,7 +38,13 @@ class MethodSpec:
         return attempts * (1 + per_attempt)
 
     def iterations_for_budget(self, cfg: Config, budget: int) -> int:
-        return max(1, math.ceil(budget / self.actor_samples_per_iteration(cfg)))
+        """The whole iterations whose actor samples fit in `budget` (the largest number; a run never exceeds its
+        budget). A budget smaller than one iteration is refused, one line naming the method."""
+        per_iteration = self.actor_samples_per_iteration(cfg)
+        if budget < per_iteration:
+            raise BinacError(f"an actor-sample budget of {budget} is less than one iteration of {self.name} "
+                             f"({per_iteration} actor samples)")
+        return budget // per_iteration
 
 
 SPECS = {

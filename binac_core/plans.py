@@ -39,7 +39,17 @@ def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, 
     if steps is None or steps < 1:
         raise BinacError(f"--steps must be a positive integer (got {steps})")
     cfg = load_config(preset, overrides)
-    budget = steps * method_spec("grpo").actor_samples_per_iteration(cfg)
+    grpo = method_spec("grpo").actor_samples_per_iteration(cfg)
+    budget = steps * grpo
+    # Every method runs the whole iterations that fit in the budget (methods.py `iterations_for_budget`): a budget
+    # below one iteration of some method is refused here, with the smallest --steps that fits them all.
+    per_iteration = {m: method_spec(m).actor_samples_per_iteration(cfg) for m in methods}
+    short = {m: n for m, n in per_iteration.items() if n > budget}
+    if short:
+        fits = -(-max(per_iteration.values()) // grpo)  # ceil: the fewest grpo iterations covering every method
+        raise BinacError(f"--steps {steps} gives a budget of {budget} actor samples, less than one iteration of "
+                         f"{', '.join(f'{m} ({n})' for m, n in short.items())}; the smallest budget that fits "
+                         f"every method is --steps {fits} ({fits * grpo} actor samples)")
     for m in methods:
         for s in seeds:
             plan(preset, m, None, s, overrides, budget)
@@ -97,16 +107,31 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
     return cfg, refs
 
 
+def shared_eval_samples(per_iteration: list[int], budget: int, points: int) -> list[int]:
+    """Actor-sample counts at which every compared method can evaluate: the multiples of the least common multiple
+    of the methods' samples per iteration, up to the budget, thinned to at most `points` evenly spaced ones (the
+    last kept). Empty when the budget is below that multiple: the methods then share no sample count but 0."""
+    import math
+
+    common = math.lcm(*per_iteration)
+    shared = [k * common for k in range(1, budget // common + 1)]
+    if len(shared) > points:
+        shared = [shared[math.ceil(i * len(shared) / points) - 1] for i in range(1, points + 1)]
+    return shared
 
 
 def evaluation_steps(iterations: int, every: int, points: int | None, samples_per_iteration: int = 0,
-                     at_samples: int | None = None) -> set[int]:
-    """Iterations after which to evaluate: `points` evenly spaced ones (budgeted comparison runs), or every
+                     at_samples: int | None = None, shared_samples: list[int] | None = None) -> set[int]:
+    """Iterations after which to evaluate: in a comparison, those that reach `shared_samples` (the counts every
+    compared method reaches exactly, `shared_eval_samples`), else `points` evenly spaced ones; outside one, every
     `every` iterations; the last iteration always; and with `at_samples`, the first iteration whose cumulative
     actor samples (`samples_per_iteration` each) reach it, when the run gets that far."""
     import math
 
-    if points:
+    if shared_samples:
+        steps = {s // samples_per_iteration for s in shared_samples if s % samples_per_iteration == 0}
+        steps = {s for s in steps if s <= iterations} | {iterations}
+    elif points:
         steps = {math.ceil(i * iterations / points) for i in range(1, points + 1)}
     else:
         steps = {s for s in range(1, iterations + 1) if s % every == 0} | {iterations}

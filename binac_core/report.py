@@ -9,11 +9,14 @@ feedback source its feedback protocols used, and the text names each protocol sh
 
 from __future__ import annotations
 
+import base64
 import math
 import statistics
 from pathlib import Path
 
 from binac_core.evaluation import CRITIC_BASE, CRITIC_TRAINED, FIXED_INSTRUCTION, method_feedback_source
+from binac_core.plots import ordered, seed_band
+from binac_core.stats import t_interval
 
 PROTOCOLS = [
     ("eval/acc_single", "single-turn (actor alone)"),
@@ -22,17 +25,6 @@ PROTOCOLS = [
     ("eval/acc_feedback_exec", "with execution-assisted feedback (code: the critic also sees the execution result of "
                                "the graded tests, so it is told whether the answer passes; verifier-assisted)"),
 ]
-
-
-def t_interval(values: list[float]) -> tuple[float, float]:
-    """(mean, half-width of the 95 % Student-t interval); half-width is NaN for a single seed."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan
-    from scipy.stats import t
-
-    half = t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, half
 
 
 def _fmt(values: list[float]) -> str:
@@ -45,9 +37,11 @@ def _final(run: dict) -> dict:
     return evals[max(evals)]
 
 
-def curves(run: dict, key: str = "eval/acc_single") -> list[tuple[int, float]]:
+def curves(run: dict, key: str = "eval/acc_single", by_samples: bool = True) -> list[tuple[int, float]]:
+    """(actor samples, value) at each evaluation of the run, or (iteration, value) with `by_samples=False`."""
     evals = {int(k): v for k, v in run["evals"].items()}
-    return [(step * run["samples_per_iteration"], evals[step][key]) for step in sorted(evals) if key in evals[step]]
+    scale = run["samples_per_iteration"] if by_samples else 1
+    return [(step * scale, evals[step][key]) for step in sorted(evals) if key in evals[step]]
 
 
 def samples_to_reach(run: dict, target: float) -> int | None:
@@ -57,76 +51,163 @@ def samples_to_reach(run: dict, target: float) -> int | None:
     return None
 
 
-def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
-    """Write report.md and accuracy_vs_samples.png into out_dir; return {"text", "files", "table"}."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    methods = list(dict.fromkeys(r["method"] for r in runs))
+def _protocols(runs: list[dict]) -> list[tuple[str, str]]:
+    """The protocols with a final number in some run, each with the sentence that says what it is."""
     present = {k for r in runs for k in _final(r)}
     gated = sorted(k for k in present if k.startswith("eval/acc_gated"))
-    protocols = [(k, d) for k, d in PROTOCOLS if k in present or k != "eval/acc_feedback_exec"] + [
+    return [(k, d) for k, d in PROTOCOLS if k in present or k != "eval/acc_feedback_exec"] + [
         (k, f"verifier-gated, up to {k.rsplit('k', 1)[-1]} rounds (oracle-assisted)"
             + ("; critic shown the graded tests' execution result" if "_exec_" in k else "; unassisted critic"))
         for k in gated]
-    by_method = {m: [r for r in runs if r["method"] == m] for m in methods}
+
+
+def _by_method(runs: list[dict]) -> dict[str, list[dict]]:
+    return {m: [r for r in runs if r["method"] == m] for m in ordered(r["method"] for r in runs)}
+
+
+def _grpo_target(by_method: dict[str, list[dict]]) -> float | None:
+    """GRPO's final single-turn accuracy, mean over its seeds (None without grpo runs)."""
+    if "grpo" not in by_method:
+        return None
+    return statistics.fmean(_final(r)["eval/acc_single"] for r in by_method["grpo"])
+
+
+def _samples_used(run: dict) -> int:
+    return max(int(k) for k in run["evals"]) * run["samples_per_iteration"]
+
+
+def summary_metrics(runs: list[dict]) -> dict[str, float]:
+    """The report's numbers as metrics for the comparison's parent run, named `summary/<method>/<metric>` so that
+    the MLflow runs table sorts them by method (and its chart view puts them in sections after the runs' own
+    `eval/` and `eval_at_samples/` charts): per protocol the final accuracy's mean over seeds (`binac/acc_single`)
+    and 95 % half-width (`binac/acc_single_ci95`, with two or more seeds), the actor samples used, and the samples
+    to reach GRPO's final single-turn accuracy (mean over the seeds that reached it; `..._reached` counts them)."""
+    by_method, out = _by_method(runs), {}
+    target = _grpo_target(by_method)
+    for m, rr in by_method.items():
+        for key, _ in _protocols(runs):
+            values = [_final(r)[key] for r in rr if key in _final(r)]
+            if not values:
+                continue
+            mean, half = t_interval(values)
+            name = f"summary/{m}/{key.removeprefix('eval/')}"
+            out[name] = mean
+            if not math.isnan(half):
+                out[f"{name}_ci95"] = half
+        out[f"summary/{m}/actor_samples"] = statistics.fmean(_samples_used(r) for r in rr)
+        if target is not None:
+            reached = [s for s in (samples_to_reach(r, target) for r in rr) if s is not None]
+            out[f"summary/{m}/samples_to_grpo_final_reached"] = len(reached)
+            if reached:
+                out[f"summary/{m}/samples_to_grpo_final"] = statistics.fmean(reached)
+    return out
+
+
+def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
+    """Write report.md, report.html (the same, with the plot inline, for MLflow's artifact viewer) and
+    accuracy_vs_samples.png into out_dir; return {"text", "files", "table", "metrics"}."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_method = _by_method(runs)
+    protocols = _protocols(runs)
     lines = [
         f"# Comparison on preset `{meta['preset']}`",
         "",
-        f"Seeds: {meta['seeds']}. Budget: {meta['budget']} actor samples per run (= {meta['steps']} GRPO iterations). "
+        f"Seeds: {meta['seeds']}. Budget: {meta['budget']} actor samples per run (= {meta['steps']} GRPO iterations); "
+        "each method trains the whole iterations that fit in it (column `actor samples`). "
         f"Held-out problems: {meta['n_eval']} × {meta['eval_samples']} sample(s), temperature "
         f"{meta['eval_temperature']}; accuracy is pass@1 (mean over problems of correct/samples), in %, "
         "mean ± 95 % t-interval over seeds (no interval with one seed).",
         "",
-        "| method | feedback source | " + " | ".join(k.removeprefix("eval/") for k, _ in protocols) + " | iterations |",
-        "| --- | --- | " + " | ".join("---" for _ in protocols) + " | --- |",
+        *_evaluation_points(meta),
+        "| method | feedback source | " + " | ".join(k.removeprefix("eval/") for k, _ in protocols)
+        + " | iterations | actor samples |",
+        "| --- | --- | " + " | ".join("---" for _ in protocols) + " | --- | --- |",
     ]
     table = {}
-    for m in methods:
+    for m, rr in by_method.items():
         cells = []
         for key, _ in protocols:
-            vals = [_final(r)[key] for r in by_method[m] if key in _final(r)]
+            vals = [_final(r)[key] for r in rr if key in _final(r)]
             cells.append(_fmt(vals) if vals else "–")
             table[(m, key)] = vals
-        iters = max(int(k) for k in by_method[m][0]["evals"])
-        lines.append(f"| {m} | {method_feedback_source(m)} | " + " | ".join(cells) + f" | {iters} |")
+        iters = max(int(k) for k in rr[0]["evals"])
+        lines.append(f"| {m} | {method_feedback_source(m)} | " + " | ".join(cells)
+                     + f" | {iters} | {_samples_used(rr[0])} |")
     lines += ["", "Protocols: " + "; ".join(f"`{k.removeprefix('eval/')}` = {d}" for k, d in protocols) + ".", "",
               "Feedback source (each method is evaluated with the feedback it trains with): "
               f"`{CRITIC_TRAINED}` = the method's own learned critic adapter; `{CRITIC_BASE}` = the initial critic "
               "(the base model in the critic role), never updated (grpo trains no critic and is shown with this "
               f"one, the fixed_critic's); `{FIXED_INSTRUCTION}` = the self-correction text, no critic.", ""]
-    if "grpo" in by_method:
-        target = statistics.fmean(_final(r)["eval/acc_single"] for r in by_method["grpo"])
+    target = _grpo_target(by_method)
+    if target is not None:
         lines += [f"Actor samples to reach GRPO's final single-turn accuracy ({100 * target:.1f} %), per seed "
                   "(– = not reached within the budget):", ""]
-        for m in methods:
-            per_seed = [samples_to_reach(r, target) for r in by_method[m]]
-            lines.append(f"- {m}: " + ", ".join("–" if s is None else str(s) for s in per_seed))
+        for m, rr in by_method.items():
+            lines.append(f"- {m}: " + ", ".join("–" if s is None else str(s)
+                                                for s in (samples_to_reach(r, target) for r in rr)))
         lines.append("")
     png = out_dir / "accuracy_vs_samples.png"
     _plot(by_method, png)
-    lines.append(f"![held-out single-turn accuracy vs actor samples]({png.name})")
+    lines.append(f"![held-out single-turn accuracy vs iterations and vs actor samples]({png.name})")
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
-    return {"text": text, "files": [str(out_dir / "report.md"), str(png)], "table": table}
+    html = out_dir / "report.html"
+    html.write_text(render_html(text, out_dir, f"binac comparison ({meta['preset']})"))
+    return {"text": text, "files": [str(out_dir / "report.md"), str(html), str(png)], "table": table,
+            "metrics": summary_metrics(runs)}
+
+
+def _evaluation_points(meta: dict) -> list[str]:
+    """A sentence on where the methods were evaluated: at actor-sample counts they all share, or not."""
+    shared = meta.get("shared_samples")
+    if shared is None:
+        return []
+    if shared:
+        return [f"Every method was evaluated at the same actor-sample counts: 0, {', '.join(map(str, shared))} "
+                "(multiples of the methods' samples per iteration that fit the budget), and after its last "
+                "iteration.", ""]
+    return ["The methods share no actor-sample count within this budget except 0 (their samples per iteration "
+            f"have least common multiple {meta['common_samples']}); each was evaluated at evenly spaced iterations "
+            f"instead. A budget of a multiple of {meta['common_samples']} actor samples evaluates every method at "
+            "the same counts.", ""]
+
+
+def render_html(markdown_text: str, folder: Path, title: str) -> str:
+    """The report as one standalone HTML page: the markdown rendered (tables included) and every image that
+    lies in `folder` inlined as a data URI, so MLflow's artifact viewer shows the plot instead of a raw link."""
+    import markdown
+
+    body = markdown.markdown(markdown_text, extensions=["tables"])
+    for png in folder.glob("*.png"):
+        data = base64.b64encode(png.read_bytes()).decode()
+        body = body.replace(f'src="{png.name}"', f'src="data:image/png;base64,{data}"')
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+             "td:first-child,th:first-child{text-align:left}img{max-width:100%}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
+            f"</head><body>{body}</body></html>\n")
 
 
 def _plot(by_method: dict, png: Path) -> None:
+    """Held-out acc_single against iterations (left) and against actor samples (right): the mean over seeds with
+    a 95 % band, one colour per method (binac_core/plots.py)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for m, runs in by_method.items():
-        points: dict[int, list[float]] = {}
-        for r in runs:
-            for s, acc in curves(r):
-                points.setdefault(s, []).append(acc)
-        xs = sorted(points)
-        ax.plot(xs, [100 * statistics.fmean(points[x]) for x in xs], marker="o", label=m)
-    ax.set_xlabel("actor samples")
-    ax.set_ylabel("held-out acc_single (%)")
-    ax.set_title("single-turn accuracy vs actor samples (mean over seeds)")
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
+    for ax, by_samples, xlabel in ((axes[0], False, "iteration"), (axes[1], True, "actor samples")):
+        for m, runs in by_method.items():
+            points: dict[int, list[float]] = {}
+            for r in runs:
+                for x, acc in curves(r, by_samples=by_samples):
+                    points.setdefault(x, []).append(acc)
+            seed_band(ax, m, points)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("held-out acc_single (%)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("held-out single-turn accuracy: mean over seeds, band = 95 % t-interval over seeds")
     fig.tight_layout()
     fig.savefig(png)
     plt.close(fig)

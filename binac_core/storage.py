@@ -13,6 +13,7 @@ own DuckDB clients. The column types come from `sql/schema.sql`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -63,11 +64,17 @@ def write_shard(ws: Workspace, run_id: str, protocol: str, step: int, rows: list
 
 
 def ensure_schema_shard(ws: Workspace) -> Path:
-    """An empty shard that fixes the column types and keeps the view valid before any run has written."""
-    path = ws.shards / "_schema" / "empty.parquet"
+    """An empty shard that fixes the column types and keeps the view valid before any run has written.
+
+    Its name carries a digest of `sql/schema.sql` (`_schema/empty-<sha8>.parquet`): after a schema change (a new
+    column) a store made before it gets a second, empty schema shard with the new columns, so the view
+    (`union_by_name`) has every column and old rows read NULL in the new ones. Older schema shards are left
+    alone: they hold no rows."""
+    digest = hashlib.sha256(schema_sql().encode()).hexdigest()[:8]
+    path = ws.shards / "_schema" / f"empty-{digest}.parquet"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"empty.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
         con = duckdb.connect()
         con.execute(schema_sql())
         con.execute(f"COPY trajectory_rows TO {sql_string(tmp)} (FORMAT parquet)")

@@ -1,7 +1,7 @@
 """The report of a study (flows/study.py): tables, the pre-registered hypotheses' verdicts, plots with seed bands.
 
 Input: per run {regime, method, seed, finished, metrics: {name: {step: value}}, samples_per_iteration}. Every
-number is a mean over the seeds with its 95 % Student-t interval (`report.t_interval`); comparisons between
+number is a mean over the seeds with its 95 % Student-t interval (`stats.t_interval`); comparisons between
 methods are paired by seed (the difference per seed, then its interval). Verdicts follow fixed rules, written
 before any result:
 
@@ -21,15 +21,13 @@ import math
 import statistics
 from pathlib import Path
 
-from binac_core.report import t_interval
+from binac_core.plots import METHOD_ORDER, method_color
+from binac_core.stats import t_interval
 from binac_core.study import equal_samples_total
 
 ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
 HYPOTHESIS_METHODS = {"grpo", "fixed_critic", "binac", "binac_lam0"}
 """H1-H5 (studies/sparse-feedback.design.md) are answered for a study with these methods and a `sparse` regime."""
-METHOD_ORDER = ("grpo", "self_correct", "fixed_critic", "critic_only", "binac", "binac_lam0",
-                          "binac_after", "oracle_critic")
-
 
 def build_study_report(st, measured: dict, difficulties: dict, deviations: list[str], runs: list[dict],
                        out_dir: Path) -> dict:
@@ -310,8 +308,9 @@ def _plot(st, rr: list[dict], png: Path, regime: str) -> None:
             mean = [statistics.fmean(points[x]) for x in xs]
             lo = [min(points[x]) for x in xs]
             hi = [max(points[x]) for x in xs]
-            (line,) = ax.plot(xs, mean, marker="o" if key.startswith("eval") else None, markersize=3, label=m)
-            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12)
+            ax.plot(xs, mean, marker="o" if key.startswith("eval") else None, markersize=3, label=m,
+                    color=method_color(m))
+            ax.fill_between(xs, lo, hi, color=method_color(m), alpha=0.12)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
     axes[0][0].legend(fontsize=8)

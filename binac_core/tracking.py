@@ -40,14 +40,32 @@ def client(ws: Workspace) -> MlflowClient:
     return MlflowClient(ws.mlflow_uri)
 
 
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
+"""The experiment's kind as MLflow 3 records it: a model-training experiment (runs, metrics), not a GenAI one."""
+
+
+def ui_link(ui: str, experiment: str, run_id: str | None = None) -> str:
+    """A link into the MLflow UI at `ui` that opens the experiment's runs table (or the run's page) in the UI's
+    "Model training" mode. MLflow 3.17's UI ignores the kind tag for this: it opens every experiment in GenAI
+    mode (an empty traces overview) unless the address carries `workflowType=machine_learning` or the user has
+    clicked "Model training" (top left), so every link binac prints carries it."""
+    path = f"/#/experiments/{experiment}" + (f"/runs/{run_id}" if run_id else "")
+    return f"{ui.rstrip('/')}{path}?workflowType=machine_learning"
+
+
 def experiment_id(c: MlflowClient, ws: Workspace, name: str = EXPERIMENT) -> str:
+    """The experiment's id, created as a model-training experiment when missing (an existing one without a kind,
+    from an older binac, is tagged too; a kind a user chose is left alone)."""
     exp = c.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        return c.create_experiment(name, artifact_location=(ws.artifact_root / name).as_uri())
-    except mlflow.exceptions.MlflowException:  # created concurrently by another run
-        return c.get_experiment_by_name(name).experiment_id
+    if exp is None:
+        try:
+            return c.create_experiment(name, artifact_location=(ws.artifact_root / name).as_uri(),
+                                       tags={KIND_TAG: KIND})
+        except mlflow.exceptions.MlflowException:  # created concurrently by another run
+            exp = c.get_experiment_by_name(name)
+    if KIND_TAG not in exp.tags:
+        c.set_experiment_tag(exp.experiment_id, KIND_TAG, KIND)
+    return exp.experiment_id
 
 
 def find_or_create_run(

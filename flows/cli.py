@@ -27,14 +27,20 @@ def _env_defaults() -> None:
 
 
 def _overrides(items: list[str]) -> dict:
-    """`--set train.actor_lr=1e-3` pairs, values parsed as YAML scalars."""
+    """`--set train.actor_lr=1e-3` pairs, values parsed as YAML scalars; an unknown section or field is named
+    with the closest ones and the valid ones."""
     import yaml
+
+    from binac_core.config import unknown_key
 
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:
             raise BinacError(f"--set expects section.field=value (got {item!r})")
+        unknown = unknown_key(*key.split(".", 1))
+        if unknown:
+            raise BinacError(f"--set {key}: {unknown}")
         out[key] = yaml.safe_load(value)
     return out
 
@@ -157,36 +163,80 @@ FRESH_HELP = ("recompute every stage instead of reusing cached results (a new ML
               "recomputes without it")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`-h` shows every option's default, except where there is none to show (a flag, an unset option, an
+    empty list): no `(default: None)` noise."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A subcommand's parser: an unknown option is reported with this subcommand's usage (argparse would leave it
+    to the top-level parser, whose usage says nothing about the subcommand's options), with the closest option."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            import difflib
+
+            options = sorted(s for s in self._option_string_actions if s.startswith("--"))
+            hints = {}
+            for extra in extras:
+                name = extra.partition("=")[0]
+                close = difflib.get_close_matches(name, options, n=1) if name.startswith("-") else []
+                if close:
+                    hints[name] = close[0]
+            hint = ""
+            if len(hints) == 1:
+                hint = f" (did you mean {next(iter(hints.values()))}?)"
+            elif hints:
+                hint = f" (did you mean {', '.join(f'{b} for {a}' for a, b in hints.items())}?)"
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     from binac_core.config import METHODS, preset_names
 
-    p = argparse.ArgumentParser(prog="binac", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = argparse.ArgumentParser(prog="binac", description=__doc__.splitlines()[0], formatter_class=_HelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
-    t = sub.add_parser("train", help="train one method (one MLflow run)")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
+
+    t = command("train", "train one method (one MLflow run)")
     t.add_argument("--preset", default="tiny", help=f"preset name or YAML file ({', '.join(preset_names())})")
     t.add_argument("--method", default="grpo", help=f"one of {', '.join(METHODS)}")
     t.add_argument("--steps", type=int, default=20, help="training iterations")
     t.add_argument("--seed", type=int, default=0, help="run seed (sampling, adapter init, batch order)")
-    t.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a field")
+    t.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a config field (repeatable), e.g. train.actor_lr=1e-3")
     t.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     t.set_defaults(func=cmd_train)
 
-    c = sub.add_parser("compare", help="every method x seed at equal actor-sample budgets, with a report")
-    c.add_argument("--preset", default="tiny")
-    c.add_argument("--methods", default="grpo,fixed_critic,binac", help="comma-separated methods")
+    c = command("compare", "every method x seed at equal actor-sample budgets, with a report")
+    c.add_argument("--preset", default="tiny", help=f"preset name or YAML file ({', '.join(preset_names())})")
+    c.add_argument("--methods", default="grpo,fixed_critic,binac",
+                   help=f"comma-separated methods, of {', '.join(METHODS)}")
     c.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    c.add_argument("--steps", type=int, default=30, help="budget: as many actor samples as N grpo iterations")
-    c.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    c.add_argument("--steps", type=int, default=30,
+                   help="the actor-sample budget of every run: as many samples as N grpo iterations; each method "
+                   "runs the whole iterations that fit in it, so it must cover one iteration of every method")
+    c.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a config field (repeatable)")
     c.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     c.set_defaults(func=cmd_compare)
 
-    d = sub.add_parser("demo", help="compare grpo, fixed_critic, binac on the tiny preset")
+    d = command("demo", "compare grpo, fixed_critic, binac on the tiny preset")
     d.add_argument("--seeds", default="0", help="comma-separated seeds")
-    d.add_argument("--steps", type=int, default=30, help="budget in grpo iterations")
+    d.add_argument("--steps", type=int, default=30,
+                   help="the actor-sample budget of every run, in grpo iterations (as `compare --steps`)")
     d.set_defaults(func=cmd_demo)
 
-    e = sub.add_parser("evaluate", help="evaluate a model (+ adapters) on a benchmark under one protocol")
+    e = command("evaluate", "evaluate a model (+ adapters) on a benchmark under one protocol")
     e.add_argument("--benchmark", required=True, help="math500 | mbpp | gpqa_diamond | gsm8k | synthetic ...")
     e.add_argument("--model", required=True, help="Hugging Face id or local model folder")
     e.add_argument("--actor-adapter", help="LoRA adapter folder for the actor")
@@ -204,10 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--preset", default="tiny", help="preset supplying generation and LoRA settings")
     e.add_argument("--temperature", type=float, help="override the preset's eval temperature")
     e.add_argument("--max-new-tokens", type=int, help="override the preset's answer length")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=int, default=0, help="sampling seed")
     e.set_defaults(func=cmd_evaluate)
 
-    st = sub.add_parser("study", help="run (or resume) a pre-registered study file over a Prefect work pool")
+    st = command("study", "run (or resume) a pre-registered study file over a Prefect work pool")
     st.add_argument("file", help="a study file, e.g. studies/sparse-feedback.yaml")
     st.add_argument("--report-only", action="store_true",
                     help="write the report from the runs finished so far; submit nothing")
@@ -215,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="resubmissions of a run whose flow run failed, per invocation (killed runs always are)")
     st.set_defaults(func=cmd_study)
 
-    q = sub.add_parser("sql", help="run SQL (a query or a file from sql/) over the trajectory store")
+    q = command("sql", "run SQL (a query or a file from sql/) over the trajectory store")
     q.add_argument("query", help="a SQL string or a path to a .sql file")
     q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="query parameter")
     q.add_argument("--out", help="write the result to a .csv or .parquet file instead of printing it")

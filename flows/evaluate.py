@@ -48,7 +48,8 @@ def evaluate(
     tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": name,
             "eval_feedback_source": source}
     run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)
-    meta = {"run_id": run_id, "method": "eval", "preset": cfg.name, "seed": seed, "benchmark": benchmark}
+    meta = {"run_id": run_id, "method": "eval", "preset": cfg.name, "seed": seed, "benchmark": benchmark,
+            "parent_run_id": None}
     try:
         base = {"path": cfg.model.hub_id, "digest": cfg.model.hub_id}
         data = prepare_data(cfg_d, ("eval",))

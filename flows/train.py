@@ -17,6 +17,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from binac_core import tracking
+from binac_core.errors import BinacError
 from binac_core.evaluation import FIXED_INSTRUCTION, ORACLE, method_feedback_source, training_protocols
 from binac_core.grading import grader_stats
 from binac_core.plans import evaluation_steps, plan, train_run_key
@@ -24,6 +25,7 @@ from binac_core.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.provenance import stage_code_digest
 from binac_core.runlock import run_lock
 from binac_core.workspace import workspace
+from flows.reporting import closing_artifact, progress, refuse
 from tasks.actor_update import update_actor
 from tasks.critic_update import critic_reward, update_critic
 from tasks.evaluate import evaluate, store_eval_exec
@@ -36,10 +38,11 @@ from tasks.store import store_eval, store_train_step
 from tasks.track import finalize_run, finish_run, log_metrics, start_run
 
 
-@flow(name="train")
+@flow(name="train", flow_run_name="{method}-{preset}-s{seed}")
 def train(
     preset: str = "micro", method: str = "grpo", steps: int = 3, seed: int = 0, overrides: dict | None = None,
     budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "", fresh: str = "",
+    shared_samples: list[int] | None = None,
 ) -> dict:
     """Train `method` for `steps` iterations (or until `budget` actor samples); returns run id and evaluations.
 
@@ -53,10 +56,14 @@ def train(
         budget: actor-sample budget; set by `compare` for its subflows.
         parent_run_id: MLflow parent run; set by `compare`.
         parent_key: the comparison's key; set by `compare`.
+        shared_samples: actor-sample counts at which every compared method evaluates; set by `compare`.
         fresh: any new value recomputes every stage instead of reusing cached ones (a new MLflow run);
             `binac train --fresh` sets one. An edit to library code recomputes without it.
     """
-    cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
+    try:
+        cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
+    except BinacError as exc:  # a deployment run with a bad parameter: the CLI's one line as its state message
+        return refuse(exc)
     ws, cfg_d = workspace(), cfg.model_dump(mode="json")
     # The code that computes the stages is part of the run's identity: after a library edit the same command is
     # a new run (new MLflow run, new stage folders); `fresh` does the same without an edit.
@@ -68,18 +75,22 @@ def train(
     with run_lock(ws.home, key, flow_run.get_id()):
         base = build_base_model(cfg_d)
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
-        tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark}
+        tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark,
+                "budget_actor_samples": str(budget or iterations * spec.actor_samples_per_iteration(cfg))}
         params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations),
                   "code.stage_code_digest": code, "code.fresh": fresh}
-        run_id = start_run(key, f"{method}-seed{seed}", tags, params, parent_run_id)
-        meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark}
+        run_id = start_run(key, f"{method}-{cfg.name}-s{seed}", tags, params, parent_run_id)
+        meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark,
+                "parent_run_id": parent_run_id}
         try:
             adapters = init_adapters(cfg_d, base, seed, str(shared))
             actor, critic = adapters["actor"], adapters["critic"]
+            per_iteration = spec.actor_samples_per_iteration(cfg)
+            log_metrics(run_id, {"train/actor_samples": 0}, 0)
             evals = {0: _evaluate(cfg_d, base, data, actor, critic, seed, 0, str(shared), meta, run_id, method)}
             samples, t_start = 0, time.time()
             eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
-                                       spec.actor_samples_per_iteration(cfg), cfg.train.eval_at_samples)
+                                       per_iteration, cfg.train.eval_at_samples, shared_samples)
             for step in range(1, iterations + 1):
                 t0, out = time.time(), str(run_dir / f"step-{step:05d}")
                 batch = sample_batch(cfg_d, data["train"], seed, step, out)
@@ -113,7 +124,7 @@ def train(
                     critic, stats["train/critic_loss"] = upd["adapter"], upd["stats"]["loss"]
                 metrics = store_train_step(meta, step, attempts, r0, feedback, refined, r1, crew, batch,
                                            cfg.train.alpha_shaping)
-                samples += spec.actor_samples_per_iteration(cfg)
+                samples += per_iteration
                 gen_s = sum(g.get("seconds", 0.0) for g in gens)
                 metrics.update(stats)
                 metrics.update({f"grader/{k}": v for k, v in grader_stats().items()})
@@ -123,23 +134,39 @@ def train(
                 })
                 log_metrics(run_id, metrics, step)
                 if step in eval_at:
-                    evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method)
+                    evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method,
+                                            samples)
                 eta = (time.time() - t_start) / step * (iterations - step)
-                print(f"[{method} seed {seed}] iter {step}/{iterations} reward_first "
-                      f"{metrics['train/reward_first']:.3f} samples {samples} ETA {eta:.0f}s", flush=True)
+                acc = f" acc_single {evals[step]['eval/acc_single']:.3f}" if step in evals else ""
+                progress(f"[{method} {cfg.name} seed {seed}] iteration {step}/{iterations}: reward_first "
+                         f"{metrics['train/reward_first']:.3f}{acc}, actor samples {samples}, ETA {eta:.0f}s")
             finalize_run(run_id, cfg_d, actor, critic)
         except BaseException:
             finish_run(run_id, "FAILED")
             raise
+        closing_artifact(f"train-{method}-{cfg.name}-s{seed}", f"train {method} on {cfg.name}, seed {seed}",
+                         _evals_table(evals, per_iteration), run_id)
         return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
-                "samples_per_iteration": spec.actor_samples_per_iteration(cfg), "actor": actor, "critic": critic}
+                "samples_per_iteration": per_iteration, "actor": actor, "critic": critic}
 
 
-def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method) -> dict:
+def _evals_table(evals: dict[int, dict], per_iteration: int) -> str:
+    """The run's held-out evaluations as a markdown table, one row per evaluation point."""
+    keys = sorted({k for m in evals.values() for k in m if k.startswith("eval/acc")})
+    lines = ["| iteration | actor samples | " + " | ".join(k.removeprefix("eval/") for k in keys) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in keys) + " |"]
+    for step in sorted(evals):
+        cells = [f"{evals[step][k]:.3f}" if k in evals[step] else "–" for k in keys]
+        lines.append(f"| {step} | {step * per_iteration} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method, samples=0) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
-    Code benchmarks also get the execution-assisted protocols. The source is tagged `eval_feedback_source`."""
+    Code benchmarks also get the execution-assisted protocols. The source is tagged `eval_feedback_source`.
+    `samples`: the actor samples trained on so far, the step of the `eval_at_samples/` copies of the metrics."""
     source = method_feedback_source(method)
     fixed = SELF_CORRECT_FEEDBACK if source == FIXED_INSTRUCTION else None
     oracle = source == ORACLE
@@ -149,5 +176,8 @@ def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, m
     metrics = store_eval(meta, step, result, data["eval"])
     store_eval_exec(meta, step, result)
     log_metrics(run_id, metrics, step)
+    # The same numbers again with the cumulative actor samples as the step: MLflow's default chart of
+    # eval_at_samples/<metric> then compares methods at equal budgets, not at equal iterations.
+    log_metrics(run_id, {f"eval_at_samples/{k.removeprefix('eval/')}": v for k, v in metrics.items()}, samples)
     tracking.set_tags(workspace(), run_id, {"eval_feedback_source": source})
     return metrics

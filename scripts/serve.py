@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -145,13 +146,14 @@ def wait_until(what: str, check, procs: list[subprocess.Popen], timeout: float =
     raise RuntimeError(f"{what}: not ready after {timeout:.0f}s; see {state_dir()}/*.log")
 
 
-def run_env(prefect_port: int) -> dict:
-    """The environment of every process started here; the worker passes it on to flow runs."""
+def run_env(prefect_port: int, mlflow_port: int) -> dict:
+    """The environment of every process started here; the worker passes it on to flow runs (MLFLOW_UI: their
+    Prefect artifacts link to their MLflow runs)."""
     h = home()
     env = dict(os.environ)
     env.update(
         BINAC_HOME=str(h), BINAC_REPO=str(REPO), PWD=str(REPO), PREFECT_HOME=str(state_dir() / "prefect-home"),
-        PREFECT_API_URL=f"http://{HOST}:{prefect_port}/api",
+        PREFECT_API_URL=f"http://{HOST}:{prefect_port}/api", MLFLOW_UI=f"http://{HOST}:{mlflow_port}",
         PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(h / "prefect"), PREFECT_LOCAL_STORAGE_PATH=str(h / "prefect"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
     )
@@ -171,14 +173,14 @@ def start() -> int:
     # The UI serves $BINAC_HOME's store, so deployment runs must log there too, whatever the shell points at.
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     pp, mp = port("BINAC_PREFECT_PORT", 4200), port("BINAC_MLFLOW_PORT", 5000)
-    env = run_env(pp)
+    env = run_env(pp, mp)
     h = home()
     (h / "mlartifacts").mkdir(parents=True, exist_ok=True)
     # Create/migrate the MLflow tables the way runs do (under binac's lock), not racing a run from the server.
     from binac_core import tracking
     from binac_core.workspace import Workspace
 
-    tracking.client(Workspace(h))
+    experiment = tracking.experiment_id(tracking.client(Workspace(h)), Workspace(h))  # its UI link is printed
     try:
         server = spawn("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", HOST, "--port",
                                           str(pp)], env)
@@ -203,11 +205,9 @@ def start() -> int:
         print(f"error: {exc}", file=sys.stderr)
         stop()
         return 1
-    (state_dir() / "env.sh").write_text(
-        f"export BINAC_HOME={h}\nexport PREFECT_API_URL=http://{HOST}:{pp}/api\n"
-        f"export BINAC_PREFECT_PORT={pp}\nexport BINAC_MLFLOW_PORT={mp}\nexport MLFLOW_UI=http://{HOST}:{mp}\n")
+    write_env_sh(h, pp, mp)
     print(f"Prefect server  http://{HOST}:{pp}   (UI; API {env['PREFECT_API_URL']})")
-    print(f"MLflow UI       http://{HOST}:{mp}   (store {h / 'mlflow.db'})")
+    print(f"MLflow UI       {tracking.ui_link(f'http://{HOST}:{mp}', experiment)}   (store {h / 'mlflow.db'})")
     print(f"Work pool {POOL}, {len(workers)} workers and deployments ready; pids and logs in {state_dir()}")
     print("Run a comparison:")
     print(f"  PREFECT_API_URL={env['PREFECT_API_URL']} {BIN / 'prefect'} deployment run 'compare/micro' "
@@ -215,6 +215,21 @@ def start() -> int:
     print(f"  (or `source {state_dir() / 'env.sh'}` once, then `prefect deployment run ...`)")
     print("Stop everything: make stop")
     return 0
+
+
+def write_env_sh(h: Path, prefect_port: int, mlflow_port: int) -> None:
+    """`env.sh`, for `source`: the servers' addresses, and the project's environment first on PATH, so that
+    `prefect deployment run ...` works in a fresh shell without activating `.venv` first."""
+    lines = [f"export BINAC_HOME={shlex.quote(str(h))}", f"export PREFECT_API_URL=http://{HOST}:{prefect_port}/api",
+             f"export BINAC_PREFECT_PORT={prefect_port}", f"export BINAC_MLFLOW_PORT={mlflow_port}",
+             f"export MLFLOW_UI=http://{HOST}:{mlflow_port}", f'export PATH={shlex.quote(str(BIN))}:"$PATH"']
+    (state_dir() / "env.sh").write_text("\n".join(lines) + "\n")
+
+
+def read_env_sh() -> dict[str, str]:
+    """The variables `env.sh` sets (PATH as written, unexpanded)."""
+    lines = (state_dir() / "env.sh").read_text().splitlines()
+    return {k: v for k, _, v in (line.removeprefix("export ").partition("=") for line in lines)}
 
 
 def signal_group(pid: int, sig: int) -> None:
@@ -256,8 +271,8 @@ def add_worker() -> int:
     env_file = state_dir() / "env.sh"
     if not env_file.exists() or not read_pid("prefect-server"):
         sys.exit(f"error: no server started under {state_dir()} (run `make serve` first)")
-    ports = dict(line.removeprefix("export ").split("=", 1) for line in env_file.read_text().splitlines())
-    env = run_env(int(ports["BINAC_PREFECT_PORT"]))
+    ports = read_env_sh()
+    env = run_env(int(ports["BINAC_PREFECT_PORT"]), int(ports["BINAC_MLFLOW_PORT"]))
     env.pop("MLFLOW_TRACKING_URI", None)
     n = 1
     while read_pid(f"prefect-worker-{n}") is not None:

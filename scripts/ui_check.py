@@ -1,15 +1,20 @@
-"""`make ui-check`: the MLflow UI over a store holding a comparison, opened in headless Chromium, screenshots saved.
+"""`make ui-check`: the MLflow UI over a store holding a comparison, opened in headless Chromium the way a new user
+opens it, checked, and screenshots saved.
 
 Uses the store of `$BINAC_UI_HOME`, else `$BINAC_HOME`, else ./.binac; when it holds no comparison yet, runs a small
-one there first (`binac compare --preset micro --methods grpo,fixed_critic,binac --seeds 0,1 --steps 2`). Starts an
-MLflow server on a free 127.0.0.1 port (stopped again at the end, by its process group), and saves
-- docs/mlflow-compare.png: the experiment's runs in chart view with the comparison's parent run expanded, so every
-  chart (eval/*, train/*, perf/* by step) has one line per child run (method x seed),
-- docs/mlflow-parent-run.png: the parent run's page, listing its child runs.
+one there first (`binac compare --preset micro --methods grpo,fixed_critic,binac --seeds 0,1 --steps 15`: 240
+actor samples, a budget every method reaches exactly). Starts an MLflow server on a free 127.0.0.1 port (stopped
+again at the end, by its process group) and checks, failing with a one-line reason otherwise:
+- the experiment's link as binac prints it (`tracking.ui_link`: `make serve`, the runs' Prefect artifacts) opens
+  on its runs table, showing the comparison's parent run without any click (MLflow 3.17 opens an experiment in its
+  GenAI mode, an empty traces overview, unless the link asks for "Model training");
+- the chart view, with the comparison expanded, has an `eval_at_samples/acc_single` chart; its points (read over
+  the same server's REST API, the data the chart draws) sit at the same actor-sample counts for every method;
+- the parent run's page shows the report's summary metrics (`<method>/acc_single`, ...).
+Screenshots go to `$BINAC_HOME/ui-check/` (`--docs`: to docs/, replacing the README's images):
+mlflow-compare.png (the chart view) and mlflow-parent-run.png (the parent run's page).
 Installs Debian's `chromium` with apt-get when it is missing and this runs as root. Drives Chromium over the
-DevTools protocol and fails unless each page shows the run names (and, for the charts, a metric name) before the
-screenshot is taken; judging how the page looks is left to a person looking at the PNGs. Tags the experiment
-`mlflow.experimentKind=custom_model_development` when it has no kind yet (otherwise the UI shows GenAI pages).
+DevTools protocol; judging how the page looks is left to a person looking at the PNGs.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 from serve import free_port, http_ok  # noqa: E402
 
+from binac_core.tracking import ui_link  # noqa: E402
+
 DOCS = REPO / "docs"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
@@ -44,7 +51,7 @@ def store_home() -> Path:
 
 def comparison(home: Path) -> tuple[str, str, str, dict[str, str]] | None:
     """(experiment id, parent run name, parent run id, {child run id: name}) of the latest finished comparison in
-    the store, or None."""
+    the store, or None. Leaves the experiment's tags as the pipeline made them."""
     if not (home / "mlflow.db").exists():
         return None
     from mlflow.tracking import MlflowClient
@@ -59,9 +66,6 @@ def comparison(home: Path) -> tuple[str, str, str, dict[str, str]] | None:
         return None
     pid = parents[0].info.run_id
     children = c.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{pid}'")
-    if exp.tags.get("mlflow.experimentKind") is None:
-        # Without it the UI guesses a GenAI experiment and shows its "evaluation runs" pages.
-        c.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "custom_model_development")
     return exp.experiment_id, parents[0].info.run_name, pid, {r.info.run_id: r.info.run_name for r in children}
 
 
@@ -117,7 +121,8 @@ class Browser:
         res = self.call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''")
         return res["result"].get("value", "")
 
-    def wait_for(self, texts: list[str], timeout: float = 90) -> None:
+    def wait_for(self, texts: list[str], timeout: float = 300) -> None:
+        """Wait until the page shows every text (the timeout only guards against a hang; a slow machine is fine)."""
         t0 = time.time()
         while missing := [t for t in texts if t not in self.text()]:
             if time.time() - t0 > timeout:
@@ -128,20 +133,39 @@ class Browser:
         self.call("Runtime.evaluate", expression=f"document.querySelectorAll({json.dumps(selector)})"
                                                  ".forEach(e => e.click())")
 
-    def shot(self, url: str, must_show: list[str], out: Path, first: list[str] = (), click: str | None = None):
-        """Open `url`; once it shows `first`, click every element matching `click`; once it shows `must_show`,
-        close the assistant panel and save the screenshot."""
+    def open(self, url: str, must_show: list[str]) -> str:
+        """Open `url` and wait until it shows `must_show`, without any click; returns the page's text."""
         self.call("Page.navigate", url=url)
-        if click:
+        self.wait_for(must_show)
+        return self.text()
+
+    def scroll_to(self, text: str) -> None:
+        """Scroll the first element whose own text is `text` to the top (the chart view draws a section's charts
+        only once it is on screen)."""
+        self.call("Runtime.evaluate", expression=(
+            "(() => { const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT); let n;"
+            f" while ((n = w.nextNode())) if (n.textContent.trim() === {json.dumps(text)})"
+            " { n.parentElement.scrollIntoView({block: 'start'}); return true; } return false; })()"))
+
+    def shot(self, url: str, must_show: list[str], out: Path, first: list[str] = (), click: str | None = None,
+             scroll_to: str | None = None):
+        """Open `url`; once it shows `first`, click every element matching `click` and scroll `scroll_to` to the
+        top; once it shows `must_show`, close the assistant panel and save the screenshot."""
+        self.call("Page.navigate", url=url)
+        if click or scroll_to:
             self.wait_for(list(first))
             time.sleep(1)
+        if click:
             self.click(click)
+        if scroll_to:
+            self.wait_for([scroll_to])
+            self.scroll_to(scroll_to)
         self.wait_for(must_show)
         self.click(CLOSE_ASSISTANT)
         time.sleep(3)  # let the charts finish drawing after the layout change
         png = self.call("Page.captureScreenshot", format="png")["data"]
         out.write_bytes(base64.b64decode(png))
-        print(f"saved {out.relative_to(REPO)} ({out.stat().st_size // 1024} KiB): shows {', '.join(must_show)}")
+        print(f"saved {out} ({out.stat().st_size // 1024} KiB): shows {', '.join(must_show)}")
 
     def close(self) -> None:
         self.ws.close()
@@ -152,18 +176,29 @@ class Browser:
 
 CLOSE_ASSISTANT = '[data-component-id="mlflow.assistant.chat_panel.close"]'
 EXPAND_RUN = '[data-component-id$="runnamecellrenderer.tsx_46"]'  # the +/- before a parent run's name
+SMALL_COMPARISON = ["compare", "--preset", "micro", "--methods", "grpo,fixed_critic,binac", "--seeds", "0,1",
+                    "--steps", "15"]
 
 
-def main() -> int:
-    home = store_home()
-    found = comparison(home)
-    if found is None:
-        print(f"no comparison in {home}: running a small one (micro preset) ...")
-        env = {**os.environ, "BINAC_HOME": str(home)}
-        subprocess.run([sys.executable, "-m", "flows.cli", "compare", "--preset", "micro", "--methods",
-                        "grpo,fixed_critic,binac", "--seeds", "0,1", "--steps", "2"], cwd=REPO, env=env, check=True)
-        found = comparison(home)
-    exp, parent_name, parent, children = found
+def rest(base: str, path: str, body: dict | None = None) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{base}/api/2.0/mlflow/{path}", data=data,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+
+
+def chart_points(base: str, children: dict[str, str], key: str = "eval_at_samples/acc_single") -> dict[str, list]:
+    """{child run name: sorted steps of `key`}: the x values of the chart's points, as the UI reads them."""
+    out = {}
+    for rid, name in children.items():
+        hist = rest(base, f"metrics/get-history?run_id={rid}&metric_key={key}").get("metrics", [])
+        out[name] = sorted(int(m.get("step", 0)) for m in hist)
+    return out
+
+
+def serve_mlflow(home: Path) -> tuple[subprocess.Popen, str]:
+    """An MLflow server over the store on a free 127.0.0.1 port, in its own process group; waits until healthy."""
     port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
@@ -171,30 +206,85 @@ def main() -> int:
          "--workers", "1", "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
          "--default-artifact-root", (home / "mlartifacts").as_uri()],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base, browser = f"http://127.0.0.1:{port}", None
+    base, t0 = f"http://127.0.0.1:{port}", time.time()
+    while not http_ok(f"{base}/health"):
+        if server.poll() is not None or time.time() - t0 > 600:
+            stop_group(server)
+            raise RuntimeError("the MLflow server did not start")
+        time.sleep(0.5)
+    return server, base
+
+
+def stop_group(proc: subprocess.Popen) -> None:
     try:
-        t0 = time.time()
-        while not http_ok(f"{base}/health"):
-            if server.poll() is not None or time.time() - t0 > 120:
-                sys.exit("error: the MLflow server did not start")
-            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def check(home: Path, out: Path) -> dict:
+    """Run the checks of the module docstring over the store's latest comparison, saving the screenshots into
+    `out`; returns what was seen ({"parent", "children", "points", "parent_metrics", "files"}). Raises
+    RuntimeError naming the first check that fails."""
+    found = comparison(home)
+    if found is None:
+        raise RuntimeError(f"no finished comparison in {home}")
+    exp, parent_name, parent, children = found
+    server, base = serve_mlflow(home)
+    browser = None
+    try:
         browser = Browser(chromium())
-        DOCS.mkdir(exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         names = sorted(children.values())
-        # The experiment's runs in chart view, the comparison expanded: one line per child run on every chart.
-        browser.shot(f"{base}/#/experiments/{exp}/runs?compareRunsMode=CHART", [*names, "eval/acc_single"],
-                     DOCS / "mlflow-compare.png", first=[parent_name], click=EXPAND_RUN)
-        browser.shot(f"{base}/#/experiments/{exp}/runs/{parent}", [parent_name, *names],
-                     DOCS / "mlflow-parent-run.png")
+        # 1. The experiment's link as binac prints it (tracking.ui_link), no click: the runs table must list the
+        # comparison (without `workflowType` in the address, MLflow 3.17 opens an empty GenAI overview).
+        browser.open(ui_link(base, exp), [parent_name, "Runs"])
+        # 2. Chart view with the comparison expanded: one line per child run, the equal-budget chart among them.
+        key = "eval_at_samples/acc_single"
+        browser.shot(f"{base}/#/experiments/{exp}/runs?compareRunsMode=CHART&workflowType=machine_learning",
+                     [*names, key], out / "mlflow-compare.png", first=[parent_name], click=EXPAND_RUN,
+                     scroll_to="eval_at_samples")
+        points = chart_points(base, children, key)
+        if len({tuple(p) for p in points.values()}) != 1:
+            raise RuntimeError(f"{key}: the methods' points are at different actor-sample counts: {points}")
+        # 3. The parent run's page shows the report's summary metrics.
+        metrics = {m["key"] for m in rest(base, f"runs/get?run_id={parent}")["run"]["data"].get("metrics", [])}
+        shown = sorted(m for m in metrics if m.startswith("summary/") and m.endswith("/acc_single"))
+        if not shown:
+            raise RuntimeError(f"the parent run {parent_name} has no summary metrics")
+        browser.shot(ui_link(base, exp, parent), [parent_name, *shown],
+                     out / "mlflow-parent-run.png")
     finally:
         if browser is not None:
             browser.close()
-        try:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(server.pid, signal.SIGKILL)
-    print(f"store {home}: comparison {parent_name} ({parent}) with child runs {', '.join(sorted(children.values()))}")
+        stop_group(server)
+    return {"parent": parent_name, "children": names, "points": points, "parent_metrics": sorted(metrics),
+            "files": [out / "mlflow-compare.png", out / "mlflow-parent-run.png"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docs", action="store_true", help="save the screenshots into docs/ (the README's images)")
+    a = ap.parse_args(argv)
+    home = store_home()
+    if comparison(home) is None:
+        print(f"no comparison in {home}: running a small one (micro preset) ...")
+        env = {**os.environ, "BINAC_HOME": str(home)}
+        subprocess.run([sys.executable, "-m", "flows.cli", *SMALL_COMPARISON], cwd=REPO, env=env, check=True)
+    try:
+        seen = check(home, DOCS if a.docs else home / "ui-check")
+    except RuntimeError as exc:
+        print(f"error: ui-check: {exc}", file=sys.stderr)
+        return 1
+    print(f"store {home}: comparison {seen['parent']} with child runs {', '.join(seen['children'])}")
+    print(f"eval_at_samples/acc_single points (actor samples), the same for every run: "
+          f"{next(iter(seen['points'].values()))}")
     return 0
 
 

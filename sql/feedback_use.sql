@@ -1,5 +1,6 @@
 -- Question: does the actor use the feedback? First-attempt reward vs refined reward, per method and feedback
--- type: how often a refinement fixes a wrong attempt, breaks a right one, or just copies the attempt.
+-- type, over one comparison's runs (the latest by default): how often a refinement fixes a wrong attempt, breaks a
+-- right one, or just copies the attempt.
 --
 -- Feedback types (simple rules on the text, first match wins; case-insensitive):
 --   empty          nothing but whitespace
@@ -15,6 +16,11 @@
 -- whose refinement is right (reward > 0); break_rate = share of right attempts whose refinement is wrong.
 --
 -- Parameters:
+-- @param comparison = latest
+--   which runs: the MLflow parent run id of a comparison or study (a unique prefix will do), `latest` (the
+--   comparison whose runs started most recently: the parent run whose earliest row is newest), or `all` (every
+--   run in the store, standalone `binac train` runs included). `binac sql` resolves `latest` to the parent run id
+--   and prints it in its header line; in a store without parent run ids, `latest` means `all`.
 -- @param split = %
 --   a LIKE pattern on the split (train, eval)
 -- @param protocol = %
@@ -38,9 +44,10 @@ SELECT method, attempt_reward, refined_reward, trim(refined) = trim(attempt) AS 
        END AS feedback_type
 FROM trajectories
 WHERE feedback IS NOT NULL AND refined_reward IS NOT NULL
-  AND split LIKE $split AND protocol LIKE $protocol AND method LIKE $method;
+  AND split LIKE $split AND protocol LIKE $protocol AND method LIKE $method
+  AND ($comparison = 'all' OR parent_run_id = $comparison);
 
-SELECT method, feedback_type, count(*) AS n,
+SELECT $comparison AS comparison, method, feedback_type, count(*) AS n,
        round(avg(attempt_reward), 4) AS mean_first_reward, round(avg(refined_reward), 4) AS mean_refined_reward,
        round(avg(refined_reward - attempt_reward), 4) AS mean_gain,
        round(avg(CASE WHEN refined_reward > 0 THEN 1.0 ELSE 0.0 END) FILTER (WHERE attempt_reward = 0), 4) AS fix_rate,

@@ -29,5 +29,8 @@ CREATE TABLE trajectory_rows (
     refined_tokens  INTEGER,           -- completion tokens of the refinement
     created_at      TIMESTAMP NOT NULL, -- when the step's rows were generated
     first_wrong_step INTEGER,          -- synthetic task: the attempt's first wrong step by the oracle (NULL: none)
-    feedback_step   INTEGER            -- synthetic task: the step the feedback names as wrong (NULL: names none)
+    feedback_step   INTEGER,           -- synthetic task: the step the feedback names as wrong (NULL: names none)
+    parent_run_id   VARCHAR            -- MLflow run id of the comparison or study (the parent run) this run belongs
+                                       -- to; NULL for a standalone `binac train` / `binac evaluate` (and in rows
+                                       -- stored before this column existed)
 );

@@ -1,5 +1,6 @@
--- Question: per run and iteration, the study's measures of advantage collapse and of the critic, computed from
--- the stored rows; they equal the MLflow metrics of the same names (tasks/store.py, binac_core/measures.py):
+-- Question: per run and iteration of one study or comparison (the latest by default), the study's measures of
+-- advantage collapse and of the critic, computed from the stored rows; they equal the MLflow metrics of the same
+-- names (tasks/store.py, binac_core/measures.py):
 --   train/zero_adv_frac            share of problems whose first attempts all have the same reward (every GRPO
 --                                  advantage of the group is 0)
 --   train/critic_signal_frac       share of first attempts whose K feedbacks' critic rewards are not all equal
@@ -11,13 +12,19 @@
 -- With split = 'eval' the same columns describe the held-out `feedback` protocol (eval/critic_* in MLflow).
 --
 -- Parameters:
+-- @param comparison = latest
+--   which runs: the MLflow parent run id of a comparison or study (a unique prefix will do), `latest` (the
+--   comparison whose runs started most recently: the parent run whose earliest row is newest), or `all` (every
+--   run in the store, standalone `binac train` runs included). `binac sql` resolves `latest` to the parent run id
+--   and prints it in its header line; in a store without parent run ids, `latest` means `all`.
 -- @param method = %
 --   a LIKE pattern on the method (binac, binac_lam0, binac_after, fixed_critic, ...)
 -- @param split = train
 --   train: the training iterations; eval: held-out evaluations (protocol feedback)
 CREATE OR REPLACE TEMP TABLE rows AS
 SELECT * FROM trajectories
-WHERE method LIKE $method AND split = $split AND protocol IN ('train', 'feedback', 'single');
+WHERE method LIKE $method AND split = $split AND protocol IN ('train', 'feedback', 'single')
+  AND ($comparison = 'all' OR parent_run_id = $comparison);
 
 CREATE OR REPLACE TEMP TABLE attempts AS  -- one row per first attempt (a feedback method stores K per attempt)
 SELECT run_id, step, protocol, problem_id, sample_idx, any_value(attempt_reward) AS r0,
@@ -27,7 +34,8 @@ FROM rows GROUP BY ALL;
 CREATE OR REPLACE TEMP TABLE groups AS
 SELECT run_id, step, protocol, problem_id, count(DISTINCT r0) = 1 AS collapsed FROM attempts GROUP BY ALL;
 
-SELECT r.run_id, any_value(r.method) AS method, any_value(r.preset) AS preset, any_value(r.seed) AS seed, r.step,
+SELECT $comparison AS comparison, r.run_id, any_value(r.method) AS method, any_value(r.preset) AS preset,
+       any_value(r.seed) AS seed, r.step,
        (SELECT avg(collapsed::INT) FROM groups g
         WHERE g.run_id = r.run_id AND g.step = r.step AND g.protocol = 'train') AS zero_adv_frac,
        (SELECT avg(critic_signal::INT) FROM attempts a

@@ -97,11 +97,12 @@ def prefect_home(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def micro_compare(tmp_path_factory, prefect_home) -> dict:
-    """One real `binac compare` of all eight methods on the micro preset (seed 0, 2 GRPO iterations of budget),
-    shared by the tests that inspect a filled store."""
+    """One real `binac compare` of all eight methods on the micro preset (seed 0, a budget of 5 GRPO iterations:
+    80 actor samples, the smallest that covers one iteration of every method, binac's 80), shared by the tests
+    that inspect a filled store."""
     home = tmp_path_factory.mktemp("binac-home-compare")
     env = binac_env(home, prefect_home)
-    proc = run_binac(["compare", "--preset", "micro", "--methods", ALL_METHODS, "--seeds", "0", "--steps", "2"], env)
+    proc = run_binac(["compare", "--preset", "micro", "--methods", ALL_METHODS, "--seeds", "0", "--steps", "5"], env)
     return {"home": home, "env": env, "stdout": proc.stdout}
 
 

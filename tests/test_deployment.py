@@ -37,6 +37,14 @@ def kill_survivors(groups: list[int]) -> None:
             pass
 
 
+def prefect_api(api: str, path: str, body: dict | None = None):
+    """A call to the Prefect server's REST API (POST with a JSON body, else GET)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{api}/{path}", data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+
+
 def mlflow(base: str, path: str, body: dict | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(f"{base}/api/2.0/mlflow/{path}", data=data,
@@ -45,8 +53,10 @@ def mlflow(base: str, path: str, body: dict | None = None) -> dict:
         return json.load(r)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def served(tmp_path_factory, micro_compare):
+    """`scripts/serve.py start` over a fresh $BINAC_HOME (with the micro base model), shared by this module's tests;
+    stopped with `serve.py stop` at the end."""
     home = home_with_micro_base(tmp_path_factory, "binac-home-served", micro_compare)
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
     env.update(BINAC_HOME=str(home), BINAC_PREFECT_PORT="0", BINAC_MLFLOW_PORT="0", HF_HUB_OFFLINE="1",
@@ -88,6 +98,21 @@ def test_compare_deployment_runs_on_real_servers(served):
 
     run_comparison()
 
+    # What the deployment run tells its user, in Prefect's own records: readable run names, progress in the
+    # logs, a closing markdown artifact with the report table and the MLflow parent run.
+    api = env["PREFECT_API_URL"]
+    flow_runs = prefect_api(api, "flow_runs/filter", {})
+    names = {r["name"] for r in flow_runs}
+    assert {"grpo-micro-s0", "fixed_critic-micro-s0", "binac-micro-s0"} <= names, names
+    (top,) = [r for r in flow_runs if r["name"] == "compare-micro-steps5"]
+    ids = [r["id"] for r in flow_runs]
+    logs = [g["message"] for g in prefect_api(api, "logs/filter", {"logs": {"flow_run_id": {"any_": ids}}})]
+    assert any(m.startswith("[binac micro seed 0] iteration 1/1: reward_first") and "ETA" in m for m in logs), logs
+    assert "compare: 3/3 runs done" in "\n".join(logs)
+    arts = prefect_api(api, "artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [top["id"]]}}})
+    (art,) = [a for a in arts if a["type"] == "markdown"]
+    assert "| method | feedback source | acc_single" in art["data"] and "| binac |" in art["data"], art["data"]
+
     base = served["mlflow"]
     exp = mlflow(base, "experiments/get-by-name?experiment_name=binac")["experiment"]
     assert exp["artifact_location"] == (home / "mlartifacts" / "binac").as_uri()
@@ -104,8 +129,10 @@ def test_compare_deployment_runs_on_real_servers(served):
         keys = {m["key"] for m in mlflow(base, f"metrics/get-history?run_id={rid}&metric_key=train/reward_first")
                 .get("metrics", [])}
         assert keys == {"train/reward_first"}
+    assert parents[0] in art["data"] and f"{base}/#/experiments/{exp['experiment_id']}/runs/{parents[0]}" \
+        in art["data"], art["data"]
     arts = mlflow(base, f"artifacts/list?run_id={parents[0]}&path=report").get("files", [])
-    assert arts, "the report is an artifact of the parent run"
+    assert {"report/report.md", "report/report.html"} <= {a["path"] for a in arts}
 
     rows = sqlrun.run(Workspace(home), "SELECT method, run_id, count(*) n, count(*) FILTER (WHERE split = 'train') t "
                                        "FROM trajectories GROUP BY ALL")
@@ -121,3 +148,27 @@ def test_compare_deployment_runs_on_real_servers(served):
     again = mlflow(base, "runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 100})["runs"]
     assert len(again) == len(runs)
     assert len(sqlrun.run(Workspace(home), "SELECT * FROM trajectories")) == rows["n"].sum()
+
+
+@pytest.mark.timeout(900)
+def test_deployment_runs_refuse_a_bad_parameter_with_the_clis_line_and_env_sh_puts_prefect_on_path(served):
+    """`source env.sh` in a shell whose PATH lacks the project's environment finds its `prefect`; a deployment
+    run with a misspelt method ends Failed with exactly the line `binac compare` prints for the same mistake."""
+    home, env = served["home"], served["env"]
+    bare = {k: v for k, v in env.items() if k not in ("PREFECT_API_URL", "VIRTUAL_ENV")}
+    bare["PATH"] = "/usr/bin:/bin"
+    found = subprocess.run(["bash", "-c", f"source {home / 'serve' / 'env.sh'} && command -v prefect"],
+                           env=bare, capture_output=True, text=True, timeout=60)
+    assert found.stdout.strip() == str(Path(sys.executable).parent / "prefect"), found.stdout + found.stderr
+
+    cli = subprocess.run([sys.executable, "-m", "flows.cli", "compare", "--preset", "micro", "--methods", "bianc",
+                          "--seeds", "0", "--steps", "5"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert cli.returncode == 2 and cli.stderr.count("\n") == 1, cli.stderr
+    prefect = str(Path(sys.executable).parent / "prefect")
+    run = subprocess.run([prefect, "deployment", "run", "compare/micro", "--param", 'methods=["bianc"]', "--watch",
+                          "--watch-timeout", "600"], cwd=REPO, env=env, capture_output=True, text=True, timeout=660)
+    assert run.returncode != 0, run.stdout
+    (failed,) = prefect_api(env["PREFECT_API_URL"], "flow_runs/filter",
+                            {"flow_runs": {"state": {"type": {"any_": ["FAILED"]}}}})
+    assert failed["state"]["message"] == cli.stderr.strip(), (failed["state"], cli.stderr)

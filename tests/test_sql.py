@@ -1,14 +1,18 @@
 """The analysis queries in sql/ against a store filled by a real micro comparison (`micro_compare`, conftest.py):
 each runs with its defaults, the CLI runs them with parameters, the BM25 search finds a planted phrase, and the
-per-method summary equals the numbers MLflow holds."""
+per-method summary equals the numbers MLflow holds: per run, and, on a store with two comparisons, the latest
+comparison's per-method numbers equal its parent run's metrics. (Comparison selection, headers and error messages
+on small hand-built stores: test_sql_comparisons.py.)"""
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
-from conftest import REPO, binac_env
+from conftest import REPO, binac_env, home_with_micro_base, run_binac
 
 from binac_core import sqlrun, storage, tracking
 from binac_core.errors import BinacError
@@ -78,6 +82,11 @@ def test_bm25_search_finds_a_planted_phrase(micro_compare, tmp_path):
     assert len(sqlrun.run(ws, query, {"query": "quantum zebras", "method": "bin%", "split": "train"})) == 1
 
 
+def _parent_run_id(compare_stdout: str) -> str:
+    """The comparison's MLflow parent run id, from what `binac compare` prints."""
+    return re.search(r"\(parent run (\w+)\)", compare_stdout).group(1)
+
+
 def _metric_at(history, step):
     values = [m.value for m in history if m.step == step]
     return values[-1] if values else None
@@ -106,12 +115,13 @@ def test_statement_splitting_on_hand_written_cases():
 def test_method_summary_equals_the_mlflow_numbers(micro_compare):
     ws = Workspace(micro_compare["home"])
     query = (REPO / "sql" / "method_summary.sql").read_text()
-    per_run = sqlrun.run(ws, query, {"per_run": "1"})
+    parent = _parent_run_id(micro_compare["stdout"])
+    per_run = sqlrun.run(ws, query, {"per_run": "1", "comparison": parent})
     c = tracking.client(ws)
-    # Training runs only: the parent compare run has no rows of its own, and the benchmark evaluations that share
-    # this store (tests/test_evaluate.py, method "eval") are not what the query summarises.
+    # The comparison's training runs: the parent compare run has no rows of its own, and the benchmark evaluations
+    # that share this store (tests/test_evaluate.py, method "eval") belong to no comparison.
     children = [r for r in c.search_runs([tracking.experiment_id(c, ws)])
-                if r.data.tags.get("method") not in ("compare", "eval")]
+                if r.data.tags.get("mlflow.parentRunId") == parent]
     assert sorted(per_run["run_id"]) == sorted(r.info.run_id for r in children)
     compared = 0
     for row in per_run.to_dict("records"):
@@ -140,7 +150,7 @@ def test_method_summary_equals_the_mlflow_numbers(micro_compare):
     assert compared >= 5 * len(per_run)
     # The per-method summary against MLflow (not against the same SQL rows): the mean over a method's runs of
     # each run's last logged eval/acc_single, and the number of runs.
-    per_method = sqlrun.run(ws, query).set_index("method")
+    per_method = sqlrun.run(ws, query, {"comparison": parent}).set_index("method")
     finals: dict[str, list[float]] = {}
     for r in children:
         history = c.get_metric_history(r.info.run_id, "eval/acc_single")
@@ -206,3 +216,77 @@ def test_a_client_holding_the_store_file_blocks_no_query_and_no_run(micro_compar
     finally:
         holder.stdin.close()
         holder.wait()
+
+
+# --- two comparisons in one store: the summary is the latest one's, equal to its parent run's metrics ---
+
+EVAL_COLUMNS = ["acc_single", "acc_feedback", "acc_gated", "acc_feedback_exec", "acc_gated_exec"]
+
+
+def _parent_metrics(home: Path, parent: str) -> dict[str, dict[str, float]]:
+    """The comparison's summary as its parent run logs it (`summary/<method>/<metric>`), as {method: {metric: value}}."""
+    from mlflow.tracking import MlflowClient
+
+    out: dict[str, dict[str, float]] = {}
+    for name, value in MlflowClient(f"sqlite:///{home}/mlflow.db").get_run(parent).data.metrics.items():
+        _, method, metric = name.split("/")
+        out.setdefault(method, {})[metric] = value
+    return out
+
+
+def _metric_name(column: str, logged: dict[str, float]) -> str:
+    """The parent-run metric of a summary column: `eval/acc_gated` is logged as `acc_gated_k<K>`."""
+    if column in ("acc_gated", "acc_gated_exec"):
+        named = [k for k in logged if re.fullmatch(rf"{column}_k\d+", k)]
+        return named[0] if named else column
+    return column
+
+
+def _assert_summary_equals_parent_metrics(df, home: Path, parent: str, methods: list[str], seeds: list[int]) -> int:
+    """Every eval mean and 95 % half-width of the SQL summary equals the parent run's metric of that method (a NULL
+    where the parent has no such metric); returns how many numbers were compared."""
+    logged = _parent_metrics(home, parent)
+    assert set(df["comparison"]) == {parent}
+    assert sorted(df["method"]) == sorted(methods) and set(methods) <= set(logged)
+    compared = 0
+    for row in df.to_dict("records"):
+        assert row["runs"] == len(seeds) and [int(s) for s in re.findall(r"\d+", row["seeds"])] == seeds, row
+        metrics = logged[row["method"]]
+        for column in EVAL_COLUMNS:
+            name = _metric_name(column, metrics)
+            for suffix in ("", "_ci95"):
+                value = row[f"eval/{column}{suffix}"]
+                if pd.isna(value):
+                    assert f"{name}{suffix}" not in metrics, (row["method"], name, suffix)
+                    continue
+                assert metrics[f"{name}{suffix}"] == pytest.approx(value, rel=1e-12, abs=1e-12), (row["method"], name)
+                compared += 1
+    return compared
+
+
+def test_method_summary_of_the_latest_of_two_comparisons_equals_its_parent_runs_metrics(
+    tmp_path_factory, prefect_home, micro_compare, tmp_path
+):
+    """Done-when of issue 13 (SQL): two real comparisons in one store; `binac sql sql/method_summary.sql` with its
+    defaults summarises the later one only, and its numbers are the parent run's metrics in MLflow; the earlier
+    one, asked for by id, equals its own parent's."""
+    home = home_with_micro_base(tmp_path_factory, "binac-home-two-comparisons", micro_compare)
+    env = binac_env(home, prefect_home)
+    older = _parent_run_id(run_binac(["compare", "--preset", "micro", "--methods", "grpo", "--seeds", "0",
+                                      "--steps", "1"], env).stdout)
+    # fixed_critic: 48 actor samples per iteration on micro, the budget of 3 GRPO iterations
+    latest = _parent_run_id(run_binac(["compare", "--preset", "micro", "--methods", "grpo,fixed_critic",
+                                       "--seeds", "0,1", "--steps", "3"], env).stdout)
+    out = tmp_path / "summary.csv"
+    proc = run_binac(["sql", "sql/method_summary.sql", "--out", str(out)], env)
+    assert proc.stdout.startswith(f"comparison {latest} (latest): preset micro, 4 runs, rows from "), proc.stdout
+    compared = _assert_summary_equals_parent_metrics(pd.read_csv(out), home, latest, ["fixed_critic", "grpo"], [0, 1])
+    assert compared >= 2 * 2 + 2  # acc_single of both methods with their half-widths, fixed_critic's acc_feedback
+
+    printed = run_binac(["sql", "sql/method_summary.sql", "--param", f"comparison={older}"], env).stdout
+    assert printed.startswith(f"comparison {older}: preset micro, 1 run, rows from ")
+    run_binac(["sql", "sql/method_summary.sql", "--param", f"comparison={older}", "--out", str(out)], env)
+    assert _assert_summary_equals_parent_metrics(pd.read_csv(out), home, older, ["grpo"], [0]) >= 1
+
+    pooled = sqlrun.run(Workspace(home), (REPO / "sql" / "method_summary.sql").read_text(), {"comparison": "all"})
+    assert pooled.set_index("method")["runs"].to_dict() == {"grpo": 3, "fixed_critic": 2}

@@ -1,0 +1,215 @@
+"""The command line itself (issue 13, "The CLI"): help that shows defaults, `--set` and preset-file errors that
+name the valid fields and the closest one, a mistyped option answered with its subcommand's usage, and a
+comparison budget that every method's iterations fit in. All of it fails before any compute: no training here."""
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from binac_core.config import METHODS, TrainConfig, load_config
+from binac_core.errors import BinacError
+from binac_core.methods import method_spec
+from binac_core.plans import plan, plan_compare
+from flows import cli
+
+REPO = Path(__file__).resolve().parents[1]
+MICRO_PER_ITERATION = {"grpo": 16, "fixed_critic": 48, "binac": 80}  # 4 problems x 4 samples x (1, 1 + 2, 1 + 2 x 2)
+
+
+@pytest.fixture
+def binac(monkeypatch, capsys):
+    """`binac ARGS` in this process: (exit status, stdout, stderr). No Prefect settings are exported: every case
+    here stops before `_env_defaults` would matter."""
+    monkeypatch.setattr(cli, "_env_defaults", lambda: None)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        try:
+            rc = cli.main(list(argv))
+        except SystemExit as exc:
+            rc = exc.code
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    return run
+
+
+def _subparsers():
+    parser = cli.build_parser()
+    (action,) = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    return action.choices
+
+
+@pytest.mark.parametrize("command", ["train", "compare", "demo", "evaluate", "study", "sql"])
+def test_help_shows_every_default_and_no_none_noise(command):
+    sub = _subparsers()[command]
+    text = " ".join(sub.format_help().split())  # argparse wraps lines at the terminal's width
+    shown = 0
+    for action in sub._actions:
+        if not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS):
+            continue
+        assert f"(default: {action.default})" in text, (command, action.dest, text)
+        shown += 1
+    assert "default: None" not in text and "default: False" not in text and "default: []" not in text, text
+    assert command in ("study", "sql") or shown >= 2
+
+
+def test_train_help_names_its_defaults(binac):
+    rc, out, _ = binac("train", "-h")
+    text = " ".join(out.split())
+    assert rc == 0 and text.startswith("usage: binac train")
+    for needle in ("--preset PRESET", "(default: tiny)", "(default: grpo)", "--steps STEPS training iterations "
+                   "(default: 20)", "(default: 0)"):
+        assert needle in text, (needle, text)
+
+
+def test_set_unknown_field_names_the_closest_and_the_valid_fields(binac):
+    rc, out, err = binac("train", "--preset", "micro", "--set", "train.lr=0.1")
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    valid = ", ".join(sorted(TrainConfig.model_fields))
+    assert lines == ["error: --set train.lr: unknown field of section train (did you mean train.actor_lr or "
+                     f"train.critic_lr?); valid: {valid}"], err
+    assert valid.startswith("actor_lr, alpha_shaping, batch_problems")
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("train.actor_l=1", "--set train.actor_l: unknown field of section train (did you mean train.actor_lr?); "),
+    ("model.temperature=0", "--set model.temperature: unknown field of section model (did you mean "
+                            "generation.temperature?); valid: architecture, dtype, "),
+    ("train.zzz=1", "--set train.zzz: unknown field of section train; valid: actor_lr, "),
+    ("trian.actor_lr=1", "--set trian.actor_lr: unknown section trian (did you mean train?); valid sections: "
+                         "generation, lora, model, task, train"),
+    ("name.x=1", "--set name.x: unknown section name; valid sections: generation, lora, model, task, train"),
+])
+def test_set_unknown_key_is_one_line_naming_it(binac, item, needle):
+    rc, _, err = binac("compare", "--preset", "micro", "--set", item)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"error: {needle}"), err
+
+
+def test_a_valid_field_with_a_bad_value_still_names_the_constraint(binac):
+    rc, _, err = binac("train", "--preset", "micro", "--set", "train.group_size=1")
+    assert rc == 2 and err.strip() == "error: invalid config micro: train.group_size: Input should be greater than " \
+                                      "or equal to 2 (got 1)", err
+
+
+def test_overrides_outside_the_cli_and_preset_files_get_the_same_hint(tmp_path):
+    """A deployment's or study file's `overrides` and a preset file's keys go through `load_config` alone."""
+    with pytest.raises(BinacError, match=r"^override train\.lr: unknown field of section train \(did you mean "
+                                         r"train\.actor_lr or train\.critic_lr\?\); valid: actor_lr, "):
+        load_config("micro", {"train.lr": 0.1})
+    preset = tmp_path / "mine.yaml"
+    preset.write_text("train:\n  lr: 0.1\n")
+    with pytest.raises(BinacError) as info:
+        load_config(str(preset))
+    assert str(info.value).startswith(f"invalid config {preset}: train.lr: unknown field of section train (did you "
+                                      "mean train.actor_lr or train.critic_lr?); valid: actor_lr, ")
+    preset.write_text("trian:\n  actor_lr: 0.1\n")
+    with pytest.raises(BinacError) as info:
+        load_config(str(preset))
+    assert str(info.value) == (f"invalid config {preset}: unknown top-level key trian (did you mean train?); valid "
+                               "top-level keys: generation, lora, model, name, task, train")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["train", "--stesp", "3"], "binac train: error: unrecognized arguments: --stesp 3 (did you mean --steps?)"),
+    (["train", "--steps", "abc"], "binac train: error: argument --steps: invalid int value: 'abc'"),
+    (["compare", "--method", "grpo", "--steps", "5"], None),  # argparse's prefix match: --method is --methods
+    (["compare", "--sedes", "0"], "binac compare: error: unrecognized arguments: --sedes 0 (did you mean --seeds?)"),
+    (["evaluate", "--benchmark", "gsm8k", "--model", "m", "--protcol", "gated"],
+     "binac evaluate: error: unrecognized arguments: --protcol gated (did you mean --protocol?)"),
+])
+def test_a_mistyped_option_prints_its_subcommands_usage(binac, argv, needle):
+    if needle is None:
+        assert cli.build_parser().parse_args(argv).methods == "grpo"
+        return
+    rc, out, err = binac(*argv)
+    assert rc == 2 and out == ""
+    assert err.startswith(f"usage: binac {argv[0]} [-h]"), err  # the subcommand's usage, not `binac [-h] {train,...`
+    assert err.strip().splitlines()[-1] == needle, err
+
+
+def test_budget_below_one_iteration_of_a_method_is_refused_with_the_smallest_steps(binac):
+    rc, out, err = binac("compare", "--preset", "micro", "--methods", "grpo,fixed_critic,binac", "--seeds", "0",
+                         "--steps", "2")
+    assert rc == 2 and out == ""
+    assert err.strip() == ("error: --steps 2 gives a budget of 32 actor samples, less than one iteration of "
+                           "fixed_critic (48), binac (80); the smallest budget that fits every method is --steps 5 "
+                           "(80 actor samples)"), err
+    with pytest.raises(BinacError, match=r"^--steps 4 gives a budget of 64 actor samples, less than one iteration "
+                                         r"of binac \(80\), binac_after \(80\); the smallest budget that fits every "
+                                         r"method is --steps 5 \(80 actor samples\)$"):
+        plan_compare("micro", list(METHODS), [0], 4, None)
+    with pytest.raises(BinacError, match=r"less than one iteration of fixed_critic \(48\); the smallest budget "
+                                         r"that fits every method is --steps 3 \(48 actor samples\)$"):
+        plan_compare("micro", ["grpo", "fixed_critic"], [0], 2, None)
+    assert plan_compare("micro", ["grpo", "fixed_critic"], [0], 3, None)[1] == 48
+    assert plan_compare("micro", list(METHODS), [0], 5, None)[1] == 80
+    # A `train` flow given a budget directly (a deployment run) is refused the same way, naming the method.
+    with pytest.raises(BinacError, match=r"^an actor-sample budget of 32 is less than one iteration of binac \(80 "):
+        plan("micro", "binac", None, 0, None, 32)
+
+
+def test_budget_refusal_writes_nothing(tmp_path):
+    """The real command, as a user runs it: exit status 2, one line, and nothing in the workspace."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
+    env.update(BINAC_HOME=str(home), HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "compare", "--preset", "micro", "--seeds", "0",
+                           "--steps", "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: --steps 1 gives a budget of 16 actor samples, less than one iteration of fixed_critic (48), "
+        "binac (80); the smallest budget that fits every method is --steps 5 (80 actor samples)"]
+    assert not (home / "mlflow.db").exists() and not (home / "runs").exists()
+
+
+@pytest.mark.parametrize("budget, expected", [
+    (80, {"grpo": 5, "fixed_critic": 1, "binac": 1}),
+    (95, {"grpo": 5, "fixed_critic": 1, "binac": 1}),
+    (96, {"grpo": 6, "fixed_critic": 2, "binac": 1}),
+    (159, {"grpo": 9, "fixed_critic": 3, "binac": 1}),
+    (160, {"grpo": 10, "fixed_critic": 3, "binac": 2}),
+    (480, {"grpo": 30, "fixed_critic": 10, "binac": 6}),
+])
+def test_iterations_are_the_whole_ones_within_the_budget(budget, expected):
+    cfg = load_config("micro")
+    for method, iterations in expected.items():
+        spec = method_spec(method)
+        assert spec.actor_samples_per_iteration(cfg) == MICRO_PER_ITERATION[method]
+        assert spec.iterations_for_budget(cfg, budget) == iterations, (method, budget)
+        assert plan("micro", method, None, 0, None, budget)[2] == iterations
+
+
+def test_no_method_ever_exceeds_its_budget():
+    cfg = load_config("micro")
+    for method in METHODS:
+        spec = method_spec(method)
+        per = spec.actor_samples_per_iteration(cfg)
+        for budget in range(per, 6 * per + 1):
+            n = spec.iterations_for_budget(cfg, budget)
+            assert n >= 1 and n * per <= budget < (n + 1) * per, (method, budget, n)
+        with pytest.raises(BinacError, match=f"less than one iteration of {method} \\({per} actor samples\\)"):
+            spec.iterations_for_budget(cfg, per - 1)
+
+
+def test_every_default_comparison_fits_its_budget():
+    """`binac compare`, `binac demo` and every compare deployment of prefect.yaml, with their default parameters."""
+    sub = _subparsers()
+    c = sub["compare"].parse_args([])
+    plan_compare(c.preset, c.methods.split(","), [0], c.steps, None)
+    d = sub["demo"].parse_args([])
+    plan_compare("tiny", ["grpo", "fixed_critic", "binac"], [0], d.steps, None)
+    deployments = [dep for dep in yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
+                   if dep["entrypoint"] == "flows/compare.py:compare"]
+    assert {dep["name"] for dep in deployments} >= {"micro", "tiny", "nightly"}
+    for dep in deployments:
+        p = dep["parameters"]
+        plan_compare(p["preset"], p["methods"], p["seeds"], p["steps"], p.get("overrides"))
+    micro = next(dep for dep in deployments if dep["name"] == "micro")["parameters"]
+    assert micro["steps"] == 5, "the smallest budget of micro that fits binac: 80 actor samples = 5 grpo iterations"
