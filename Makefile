@@ -47,9 +47,10 @@ worker: $(STAMP)
 stop:
 	$(BIN)/python scripts/serve.py stop
 
-# MLflow UI in headless Chromium over a small comparison; screenshot -> docs/mlflow-compare.png.
+# MLflow UI in headless Chromium over the store's latest comparison (a small one is run first if there is none):
+# checks it and saves screenshots under $$BINAC_HOME/ui-check/; `make ui-check DOCS=1` saves them into docs/.
 ui-check: $(STAMP)
-	$(BIN)/python scripts/ui_check.py
+	$(BIN)/python scripts/ui_check.py $(if $(DOCS),--docs)
 
 clean:
 	rm -rf .binac

@@ -103,8 +103,22 @@ def cmd_compare(a) -> int:
               f"{evals[max(evals)]['eval/acc_single']:.3f}")
     print(f"report: {res['report_files'][0]}")
     print(f"MLflow store: {ws.mlflow_uri}  (parent run {res['parent_run_id']})")
+    print(f"MLflow UI: {_ui_hint(ws, res['parent_run_id'])}")
     print(f"Trajectory store: {ws.duckdb_path}  (view `trajectories`)")
     return 0
+
+
+def _ui_hint(ws, run_id: str) -> str:
+    """Where to see a run in the MLflow UI: a link when `MLFLOW_UI` names a running one (`make serve` sets it),
+    else the command that starts one over this store and the link to open then."""
+    from binac_core import tracking
+
+    exp = tracking.client(ws).get_run(run_id).info.experiment_id
+    ui = os.environ.get("MLFLOW_UI")
+    if ui:
+        return tracking.ui_link(ui, exp, run_id)
+    return (f"`mlflow ui --backend-store-uri {ws.mlflow_uri}`, then open "
+            f"{tracking.ui_link('http://127.0.0.1:5000', exp, run_id)}")
 
 
 def cmd_demo(a) -> int:

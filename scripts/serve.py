@@ -157,8 +157,10 @@ def run_env(prefect_port: int, mlflow_port: int) -> dict:
         PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(h / "prefect"), PREFECT_LOCAL_STORAGE_PATH=str(h / "prefect"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
     )
+    # A run's log holds the progress lines the flows write (flows/reporting.py), not one "Finished in state
+    # Completed()" per task: task runs log warnings and errors only.
     for key, value in (("PREFECT_WORKER_QUERY_SECONDS", "2"), ("HF_HUB_OFFLINE", "1"),
-                       ("TOKENIZERS_PARALLELISM", "false")):
+                       ("TOKENIZERS_PARALLELISM", "false"), ("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "WARNING")):
         env.setdefault(key, value)
     return env
 

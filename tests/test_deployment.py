@@ -95,6 +95,7 @@ def test_compare_deployment_runs_on_real_servers(served):
                               "--watch-timeout", "900"], cwd=REPO, env=env, capture_output=True, text=True,
                              timeout=960)
         assert run.returncode == 0 and "Completed" in run.stdout, run.stdout[-4000:] + run.stderr[-4000:]
+        assert "compare: 3/3 runs done" in run.stdout, run.stdout[-4000:]  # --watch shows the progress lines
 
     run_comparison()
 
@@ -109,6 +110,8 @@ def test_compare_deployment_runs_on_real_servers(served):
     logs = [g["message"] for g in prefect_api(api, "logs/filter", {"logs": {"flow_run_id": {"any_": ids}}})]
     assert any(m.startswith("[binac micro seed 0] iteration 1/1: reward_first") and "ETA" in m for m in logs), logs
     assert "compare: 3/3 runs done" in "\n".join(logs)
+    finished = [m for m in logs if m.startswith("Finished in state")]
+    assert len(finished) <= len(ids), "one per flow run at most: task runs log warnings and errors only"
     arts = prefect_api(api, "artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [top["id"]]}}})
     (art,) = [a for a in arts if a["type"] == "markdown"]
     assert "| method | feedback source | acc_single" in art["data"] and "| binac |" in art["data"], art["data"]

@@ -27,9 +27,17 @@ def test_train_logs_three_points_and_stores_exactly_three_steps(trained):
     assert run.info.status == "FINISHED"
     assert {run.data.tags[k] for k in ("method", "preset", "seed")} == {"grpo", "micro", "0"}
     assert [m.step for m in c.get_metric_history(run.info.run_id, "train/reward_first")] == [1, 2, 3]
-    for key in ("train/actor_loss", "train/kl", "train/actor_samples", "perf/step_s", "perf/gen_tokens_per_s"):
+    for key in ("train/actor_loss", "train/kl", "perf/step_s", "perf/gen_tokens_per_s"):
         assert len(c.get_metric_history(run.info.run_id, key)) == 3, key
-    assert c.get_metric_history(run.info.run_id, "train/actor_samples")[-1].value == 3 * 4 * 4
+    history = sorted((m.step, m.value) for m in c.get_metric_history(run.info.run_id, "train/actor_samples"))
+    assert history == [(0, 0), (1, 16), (2, 32), (3, 48)]  # from step 0, 4 problems x 4 samples per iteration
+    # Evaluations at iterations 0, 2 (eval_every) and 3 (the last), logged again with the actor samples as step.
+    evals = sorted(m.step for m in c.get_metric_history(run.info.run_id, "eval/acc_single"))
+    at_samples = c.get_metric_history(run.info.run_id, "eval_at_samples/acc_single")
+    assert evals == [0, 2, 3] and sorted(m.step for m in at_samples) == [0, 32, 48]
+    by_step = {m.step: m.value for m in c.get_metric_history(run.info.run_id, "eval/acc_single")}
+    assert {m.step: m.value for m in at_samples} == {16 * k: v for k, v in by_step.items()}
+    assert run.info.run_name == "grpo-micro-s0" and run.data.tags["budget_actor_samples"] == "48"
     steps = sqlrun.run(ws, "SELECT step, count(*) n FROM trajectories WHERE split = 'train' GROUP BY step ORDER BY step")
     assert steps["step"].tolist() == [1, 2, 3]
     assert steps["n"].tolist() == [16, 16, 16]  # 4 problems x group of 4
