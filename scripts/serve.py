@@ -160,7 +160,10 @@ def run_env(prefect_port: int, mlflow_port: int) -> dict:
     # A run's log holds the progress lines the flows write (flows/reporting.py), not one "Finished in state
     # Completed()" per task: task runs log warnings and errors only.
     for key, value in (("PREFECT_WORKER_QUERY_SECONDS", "2"), ("HF_HUB_OFFLINE", "1"),
-                       ("TOKENIZERS_PARALLELISM", "false"), ("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "WARNING")):
+                       ("TOKENIZERS_PARALLELISM", "false"), ("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "WARNING"),
+                       # the server streams runs' logs to `prefect deployment run ... --watch` (off by default)
+                       ("PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED", "true"),
+                       ("PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED", "true")):
         env.setdefault(key, value)
     return env
 
