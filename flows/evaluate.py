@@ -1,4 +1,4 @@
-"""Evaluate any causal LM (a Hugging Face id or a local folder, e.g. the tiny base) with optional actor and
+"""Evaluate any causal LM (a Hugging Face id or a local folder, e.g. the tiny base, or `smol`) with optional actor and
 critic LoRA adapters on a benchmark, under one protocol, as a Prefect flow.
 
 Logs `eval/acc_<protocol>` (pass@1: mean over problems of correct/N) with N, temperature and max tokens to one
@@ -22,7 +22,7 @@ from binac_core.provenance import stage_code_digest
 from binac_core.workspace import workspace
 from tasks.evaluate import evaluate as evaluate_task
 from tasks.evaluate import store_eval_exec
-from tasks.prepare import prepare_data
+from tasks.prepare import build_base_model, prepare_data
 from tasks.store import store_eval
 from tasks.track import finish_run, log_metrics, start_run
 
@@ -51,7 +51,7 @@ def evaluate(
     meta = {"run_id": run_id, "method": "eval", "preset": cfg.name, "seed": seed, "benchmark": benchmark,
             "parent_run_id": None}
     try:
-        base = {"path": cfg.model.hub_id, "digest": cfg.model.hub_id}
+        base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
         data = prepare_data(cfg_d, ("eval",))
         result = evaluate_task(cfg_d, base, data["eval"], refs["actor"], None if fixed else refs["critic"], seed, 0,
                                str(ws.run_dir(f"eval-{key}")), stages, fixed, source)

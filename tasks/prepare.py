@@ -12,11 +12,18 @@ from tasks._common import CACHED, config
 
 @task(name="build-base-model", **CACHED)
 def build_base_model(cfg_d: dict) -> dict:
-    """The tiny preset's base model, pretrained here once per model config; a hub model is used as it is."""
+    """The tiny preset's base model, pretrained here once per model config; `smol`, converted here once from its
+    packaged GGUF (binac_core/smol.py); a hub model is used as it is."""
     cfg = config(cfg_d)
     if cfg.model.source == "hub":
         return {"path": cfg.model.hub_id, "digest": cfg.model.hub_id}
     from binac_core.policy import file_digest
+
+    if cfg.model.source == "smol":
+        from binac_core.smol import checkpoint
+
+        out = checkpoint()
+        return {"path": str(out), "digest": file_digest(out)}
     from binac_core.pretrain import build_base_model as build
     from binac_core.runtime import configure_threads, pretraining_threads
 
