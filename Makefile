@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # Benchmark data is never in the repository: ../shared/data beside the checkout, else /work/shared/data.
 export BINAC_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data) /work/shared/data) $(abspath ../shared/data))
 
-.PHONY: install demo test lint bench serve worker stop ui-check clean
+.PHONY: install demo test lint bench serve worker stop ui-check gpu-check clean
 
 install: $(STAMP)
 
@@ -54,6 +54,12 @@ stop:
 # checks it and saves screenshots under $$BINAC_HOME/ui-check/; `make ui-check DOCS=1` saves them into docs/.
 ui-check: $(STAMP)
 	$(BIN)/python scripts/ui_check.py $(if $(DOCS),--docs)
+
+# On a CUDA machine with vLLM (pip install -e '.[gpu]'): smol through HFBackend and VLLMBackend on the same prompts
+# and adapters; log-probs of the same token ids within a stated tolerance, and tokens/s of both. Results in $$OUT
+# (default $$BINAC_HOME/gpu-check); exit 1: a tolerance failed, 3: vLLM or CUDA missing (scripts/gpu_check.py).
+gpu-check: $(STAMP)
+	$(BIN)/python scripts/gpu_check.py --out $${OUT:-$${BINAC_HOME:-.binac}/gpu-check}
 
 clean:
 	rm -rf .binac

@@ -129,6 +129,9 @@ def cmd_demo(a) -> int:
 def cmd_evaluate(a) -> int:
     from binac_core.plans import plan_evaluate
 
+    if a.preset is None:  # the model's own settings (answer length, temperatures) unless a preset is named
+        a.preset = ("smol-synthetic" if a.benchmark == "synthetic" else "smol-gsm8k") if a.model == "smol" else "tiny"
+
     args = (a.benchmark, a.model, a.actor_adapter, a.critic_adapter, a.protocol, a.samples, a.limit, a.preset,
             a.temperature, a.max_new_tokens)
     plan_evaluate(*args)
@@ -266,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "fixed instruction")
     e.add_argument("--samples", type=int, default=1, help="samples per problem (pass@1 = mean correct/N)")
     e.add_argument("--limit", type=int, default=20, help="first K problems of the eval split")
-    e.add_argument("--preset", default="tiny", help="preset supplying generation and LoRA settings")
+    e.add_argument("--preset", help="preset supplying generation and LoRA settings (default: smol-synthetic or "
+                   "smol-gsm8k for --model smol, else tiny)")
     e.add_argument("--temperature", type=float, help="override the preset's eval temperature")
     e.add_argument("--max-new-tokens", type=int, help="override the preset's answer length")
     e.add_argument("--seed", type=int, default=0, help="sampling seed")

@@ -1,0 +1,303 @@
+"""`scripts/gpu_check.py` (`make gpu-check`) on a machine without vLLM or CUDA: it says so in one line, writes that
+into its results and exits 3; its comparison and tolerance logic on hand-made numbers; and the whole per-dtype
+check on a tiny random checkpoint with `HFBackend` standing in for vLLM: it passes when the backend under test
+reports the trainer's distribution, and fails when the backend reports log-probs at the wrong temperature,
+ignores the adapter or serves a stale one. The smol checkpoint is not needed; vLLM itself only runs on a GPU."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import gpu_check as gc  # noqa: E402
+
+SCRIPT = REPO / "scripts" / "gpu_check.py"
+
+
+def _run(args, env_extra=None, timeout=120):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# --------------------------------------------------------------------------- unavailable: one line, exit 3
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_without_vllm_it_says_so_in_one_line_writes_the_results_and_exits_3(tmp_path):
+    out = tmp_path / "gpu"
+    proc = _run(["--out", str(out)])
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    line = "gpu_check: vLLM is not importable (No module named 'vllm'): install it on a CUDA machine with " \
+           "pip install -e '.[gpu]'"
+    assert proc.stdout.strip() == line
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "unavailable" and results["exit_code"] == 3
+    assert results["message"] == line.removeprefix("gpu_check: ")
+    md = (out / "results.md").read_text()
+    assert "unavailable" in md and "vLLM is not importable (No module named 'vllm')" in md
+
+
+def test_without_a_cuda_device_it_says_so_and_exits_3(tmp_path):
+    fake = tmp_path / "site"
+    (fake / "vllm").mkdir(parents=True)
+    (fake / "vllm" / "__init__.py").write_text("__version__ = '0.0-fake'\n")
+    out = tmp_path / "gpu"
+    proc = _run(["--out", str(out)], {"PYTHONPATH": str(fake), "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("gpu_check: no CUDA device (torch.cuda.is_available() is False")
+    assert len(proc.stdout.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "unavailable" and results["message"].startswith("no CUDA device")
+
+
+def test_a_broken_vllm_install_is_named_with_its_error(tmp_path, monkeypatch):
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("raise RuntimeError('libcudart.so.12: cannot open\\nmore')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    assert gc.preflight() == ("vLLM is not importable (RuntimeError: libcudart.so.12: cannot open): install it on "
+                              "a CUDA machine with pip install -e '.[gpu]'")
+
+
+def test_bad_arguments_and_a_missing_model_are_one_line():
+    with pytest.raises(SystemExit) as exc:
+        gc.parse_args(["--out", "x", "--dtypes", "float64"])
+    assert exc.value.code == 2
+    assert gc.parse_args(["--out", "x", "--dtypes", "bfloat16,float32,bfloat16"]).dtypes == ["bfloat16", "float32"]
+    with pytest.raises(ValueError, match="no config.json there"):
+        gc.resolve_model("/nonexistent/model", None)
+
+
+# --------------------------------------------------------------------------- pure functions on hand-made numbers
+
+
+def test_compare_logprobs_per_token_and_per_sequence():
+    ref = [[-1.0, -2.0, -0.5], [-3.0], []]
+    got = [[-1.0, -2.1, -0.4], [-2.5], []]
+    s = gc.compare_logprobs(ref, got)
+    assert s["sequences"] == 3 and s["tokens"] == 4 and s["length_mismatches"] == 0 and s["nonfinite"] == 0
+    assert s["max_abs"] == pytest.approx(0.5)
+    assert s["mean_abs"] == pytest.approx((0 + 0.1 + 0.1 + 0.5) / 4)
+    assert s["mean_signed"] == pytest.approx((0 - 0.1 + 0.1 + 0.5) / 4)
+    assert s["p99_abs"] == pytest.approx(0.5)
+    assert s["exact_fraction"] == 0.25
+    # per sequence: mean |d| of each non-empty one (0.0667, 0.5); |sum d| of each (0.0, 0.5)
+    assert s["seq_mean_abs_max"] == pytest.approx(0.5)
+    assert s["seq_mean_abs_mean"] == pytest.approx((0.2 / 3 + 0.5) / 2)
+    assert s["seq_sum_abs_max"] == pytest.approx(0.5)
+    assert s["seq_sum_abs_mean"] == pytest.approx(0.25)
+    assert s["worst"] == {"sequence": 1, "position": 0, "measured": -2.5, "reference": -3.0, "abs": 0.5}
+
+
+def test_compare_logprobs_counts_length_mismatches_and_non_finite_values():
+    s = gc.compare_logprobs([[-1.0, -1.0], [-1.0]], [[-1.0], [float("nan")]])
+    assert s["length_mismatches"] == 1 and s["nonfinite"] == 1 and s["tokens"] == 2 and s["max_abs"] == math.inf
+    reasons = gc.judge(s, gc.tolerance_for("float32"))
+    assert any("log-prob count different" in r for r in reasons) and any("non-finite" in r for r in reasons)
+    with pytest.raises(ValueError, match="1 sequences of log-probs for 2"):
+        gc.compare_logprobs([[-1.0], [-1.0]], [[-1.0]])
+
+
+def test_percentile_is_nearest_rank():
+    values = [i / 100 for i in range(1, 201)]  # 0.01 .. 2.00
+    assert gc.percentile(values, 99) == pytest.approx(1.98)
+    assert gc.percentile(values, 100) == 2.0 and gc.percentile([0.3], 99) == 0.3
+    assert math.isnan(gc.percentile([], 99))
+
+
+def test_judge_applies_each_bound_of_the_stated_tolerance():
+    tol = gc.tolerance_for("float32")
+    assert (tol.mean_abs, tol.p99_abs, tol.max_abs, tol.seq_mean_abs) == (0.005, 0.02, 0.1, 0.02)
+    assert gc.tolerance_for("bfloat16").mean_abs > tol.mean_abs
+    with pytest.raises(ValueError):
+        gc.tolerance_for("int8")
+    good = [[-1.0 - 0.001 * (t % 3) for t in range(100)] for _ in range(10)]  # 1000 tokens, |d| <= 0.002
+    ref = [[-1.0] * 100 for _ in range(10)]
+    assert gc.judge(gc.compare_logprobs(ref, good), tol, adapter_effect=0.3) == []
+    # one token far off: the max bound (and only it) fails
+    spiky = [row[:] for row in good]
+    spiky[3][4] = -1.5
+    reasons = gc.judge(gc.compare_logprobs(ref, spiky), tol)
+    assert len(reasons) == 1 and reasons[0].startswith("max |diff| 0.5 > 0.1")
+    # 2 % of tokens at 0.05: p99 fails, mean does not
+    p99 = [row[:] for row in good]
+    for i in range(20):
+        p99[i % 10][i] = -1.05
+    reasons = gc.judge(gc.compare_logprobs(ref, p99), tol)
+    assert [r.split(" ")[0] for r in reasons] == ["p99"]
+    # a systematic shift (wrong temperature): mean, p99 and worst sequence all fail
+    shifted = [[v - 0.03 for v in row] for row in ref]
+    reasons = gc.judge(gc.compare_logprobs(ref, shifted), tol)
+    assert {r.split(" ")[0] for r in reasons} == {"mean", "p99", "worst"}
+    # an adapter too weak to tell an ignored adapter from rounding: inconclusive
+    reasons = gc.judge(gc.compare_logprobs(ref, good), tol, adapter_effect=0.01)
+    assert len(reasons) == 1 and reasons[0].startswith("inconclusive")
+    assert gc.judge(gc.compare_logprobs([[]], [[]]), tol) == ["no tokens to compare"]
+
+
+def test_prefix_agreement_speedups_and_overall_status():
+    g = gc.prefix_agreement([[1, 2, 3], [1, 2, 3, 4]], [[1, 2, 3], [1, 9, 3]])
+    assert g == {"sequences": 2, "identical": 0.5, "mean_prefix_fraction": pytest.approx((1 + 1 / 4) / 2)}
+    rows = [{"backend": "hf", "batch": 1, "tokens_per_s": 50.0}, {"backend": "vllm", "batch": 1, "tokens_per_s": 200.0},
+            {"backend": "hf", "batch": 32, "tokens_per_s": 400.0},
+            {"backend": "vllm", "batch": 32, "tokens_per_s": 6000.0}]
+    assert gc.speedups(rows) == {"1": 4.0, "32": 15.0}
+    assert gc.overall_status([{"status": "pass"}, {"status": "pass"}]) == ("pass", 0)
+    assert gc.overall_status([{"status": "error"}, {"status": "fail"}]) == ("fail", 1)
+    assert gc.overall_status([{"status": "pass"}, {"status": "error"}]) == ("error", 2)
+    assert gc.overall_status([]) == ("error", 2)
+
+
+def test_prompts_are_deterministic_chat_prompts_of_both_kinds():
+    a, b = gc.build_prompts(6, seed=3), gc.build_prompts(6, seed=3)
+    assert a == b and a != gc.build_prompts(6, seed=4)
+    assert all(m[-1]["role"] == "user" for m in a)
+    assert "\\boxed" in a[0][0]["content"] and a[1][0]["content"].startswith("Solve: ")
+    critic = gc.build_prompts(2, seed=3, role="critic")
+    assert "Student attempt" in critic[0][0]["content"]
+
+
+# --------------------------------------------------------------------------- the whole check, HF standing in
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    """One torch thread, as the pipeline's stages run (`runtime.configure_threads`): on a busy 2-core machine two
+    spinning threads made these tiny forwards several times slower. Children inherit it through OMP_NUM_THREADS."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from tiny_checkpoint import build_checkpoint
+
+    return build_checkpoint(tmp_path_factory.mktemp("gpu-check") / "model", hostile=True, eos_logit=2.0,
+                            max_positions=1024)
+
+
+SMALL = gc.Settings(prompts=4, max_new_tokens=6, batch_sizes=(1, 2), single_prompts=1, recompute_batch=4)
+
+
+class _Standin:
+    """The backend under test, as HFBackend on the same policy, optionally broken in one way."""
+
+    def __init__(self, policy, fault=None):
+        from binac_core.generation import HFBackend
+
+        self.policy, self.hf, self.fault, self.first = policy, HFBackend(policy, batch_size=8), fault, {}
+
+    def generate(self, prompts, adapter, params):
+        if self.fault == "raises-for-critic" and adapter is not None and adapter.name == "critic":
+            raise RuntimeError("LoRA slot exhausted\ndetails")
+        if self.fault == "ignores-adapter":
+            adapter = None
+        if self.fault == "stale-adapter" and adapter is not None:
+            adapter = self.first.setdefault(adapter.name, adapter)  # keyed by name, not digest
+        gens = self.hf.generate(prompts, adapter, params)
+        if self.fault == "raw-logprobs" and params.temperature not in (0, 1):  # log-probs at T = 1, not T
+            lps = gc.trainer_logprobs(self.policy, adapter, [g.prompt_ids for g in gens],
+                                      [g.token_ids for g in gens], 1.0, 8)
+            for g, lp in zip(gens, lps, strict=True):
+                g.logprobs = lp
+        return gens
+
+
+def _check(tiny, tmp_path, fault=None, dtype="float32"):
+    cfg = gc.resolve_config(None, dtype)
+    return gc.run_dtype(tiny, cfg, tmp_path / dtype, SMALL, make_engine=lambda b, c, p: _Standin(p, fault))
+
+
+def test_the_check_passes_when_the_backend_reports_the_trainers_distribution(tiny, tmp_path):
+    state = _check(tiny, tmp_path)
+    assert state["status"] == "pass", state.get("error") or [r["reasons"] for r in state["rows"]]
+    labels = [r["label"] for r in state["rows"]]
+    assert labels == ["actor T=1", "actor T=0.7", "actor T=0 (greedy)", "critic T=1",
+                      "actor re-saved (new digest) T=1", "no adapter T=1",
+                      "HFBackend actor T=1 (HF sampler vs trainer)"]
+    for r in state["rows"]:
+        assert r["tokens"] > 0 and r["max_abs"] <= 1e-4 and r["prompt_mismatches"] == 0
+        if r["adapter"]:
+            assert r["adapter_effect_mean_abs"] >= 5 * 0.005
+    assert state["adapters"]["prompt_effect"] >= SMALL.min_effect
+    assert len({state["adapters"][k]["digest"] for k in ("actor", "critic", "actor_resaved")}) == 3
+    assert {(r["backend"], r["batch"]) for r in state["throughput"]} == {(b, n) for b in ("hf", "vllm")
+                                                                         for n in (1, 2)}
+    assert set(state["speedup_vllm_over_hf"]) == {"1", "2"}
+    assert state["greedy_agreement"]["identical"] == 1.0
+    on_disk = json.loads((tmp_path / "float32" / "results.json").read_text())
+    assert on_disk["status"] == "pass" and len(on_disk["rows"]) == 7
+    md = gc.render_markdown({"status": "pass", "exit_code": 0, "runs": [state]})
+    assert "| actor T=0.7 |" in md and "| 2 |" in md and "vLLM / HF" in md
+
+
+@pytest.mark.parametrize(("fault", "failing"), [
+    ("raw-logprobs", {"actor T=0.7"}),
+    ("ignores-adapter", {"actor T=1", "actor T=0.7", "actor T=0 (greedy)", "critic T=1",
+                         "actor re-saved (new digest) T=1"}),
+    ("stale-adapter", {"actor re-saved (new digest) T=1"}),
+    ("raises-for-critic", {"critic T=1"}),
+])
+def test_the_check_fails_on_a_backend_that_samples_another_distribution(tiny, tmp_path, fault, failing):
+    state = _check(tiny, tmp_path, fault)
+    assert state["status"] == "fail"
+    assert {r["label"] for r in state["rows"] if not r["ok"]} == failing
+    md = gc.render_markdown({"status": "fail", "exit_code": 1, "runs": [state]})
+    assert "NO: " in md
+    if fault == "raises-for-critic":
+        row = next(r for r in state["rows"] if r["label"] == "critic T=1")
+        assert row["reasons"] == ["raised RuntimeError: LoRA slot exhausted"] and row["tokens"] == 0
+        assert "| critic T=1 | 0 | – |" in md and not gc.refused_dtype(state)
+
+
+def test_a_dtype_counts_as_refused_when_the_engine_did_not_start_or_raised_on_every_row():
+    assert gc.refused_dtype({"status": "error", "phase": "engine-start"})
+    assert not gc.refused_dtype({"status": "error", "phase": "load"})
+    rows = [{"backend": "vllm", "error": "x"}, {"backend": "vllm", "error": "y"}, {"backend": "hf", "ok": True}]
+    assert gc.refused_dtype({"status": "fail", "phase": "greedy", "rows": rows})
+    assert not gc.refused_dtype({"status": "fail", "rows": [*rows, {"backend": "vllm", "ok": False}]})
+
+
+def test_an_engine_that_does_not_start_is_an_error_with_its_phase(tiny, tmp_path):
+    def refuse(base, cfg, policy):
+        raise ValueError("float32 is not supported with LoRA\nsecond line")
+
+    state = gc.run_dtype(tiny, gc.resolve_config(None, "float32"), tmp_path, SMALL, make_engine=refuse)
+    assert state["status"] == "error" and state["phase"] == "engine-start"
+    assert state["error"] == "engine-start: ValueError: float32 is not supported with LoRA"
+    assert "Traceback" in state["traceback"]
+
+
+def test_main_runs_each_dtype_in_a_child_and_falls_back_to_bfloat16_when_vllm_refuses(tiny, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """The orchestration without vLLM: the child's engine start fails (vLLM is not installed here), which is the
+    shape of vLLM refusing float32, so the check is repeated in bfloat16; both errors end in the results."""
+    if __import__("importlib").util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    monkeypatch.setattr(gc, "preflight", lambda: None)
+    out = tmp_path / "out"
+    code = gc.main(["--out", str(out), "--model", str(tiny), "--budget-s", "300"])
+    assert code == 2
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["dtype"], r.get("fallback_for")) for r in results["runs"]] == [("float32", None),
+                                                                             ("bfloat16", "float32")]
+    for run in results["runs"]:
+        assert run["status"] == "error" and run["phase"] == "engine-start"
+        assert "No module named 'vllm'" in run["error"]
+        assert (out / run["dtype"] / "log.txt").exists()
+    assert results["status"] == "error" and results["exit_code"] == 2
+    assert "## bfloat16: error (fallback for float32)" in (out / "results.md").read_text()
+    assert "checking in bfloat16 instead" in capsys.readouterr().out
