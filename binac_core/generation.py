@@ -13,7 +13,8 @@ generation runs with a KV cache and left padding, training over whole right-padd
 `HFBackend` samples from exactly that distribution whatever the checkpoint ships: each `generate` call runs under
 a generation config built from `SamplingParams` alone (`neutral_generation_config`), with every other logits
 processor off (a shipped `generation_config.json` may set `repetition_penalty`, `top_k`, `min_new_tokens`...), and
-the stored log-probs are read from the scores the sampler actually drew from. `top_p` must be 1 (the config
+the stored log-probs are read, step by step, from the scores the sampler actually drew from (`_SampledLogprobs`,
+which also applies the temperature). `top_p` must be 1 (the config
 rejects anything else): the loss has no nucleus truncation. Generation stops on every end-of-turn token of the
 model (`eos_token_ids`), and a config whose answer budget does not fit the model's context is refused before any
 generation (`check_context`).
@@ -147,6 +148,7 @@ class HFBackend:
             input_ids[i, width - len(p) :] = torch.tensor(p)
             mask[i, width - len(p) :] = 1
         config = neutral_generation_config(params, pad, eos)
+        last = _SampledLogprobs(params.temperature)
         # transformers' sampler draws from the global torch RNG: seed it from our generator for reproducibility.
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
         # generate() fills every field we leave unset from the model's own generation config: swap in ours.
@@ -158,15 +160,12 @@ class HFBackend:
                 input_ids=input_ids.to(self.policy.device),
                 attention_mask=mask.to(self.policy.device),
                 generation_config=config,
+                logits_processor=[last],
             )
         finally:
             inner.generation_config = shipped
         new = res.sequences[:, width:]
-        # `scores` are what the sampler drew from (after every logits processor): with the neutral config,
-        # logits / T. One step at a time, so no [batch, steps, vocabulary] log-softmax is built.
-        tok_logp = torch.stack(
-            [_selected_logprobs(s, new[:, t].to(s.device)) for t, s in enumerate(res.scores)], dim=1
-        ).cpu() if res.scores else torch.zeros(len(prompt_ids), 0)
+        tok_logp = last.logprobs(new).cpu()
         new = new.cpu()
         stops = set(eos)
         out = []
@@ -178,15 +177,39 @@ class HFBackend:
         return out
 
 
-def _selected_logprobs(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log softmax(scores)[target] for scores [N, V] -> [N] (fp32), as gather minus logsumexp."""
-    scores = scores.float()
-    return scores.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scores, dim=-1)
+class _SampledLogprobs:
+    """The sampler's last logits processor: divides the logits by T (T > 0; the neutral config leaves
+    transformers' own temperature warper off, since custom processors run before its warpers) and keeps the
+    log-softmax of what the sampler then draws from, one step at a time. The token drawn at step t is known at step
+    t + 1 (the last input id) or, for the last step, once `generate` returns; so one [batch, vocabulary] tensor is
+    alive instead of transformers' `output_scores` (batch x steps x vocabulary floats: 1.6 GB for a batch of 32
+    answers of 256 tokens over SmolLM2's 49k vocabulary)."""
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.prev: torch.Tensor | None = None
+        self.taken: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.prev is not None:
+            self.taken.append(self.prev.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        if self.temperature > 0:
+            scores = scores / self.temperature
+        self.prev = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def logprobs(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """[batch, steps] log-probs of `new_tokens` (the generated ids) under what the sampler drew from."""
+        if self.prev is None:
+            return torch.zeros(new_tokens.shape[0], 0)
+        final = self.prev.gather(-1, new_tokens[:, -1:].to(self.prev.device)).squeeze(-1)
+        return torch.stack([*self.taken, final], dim=1)
 
 
 def neutral_generation_config(params: SamplingParams, pad: int, eos: list[int]):
-    """A transformers `GenerationConfig` that samples from softmax(logits / T) (T = 0: greedy) and nothing else:
-    every processor a checkpoint could switch on is set to its off value explicitly."""
+    """A transformers `GenerationConfig` that, with `_SampledLogprobs` as its one custom processor (it divides by
+    T), samples from softmax(logits / T) (T = 0: greedy) and nothing else: every processor a checkpoint could switch
+    on is set to its off value explicitly, transformers' own temperature warper included."""
     from transformers import GenerationConfig
 
     greedy = params.temperature == 0
@@ -194,7 +217,8 @@ def neutral_generation_config(params: SamplingParams, pad: int, eos: list[int]):
         max_new_tokens=params.max_new_tokens, min_new_tokens=0,
         do_sample=not greedy, num_beams=1, num_beam_groups=1,
         # sampling-only settings stay unset when greedy (no warper runs then; transformers warns about them)
-        temperature=None if greedy else params.temperature, top_p=None if greedy else params.top_p,
+        # T is applied by `_SampledLogprobs`, the last processor, so transformers' temperature warper stays off
+        temperature=None if greedy else 1.0, top_p=None if greedy else params.top_p,
         top_k=None if greedy else 0, min_p=None, typical_p=None if greedy else 1.0,
         epsilon_cutoff=None if greedy else 0.0, eta_cutoff=None if greedy else 0.0,
         repetition_penalty=1.0, encoder_repetition_penalty=1.0, no_repeat_ngram_size=0,
@@ -203,5 +227,5 @@ def neutral_generation_config(params: SamplingParams, pad: int, eos: list[int]):
         exponential_decay_length_penalty=None, renormalize_logits=False, remove_invalid_values=False,
         guidance_scale=None, watermarking_config=None, stop_strings=None,
         pad_token_id=pad, eos_token_id=list(eos), bos_token_id=None,
-        output_scores=True, output_logits=False, return_dict_in_generate=True, use_cache=True,
+        output_scores=False, output_logits=False, return_dict_in_generate=True, use_cache=True,
     )
