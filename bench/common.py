@@ -125,6 +125,41 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def rss_mib() -> float | None:
+    """Current resident set size of this process in MiB (`VmRSS`), None where /proc is not there."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's RSS high-water mark (`VmHWM`) to its current RSS (Linux: `5` to /proc/self/clear_refs),
+    so `peak_rss_mib` then measures the peak of what follows, not of model loading; False where not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def release_memory() -> None:
+    """Collect garbage and hand the allocator's free heap back to the OS (glibc `malloc_trim`; a no-op elsewhere):
+    after an update, glibc keeps gigabytes of freed activations mapped, which would count against the machine
+    while a child process measures its own peak."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def emit(result: dict) -> None:
     """A child's result line (JSON after `CHILD_TAG`), flushed so the parent finds it even if exit is slow."""
     print(CHILD_TAG + json.dumps(result), flush=True)

@@ -6,10 +6,21 @@ per iteration, the two loops interleaved (binac, TRL, binac, TRL, ...) inside on
 trainer callback runs binac's iteration between two of TRL's optimizer steps. Not measured here: imports and
 construction (see `bench.memory`, which times them in fresh processes), writing adapters to disk (binac's pipeline
 does it every iteration, TRL's save is off: timed separately by `save_seconds`), Prefect orchestration.
+
+Where each loop's time goes (`Probe`): every measured iteration is also split into stages, the same hooks on both
+sides: `generate` (the model's `generate` call, the sampling loop itself), `forward` (the training log-prob forward:
+binac's `sequence_logprobs`, TRL's `_get_per_token_logps_and_entropies`, with gradients on), `nograd_forward` (the
+same functions without gradients: reference or old-policy log-probs; none with `kl_coef` 0 and one pass),
+`backward` (`Tensor.backward`, which includes recomputing checkpointed activations), `optimizer` (gradient clipping
+and the optimizer step), and `other` = the iteration minus those (prompt rendering and tokenisation, decoding,
+rewards, advantages, the loss arithmetic, batching and the trainer's bookkeeping: Python, mostly). The hooks add
+two clock reads per hooked call.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 import traceback
 from pathlib import Path
@@ -30,9 +41,12 @@ UNMATCHED = [
     "critic) of the same rank, only the actor active.",
     "Problems per iteration are drawn from the same train split but not the same ones: binac by "
     "`sample_problems`, TRL by its shuffled `RepeatSampler` (completion lengths, hence time, differ per draw).",
-    "binac's generation returns per-step logits (`output_logits=True`) for the sampling log-probs its loss uses; "
+    "binac's generation keeps the per-step scores (`output_scores=True`) for the sampling log-probs its loss uses; "
     "TRL's does not (on-policy it reuses the detached training log-probs) but its training forward also computes "
     "per-token entropies.",
+    "binac's training forward runs the LM head on the completion positions only (`sequence_logprobs`); TRL 1.16's "
+    "fused LM head scores only the labelled positions on CUDA/XPU with Triton, but on other devices (this CPU) "
+    "every position of the prompt+completion batch, the prompt's masked afterwards.",
     "TRL's own defaults changed to match binac: `gradient_checkpointing=False` (TRL defaults to True), "
     "`optim='adamw_torch'`, constant learning rate, `loss_type='dapo'` (binac's token-level mean), `beta` = "
     "binac's `kl_coef`, `top_k=0` (binac passes `top_k=None`, which transformers leaves unset: no top-k).",
@@ -42,6 +56,103 @@ UNMATCHED = [
 def train_rows(cfg: Config) -> list[dict]:
     """The synthetic train split both loops draw problems from."""
     return make_split(cfg.task, "train")
+
+
+STAGES = ("generate", "forward", "nograd_forward", "backward", "optimizer")
+"""Hooked stages of an iteration (module docstring); `other` is the rest."""
+
+
+class Probe:
+    """Seconds per stage of the iteration in progress (`start` ... `stop`), from hooks both loops run through.
+
+    Installed for a whole comparison (`install`); a hooked call outside an iteration, or nested inside a call of
+    the same stage (accelerate's gradient clipping calling torch's), is not counted again."""
+
+    def __init__(self):
+        self.current: dict[str, float] | None = None
+        self._active: set[str] = set()
+
+    def start(self) -> None:
+        self.current = dict.fromkeys(STAGES, 0.0)
+
+    def stop(self, total: float) -> dict[str, float]:
+        out, self.current = self.current or dict.fromkeys(STAGES, 0.0), None
+        out["other"] = total - sum(out.values())
+        out["total"] = total
+        return out
+
+    def add(self, stage: str, seconds: float) -> None:
+        if self.current is not None:
+            self.current[stage] += seconds
+
+    @contextlib.contextmanager
+    def timing(self, stage: str):
+        if stage in self._active:
+            yield
+            return
+        self._active.add(stage)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._active.discard(stage)
+            self.add(stage, time.perf_counter() - t0)
+
+    def wrap(self, stage, fn):
+        """`fn`, timed into `stage` (a callable of the arguments for a stage that depends on them)."""
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            name = stage() if callable(stage) else stage
+            with self.timing(name):
+                return fn(*args, **kwargs)
+
+        return timed
+
+    @contextlib.contextmanager
+    def install(self):
+        """The hooks shared by both loops: `Tensor.backward`, gradient clipping, optimizer steps, and binac's
+        `sequence_logprobs` (its `policy_update` looks it up at call time); restored on exit."""
+        import torch.optim.optimizer as optim
+
+        from binac_core import update
+
+        def forward_stage():
+            return "forward" if torch.is_grad_enabled() else "nograd_forward"
+
+        saved = (torch.Tensor.backward, torch.nn.utils.clip_grad_norm_, update.sequence_logprobs)
+        steps: list[float] = []
+
+        def pre(*_):
+            steps.append(time.perf_counter())
+
+        def post(*_):
+            if steps:
+                self.add("optimizer", time.perf_counter() - steps.pop())
+
+        handles = [optim.register_optimizer_step_pre_hook(pre), optim.register_optimizer_step_post_hook(post)]
+        torch.Tensor.backward = self.wrap("backward", saved[0])
+        torch.nn.utils.clip_grad_norm_ = self.wrap("optimizer", saved[1])
+        update.sequence_logprobs = self.wrap(forward_stage, saved[2])
+        try:
+            yield self
+        finally:
+            torch.Tensor.backward, torch.nn.utils.clip_grad_norm_, update.sequence_logprobs = saved
+            for h in handles:
+                h.remove()
+
+    def hook_trl(self, trainer) -> None:
+        """TRL's own stages, on this trainer's instance: its generate call, its log-prob forward, its clipping."""
+        model = trainer.model
+        model.generate = self.wrap("generate", model.generate)
+        trainer._get_per_token_logps_and_entropies = self.wrap(
+            lambda: "forward" if torch.is_grad_enabled() else "nograd_forward",
+            trainer._get_per_token_logps_and_entropies)
+        trainer.accelerator.clip_grad_norm_ = self.wrap("optimizer", trainer.accelerator.clip_grad_norm_)
+
+    def hook_binac(self, loop: BinacGRPO) -> None:
+        model = loop.policy.model
+        model.generate = self.wrap("generate", model.generate)
 
 
 class BinacGRPO:
@@ -61,6 +172,8 @@ class BinacGRPO:
         # Generation takes the actor as a checkpoint reference; saving once here makes later syncs no-ops.
         self.actor = self.policy.save("actor", self.work_dir / "actor-0")
         self.tokens: list[float] = []
+        self.last_samples: list = []
+        """The `Sample`s of the latest update (the smol bench's memory measurement reuses them)."""
 
     def iteration(self) -> None:
         cfg, t = self.cfg, self.cfg.train
@@ -71,6 +184,7 @@ class BinacGRPO:
         rewards = score("synthetic", {p["id"]: p for p in problems}, attempts)
         samples = attempt_samples(attempts, rewards, t.scale_rewards)
         stats = policy_update(self.policy, "actor", samples, t.t_low, t.kl_coef)
+        self.last_samples = samples
         self.tokens.append(stats["tokens"] / len(attempts))
         self.step += 1
 
@@ -180,28 +294,37 @@ def last_completion_length(trainer) -> float | None:
         return None
 
 
-def _interleave_callback(between, steps: int, threads: int):
+def _interleave_callback(between, steps: int, threads: int, probe: Probe | None = None):
     """A TrainerCallback timing each TRL optimizer step and running `between()` after each but the last.
 
     A TRL step's time runs from the end of the previous `between()` to this step's `on_step_end`, so it holds
-    everything TRL's loop does per step (data, generation, rewards, loss, backward, optimizer, bookkeeping).
+    everything TRL's loop does per step (data, generation, rewards, loss, backward, optimizer, bookkeeping). With a
+    `probe`, each step's stages are recorded too (`profiles`).
     """
     from transformers import TrainerCallback
 
     class Interleave(TrainerCallback):
         def __init__(self):
             self.trl: list[float] = []
+            self.profiles: list[dict[str, float]] = []
             self.lengths: list[float | None] = []
             self.trainer = None  # set once the trainer exists, to read its completion lengths
             self.error: BaseException | None = None
             self._resume = time.perf_counter()
 
+        def _begin(self):
+            if probe is not None:
+                probe.start()
+            self._resume = time.perf_counter()
+
         def on_train_begin(self, args, state, control, **kw):
             torch.set_num_threads(threads)  # the same thread count for both loops, whatever TRL's setup did
-            self._resume = time.perf_counter()
+            self._begin()
 
         def on_step_end(self, args, state, control, **kw):
             self.trl.append(time.perf_counter() - self._resume)
+            if probe is not None:
+                self.profiles.append(probe.stop(self.trl[-1]))
             self.lengths.append(last_completion_length(self.trainer))
             if state.global_step < steps:
                 try:
@@ -209,46 +332,54 @@ def _interleave_callback(between, steps: int, threads: int):
                 except BaseException as exc:  # binac's failure, not TRL's: stop and re-raise after train()
                     self.error = exc
                     control.should_training_stop = True
-            self._resume = time.perf_counter()
+            self._begin()
 
     return Interleave()
 
 
 def compare(cfg: Config, base_dir: Path, work_dir: Path, repeats: int, threads: int, log=print) -> dict:
-    """Interleaved binac/TRL iterations: {"binac": [s...], "trl": [s...], "trl_error": str|None, ...}.
+    """Interleaved binac/TRL iterations: {"binac": [s...], "trl": [s...], "trl_error": str|None, ...}, with each
+    measured iteration's stages in "binac_profile" / "trl_profile" (`Probe`).
 
     One warm-up iteration of each is discarded. When TRL cannot be built or fails, binac is still measured
     alone and `trl_error` holds TRL's error text.
     """
     rows = train_rows(cfg)
-    binac = BinacGRPO(cfg, base_dir, work_dir / "binac", rows)
-    binac.iteration()  # warm-up (first-call allocations, optimizer state creation)
-    binac_times: list[float] = []
+    probe = Probe()
+    with probe.install():
+        binac = BinacGRPO(cfg, base_dir, work_dir / "binac", rows)
+        probe.hook_binac(binac)
+        binac.iteration()  # warm-up (first-call allocations, optimizer state creation)
+        binac_times: list[float] = []
+        binac_profiles: list[dict[str, float]] = []
 
-    def binac_step():
-        t0 = time.perf_counter()
-        binac.iteration()
-        binac_times.append(time.perf_counter() - t0)
+        def binac_step():
+            probe.start()
+            t0 = time.perf_counter()
+            binac.iteration()
+            binac_times.append(time.perf_counter() - t0)
+            binac_profiles.append(probe.stop(binac_times[-1]))
 
-    trl_times, trl_error, lengths = [], None, []
-    callback = _interleave_callback(binac_step, repeats + 1, threads)
-    try:
-        log("grpo: building TRL GRPOTrainer")
-        trainer = trl_trainer(cfg, base_dir, rows, work_dir / "trl", repeats + 1, [callback])
-        callback.trainer = trainer
-        log(f"grpo: {repeats} interleaved iterations (+1 warm-up each)")
-        trainer.train()
-        trl_times = callback.trl[1:]
-        lengths = [x for x in callback.lengths[1:] if x is not None]
-    except Exception as exc:
+        trl_times, trl_profiles, trl_error, lengths = [], [], None, []
+        callback = _interleave_callback(binac_step, repeats + 1, threads, probe)
+        try:
+            log("grpo: building TRL GRPOTrainer")
+            trainer = trl_trainer(cfg, base_dir, rows, work_dir / "trl", repeats + 1, [callback])
+            probe.hook_trl(trainer)
+            callback.trainer = trainer
+            log(f"grpo: {repeats} interleaved iterations (+1 warm-up each)")
+            trainer.train()
+            trl_times, trl_profiles = callback.trl[1:], callback.profiles[1:]
+            lengths = [x for x in callback.lengths[1:] if x is not None]
+        except Exception as exc:
+            if callback.error is not None:
+                raise callback.error from exc
+            trl_error = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, for the table
+            log(f"grpo: TRL failed, measuring binac alone: {trl_error}\n{traceback.format_exc(limit=3)}")
         if callback.error is not None:
-            raise callback.error from exc
-        trl_error = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, for the table
-        log(f"grpo: TRL failed, measuring binac alone: {trl_error}\n{traceback.format_exc(limit=3)}")
-    if callback.error is not None:
-        raise callback.error
-    while len(binac_times) < repeats:
-        binac_step()
+            raise callback.error
+        while len(binac_times) < repeats:
+            binac_step()
     saves = [binac.save_seconds() for _ in range(max(1, min(repeats, 3)))]
     return {
         "binac": binac_times,
@@ -256,6 +387,8 @@ def compare(cfg: Config, base_dir: Path, work_dir: Path, repeats: int, threads: 
         "trl_error": trl_error,
         "binac_tokens": binac.tokens[1:],
         "trl_tokens": lengths,
+        "binac_profile": binac_profiles,
+        "trl_profile": trl_profiles,
         "save": saves,
         "layout_note": batch_layout(cfg)[2],
         "threads_end": torch.get_num_threads(),

@@ -1,7 +1,7 @@
 """binac's benchmark harness: side-by-side measurements in one run, reported as medians and paired ratios.
 
-    python -m bench.run [--preset micro|tiny] [--repeats N] [--out bench/results.md] [--calls N] [--base-dir DIR]
-                        [--threads N] [--compare-threads] [--no-memory]
+    python -m bench.run [--preset micro|tiny|smol-synthetic] [--repeats N] [--out bench/results.md] [--calls N]
+                        [--base-dir DIR] [--threads N] [--compare-threads] [--no-memory]
 
 What it measures (each module's docstring says exactly what is and is not inside each figure):
 1. one GRPO iteration, binac's loop (HFBackend + policy_update) vs TRL 1.16's GRPOTrainer (`bench.grpo`);
@@ -12,6 +12,11 @@ What it measures (each module's docstring says exactly what is and is not inside
 Ratios, not absolute seconds, are the result: the machines are shared, and seconds move with everyone's load.
 Every variant runs with the same torch thread count: the pipeline's (`BINAC_TORCH_THREADS`, default 1) unless
 `--threads` says otherwise.
+
+A preset on the `smol` model (`model.source: smol`, e.g. `smol-synthetic`) runs the smol bench instead
+(`bench.smol`: GRPO with its stage profile, generation at batch 1/32/64 and the adapter's cost, the actor update's
+peak memory before/after the full-vocabulary log-softmax change) and writes its own section of the results file,
+leaving the rest of the file as it is; a micro/tiny run rewrites the file and keeps that section.
 
 The base model is built once per preset into a temp dir (`$TMPDIR/binac-bench/base-<preset>-<digest>`) and reused
 by later runs; `--base-dir` picks another folder (built there if it holds no model of this config).
@@ -84,6 +89,9 @@ def child_args(cfg, base_dir: Path, work: Path, threads: int) -> list[str]:
     path.write_text(json.dumps(cfg.model_dump(mode="json")))
     return ["--config-json", str(path), "--base-dir", str(base_dir), "--threads", str(threads)]
 
+
+DEFAULT_REPEATS, SMOL_REPEATS = 5, 3
+"""Default `--repeats`: micro/tiny, and the smol presets (an iteration takes tens of seconds there)."""
 
 PREFECT_REPEATS = 3
 """At most this many Prefect repeats: each costs two flow runs, seconds apiece on a busy machine."""
@@ -373,6 +381,11 @@ def child_main(args) -> None:
         from binac_core.config import Config
 
         cfg = Config.model_validate(json.loads(Path(args.config_json).read_text()))
+        if args.child == "update":
+            from bench.smol import update_child
+
+            emit(update_child(cfg, Path(args.base_dir), Path(args.samples_json), args.variant, args.threads))
+            return
         fn = memory.binac_child if args.child == "binac" else memory.trl_child
         emit(fn(cfg, Path(args.base_dir), args.threads))
     except Exception as exc:
@@ -382,18 +395,22 @@ def child_main(args) -> None:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
-    p.add_argument("--preset", default="micro", help="config preset (micro: a few minutes; tiny: the real numbers, and a long first base-model build)")
-    p.add_argument("--repeats", type=int, default=5, help="measured repeats per variant (after one warm-up)")
+    p.add_argument("--preset", default="micro", help="config preset (micro: a few minutes; tiny: the real numbers, and a long first base-model build; smol-synthetic: the real pretrained model, ~15 minutes)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help=f"measured repeats per variant (after one warm-up; default {DEFAULT_REPEATS}, {SMOL_REPEATS} on smol)")
     p.add_argument("--out", default="bench/results.md", help="markdown file to write ('-': print only)")
     p.add_argument("--calls", type=int, default=50, help="Prefect task calls per repeat")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads of every variant (default: $BINAC_TORCH_THREADS or 1, the pipeline's)")
-    p.add_argument("--base-dir", help="base model folder (default: a per-config temp dir, built once)")
+    p.add_argument("--base-dir", help="base model folder (default: a per-config temp dir, built once; smol: a "
+                   "converted checkpoint folder, used as it is, or a models root to convert into)")
     p.add_argument("--no-memory", action="store_true", help="skip the fresh-process import/memory children")
     p.add_argument("--compare-threads", action="store_true",
                    help="also compare generation at 1 vs 2 torch threads (slow on a busy machine)")
-    p.add_argument("--child", choices=["prefect", "binac", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=["prefect", "binac", "trl", "update"], help=argparse.SUPPRESS)
     p.add_argument("--config-json", help=argparse.SUPPRESS)
+    p.add_argument("--samples-json", help=argparse.SUPPRESS)
+    p.add_argument("--variant", help=argparse.SUPPRESS)
     p.add_argument("--prefect-home", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -405,14 +422,24 @@ def main(argv=None) -> None:
     if args.child:
         child_main(args)
         return
+    from bench import smol
     from binac_core.config import load_config
 
-    report = run_bench(load_config(args.preset), args.repeats, args.base_dir, args.calls, args.threads,
+    cfg = load_config(args.preset)
+    if smol.is_smol(cfg):
+        report = smol.run_smol(cfg, args.repeats or SMOL_REPEATS, args.base_dir, args.threads)
+        text = smol.markdown(report)
+        print(text)
+        if args.out != "-":
+            smol.write_section(Path(args.out), cfg.name, text)
+            print(f"written to {args.out} (section {cfg.name})", file=sys.stderr)
+        return
+    report = run_bench(cfg, args.repeats or DEFAULT_REPEATS, args.base_dir, args.calls, args.threads,
                        memory=not args.no_memory, compare_threads=args.compare_threads)
     text = markdown(report)
     print(text)
     if args.out != "-":
-        Path(args.out).write_text(text)
+        Path(args.out).write_text(text + smol.kept_sections(Path(args.out)))
         print(f"written to {args.out}", file=sys.stderr)
 
 

@@ -7,6 +7,11 @@ model through peft's `disable_adapter()` (the LoRA layers stay wrapped but skip 
 binac samples the KL reference and the untrained baselines with. Included: chat-template rendering and decoding
 (both part of `generate`); not included: model loading.
 
+On the `smol` model (`smol_variants`, bench/smol.py): batch 1 vs 32 vs 64 with the actor adapter, and batch 32 (the
+preset's generation batch) with adapters disabled. Batch 1 runs `SMOL_BATCH1_PROMPTS` prompts (one `generate` call
+each) rather than 64: a tokens/s figure needs no more, and 64 single-prompt calls take minutes on a CPU. Batch 32
+and 64 generate 32 and 64 prompts in one call each. Every call includes its prompt's prefill, as in the loop.
+
 Optional (`--compare-threads`): the run's torch thread count vs the other of 1 and 2, on 16 prompts. Tiny
 matrices gain little from intra-op threads, and on a busy machine OpenMP threads that spin-wait for a
 descheduled sibling can cost far more than they give.
@@ -24,6 +29,7 @@ from binac_core.synthetic import actor_messages
 
 PROMPTS = 64
 THREAD_PROMPTS = 16
+SMOL_BATCH1_PROMPTS = 4
 
 
 def _variant(backend: HFBackend, prompts, adapter: AdapterRef | None, params: SamplingParams, threads=None):
@@ -78,3 +84,26 @@ def thread_variants(cfg: Config, policy, actor: AdapterRef, rows: list[dict]) ->
         "run_threads": _variant(backend, prompts, actor, params),
         "other_threads": _variant(backend, prompts, actor, params, other_threads(torch.get_num_threads())),
     }
+
+
+def smol_variants(cfg: Config, policy, actor: AdapterRef, rows: list[dict]) -> dict:
+    """{name: callable} of the smol bench (module docstring): batch 1 / 32 / 64 with the actor adapter, batch 32
+    with adapters disabled. The first prompts of each are the same problems."""
+    params = _params(cfg)
+    one, b32, b64 = (HFBackend(policy, batch_size=n) for n in (1, 32, 64))
+    p32 = _prompts(rows, 32)
+    return {
+        "batch1_actor": _variant(one, _prompts(rows, SMOL_BATCH1_PROMPTS), actor, params),
+        "batch32_actor": _variant(b32, p32, actor, params),
+        "batch64_actor": _variant(b64, _prompts(rows, 64), actor, params),
+        "batch32_base": _variant(b32, p32, None, params),
+    }
+
+
+def warm_up(cfg: Config, policy, actor: AdapterRef, rows: list[dict], prompts: int = 4, new_tokens: int = 4) -> None:
+    """A short generation (4 prompts, 4 new tokens) with and without the adapter, instead of a full discarded round
+    (minutes at batch 64 on a CPU): first-call costs only; the GRPO comparison before it has generated already."""
+    params = SamplingParams(new_tokens, cfg.generation.temperature, cfg.generation.top_p, seed=1)
+    backend = HFBackend(policy, batch_size=prompts)
+    for adapter in (actor, None):
+        backend.generate(_prompts(rows, prompts), adapter, params)
