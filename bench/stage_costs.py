@@ -53,6 +53,7 @@ async def _collect(flow_name: str, limit: int) -> list[dict]:
         FlowFilterName,
         FlowRunFilter,
         FlowRunFilterId,
+        FlowRunFilterState,
         FlowRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
@@ -61,7 +62,8 @@ async def _collect(flow_name: str, limit: int) -> list[dict]:
     async with get_client() as client:
         runs = await client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
-            flow_run_filter=FlowRunFilter(state=FlowRunFilterStateType(any_=[StateType.COMPLETED])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
+                any_=[StateType.COMPLETED]))),
             sort=FlowRunSort.START_TIME_DESC, limit=limit)
         out = []
         for run in runs:
