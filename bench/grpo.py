@@ -41,7 +41,8 @@ UNMATCHED = [
     "critic) of the same rank, only the actor active.",
     "Problems per iteration are drawn from the same train split but not the same ones: binac by "
     "`sample_problems`, TRL by its shuffled `RepeatSampler` (completion lengths, hence time, differ per draw).",
-    "binac's generation keeps the per-step scores (`output_scores=True`) for the sampling log-probs its loss uses; "
+    "binac's generation records the drawn token's log-prob step by step (its last logits processor) for the sampling "
+    "log-probs its loss uses; "
     "TRL's does not (on-policy it reuses the detached training log-probs) but its training forward also computes "
     "per-token entropies.",
     "binac's training forward runs the LM head on the completion positions only (`sequence_logprobs`); TRL 1.16's "
