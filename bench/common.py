@@ -147,17 +147,15 @@ def reset_peak_rss() -> bool:
 
 
 def release_memory() -> None:
-    """Collect garbage and hand the allocator's free heap back to the OS (glibc `malloc_trim`; a no-op elsewhere):
-    after an update, glibc keeps gigabytes of freed activations mapped, which would count against the machine
-    while a child process measures its own peak."""
-    import ctypes
+    """Collect garbage and hand the allocator's free heap back to the OS (`binac_core.memory`): after an update,
+    glibc keeps gigabytes of freed activations mapped, which would count against the machine while a child process
+    measures its own peak."""
     import gc
 
+    from binac_core.memory import return_freed_memory
+
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    return_freed_memory()
 
 
 def emit(result: dict) -> None:

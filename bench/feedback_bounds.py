@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from binac_core import synthetic as syn
+from binac_core.benchmarks import synthetic as syn
 from binac_core.config import load_config
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
 

@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 
 from binac_core.batches import attempt_samples
+from binac_core.benchmarks.synthetic import actor_messages, make_split
 from binac_core.config import Config
 from binac_core.episodes import generate_attempts, sample_problems, score, stage_seed
 from binac_core.generation import HFBackend, SamplingParams
-from binac_core.synthetic import actor_messages, make_split
 from binac_core.update import policy_update
 
 SEED = 0

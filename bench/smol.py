@@ -97,15 +97,9 @@ def full_vocab_sequence_logprobs(model, samples, pad_id: int, temperature: float
     """`binac_core.update.sequence_logprobs` as it was before the trust issue's change (commit f3213c5), the
     reference of the memory comparison: the model's full logits [B, L, V], divided by the temperature, a
     log-softmax over the whole vocabulary at every position, then a gather. `chunk` is accepted and ignored."""
-    seqs = [s.prompt_ids + s.token_ids for s in samples]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        attn[i, : len(s)] = 1
-    dev = next(model.parameters()).device
-    ids, attn = ids.to(dev), attn.to(dev)
+    from binac_core.update import right_padded  # the same right padding as then
+
+    ids, attn = right_padded(samples, pad_id, model)
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
     logp_all = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
     tok = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).cpu()

@@ -23,9 +23,9 @@ import time
 
 import torch
 
+from binac_core.benchmarks.synthetic import actor_messages
 from binac_core.config import Config
 from binac_core.generation import AdapterRef, HFBackend, SamplingParams
-from binac_core.synthetic import actor_messages
 
 PROMPTS = 64
 THREAD_PROMPTS = 16

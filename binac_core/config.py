@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from binac_core.errors import BinacError
+from binac_core.files import read_yaml_mapping
 
 PRESET_DIR = Path(__file__).parent / "presets"
 SMOL_CONTEXT = 8192
@@ -256,12 +256,7 @@ def load_config(preset: str, overrides: dict | None = None) -> Config:
             raise BinacError(f"unknown preset {preset!r} (known: {', '.join(preset_names())})")
     elif not path.exists():
         raise BinacError(f"config file not found: {preset}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise BinacError(f"malformed config file {preset}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise BinacError(f"malformed config file {preset}: expected a mapping at top level")
+    raw = read_yaml_mapping(path, f"config file {preset}")
     raw.setdefault("name", path.stem)
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")

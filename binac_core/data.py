@@ -14,7 +14,8 @@ the grader compares with); MBPP rows also carry `tests` (the three assert string
 Sources: the files of `$BINAC_DATA_DIR` when it is set (layout and checksums in that folder's README), else the
 Hugging Face hub ids in `HUB_SOURCES`. The hub path is not exercised offline (the tests stub
 `datasets.load_dataset`); with `HF_HUB_OFFLINE=1` it fails with a one-line `BinacError`. Split names are
-`train` and `eval` (`test` is an alias of `eval`). The synthetic family is built by `binac_core.synthetic`, not here.
+`train` and `eval` (`test` is an alias of `eval`). The synthetic family is built by
+`binac_core.benchmarks.synthetic`, not here; each benchmark module reads its rows with `problem_rows`.
 
 Reference behaviour: the PRM800K split (https://github.com/openai/prm800k/tree/main/prm800k/math_splits), the
 MBPP split in google-research `mbpp/README.md`, simple-evals' GPQA options shuffle
@@ -81,6 +82,13 @@ def load_benchmark(name: str, split: str):
     # Local files are parsed once per process; the hub path has the `datasets` cache of its own.
     rows = _local_rows(name, split, folder) if folder else _build(name, split, _HubSource())
     return datasets.Dataset.from_list([dict(r) for r in rows])
+
+
+def problem_rows(name: str, task_cfg, split: str) -> list[dict]:
+    """The rows a run trains or evaluates on, as plain dicts in the split's order; the eval split is capped at
+    `task_cfg.n_test` rows (a benchmark module's `load_rows`)."""
+    rows = [dict(r) for r in load_benchmark(name, split)]
+    return rows[: task_cfg.n_test] if split == "eval" else rows
 
 
 @functools.lru_cache(maxsize=16)

@@ -6,8 +6,8 @@ Records are dicts so a stage's output can be written to disk and handed to the n
 - attempt:  problem_id, sample_idx, prompt_text, prompt_ids, text, token_ids, logprobs, reward
 - feedback: problem_id, sample_idx, feedback_idx, text, prompt_ids, token_ids, logprobs (no tokens for a fixed text)
 - refined:  problem_id, sample_idx, feedback_idx, prompt_ids, text, token_ids, logprobs, reward
-The critic sees the problem and the attempt only (plus the execution error for code, when the grader gives one),
-never the reference answer: `binac_core.prompts.critic_messages` does not take it.
+The critic sees the problem and the attempt only (plus the execution result where the benchmark's
+`critic_sees_execution`, code), never the reference answer: a benchmark's `critic_messages` does not read it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import random
 
-from binac_core import prompts
+from binac_core import benchmarks
+from binac_core.errors import BinacError
 from binac_core.generation import AdapterRef, GenerationBackend, SamplingParams
 
 
@@ -37,10 +38,11 @@ def generate_attempts(
     backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None,
     group_size: int, params: SamplingParams,
 ) -> list[dict]:
+    bench = benchmarks.get(benchmark)
     msgs, keys = [], []
     for row in problems:
         for k in range(group_size):
-            msgs.append(prompts.actor_messages(benchmark, row))
+            msgs.append(bench.actor_messages(row))
             keys.append((row["id"], k))
     gens = backend.generate(msgs, actor, params)
     out = []
@@ -58,15 +60,16 @@ def sample_feedback(
     errors: list[str | None] | None = None, oracle: bool = False,
 ) -> list[dict]:
     """`per_attempt` feedbacks for each attempt from the critic adapter, or `per_attempt` copies of the fixed text
-    (self-correction) or of the rule-based oracle's feedback (`oracle`, synthetic task only: it reads the
+    (self-correction) or of the benchmark's rule-based oracle (`oracle`: the synthetic task's; it reads the
     reference). `errors` (code tasks) are the attempts' execution results (`score_with_errors`), put in the
     critic's prompt. Fixed and oracle feedback carry no tokens: nothing trains on them."""
+    bench = benchmarks.get(benchmark)
+    if oracle and bench.oracle_feedback is None:
+        raise BinacError(f"benchmark {benchmark!r} has no oracle critic")
     if fixed_text is not None or oracle:
-        from binac_core.synthetic import oracle_feedback
-
         return [
             {"problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "feedback_idx": j,
-             "text": oracle_feedback(problems[a["problem_id"]], a["text"]) if oracle else fixed_text,
+             "text": bench.oracle_feedback(problems[a["problem_id"]], a["text"]) if oracle else fixed_text,
              "prompt_ids": [], "token_ids": [], "logprobs": []}
             for a in attempts for j in range(per_attempt)
         ]
@@ -75,7 +78,7 @@ def sample_feedback(
         row = problems[a["problem_id"]]
         err = errors[i] if errors else None
         for j in range(per_attempt):
-            msgs.append(prompts.critic_messages(benchmark, row, a["text"], err))
+            msgs.append(bench.critic_messages(row, a["text"], err))
             keys.append((a["problem_id"], a["sample_idx"], j))
     gens = backend.generate(msgs, critic, params)
     return [
@@ -89,11 +92,12 @@ def generate_refinements(
     backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[dict],
     feedbacks: list[dict], actor: AdapterRef | None, params: SamplingParams,
 ) -> list[dict]:
+    bench = benchmarks.get(benchmark)
     by_key = {(a["problem_id"], a["sample_idx"]): a for a in attempts}
     msgs = []
     for f in feedbacks:
         a = by_key[(f["problem_id"], f["sample_idx"])]
-        msgs.append(prompts.refine_messages(benchmark, problems[f["problem_id"]], a["text"], f["text"]))
+        msgs.append(bench.refine_messages(problems[f["problem_id"]], a["text"], f["text"]))
     gens = backend.generate(msgs, actor, params)
     return [
         {"problem_id": f["problem_id"], "sample_idx": f["sample_idx"], "feedback_idx": f["feedback_idx"],
@@ -110,14 +114,14 @@ def score(benchmark: str, problems: dict[str, dict], records: list[dict]) -> lis
 def score_with_errors(
     benchmark: str, problems: dict[str, dict], records: list[dict]
 ) -> tuple[list[float], list[str | None] | None]:
-    """`score`, and for code benchmarks each answer's execution result as the critic is shown it (the sandbox's
-    failure reason, or `All tests passed.`); both come from one sandbox run per answer. The second item is None
-    for other benchmarks."""
+    """`score`, and where the critic may see it (`critic_sees_execution`: code benchmarks) each answer's
+    execution result as the critic is shown it (the sandbox's failure reason, or `All tests passed.`); both come
+    from one sandbox run per answer. The second item is None for other benchmarks."""
     from binac_core.grading import grade_batch_with_reasons
 
     graded = grade_batch_with_reasons(
         benchmark, [problems[r["problem_id"]] for r in records], [r["text"] for r in records]
     )
-    if benchmark != "mbpp":
+    if not benchmarks.get(benchmark).critic_sees_execution:
         return [g for g, _ in graded], None
     return [g for g, _ in graded], [reason if g == 0.0 else "All tests passed." for g, reason in graded]

@@ -23,6 +23,7 @@ fixed_critic's feedback source does for a GRPO actor), or the self-correction ba
 
 from __future__ import annotations
 
+from binac_core import benchmarks
 from binac_core.episodes import (
     generate_attempts,
     generate_refinements,
@@ -32,7 +33,7 @@ from binac_core.episodes import (
 )
 from binac_core.errors import BinacError
 from binac_core.generation import AdapterRef, GenerationBackend, SamplingParams
-from binac_core.prompts import CODE_BENCHMARKS
+from binac_core.stats import mean as _mean
 
 CRITIC_TRAINED = "critic (trained)"
 CRITIC_BASE = "critic (base, frozen)"
@@ -64,7 +65,8 @@ def training_protocols(benchmark: str, fixed_feedback: str | None) -> tuple[str,
     """The protocols training evaluates: all of them, with the `_exec` variants where they exist (a code
     benchmark and a critic)."""
     base = ("single", *FEEDBACK_PROTOCOLS)
-    return base + EXEC_PROTOCOLS if benchmark in CODE_BENCHMARKS and fixed_feedback is None else base
+    exec_too = benchmarks.get(benchmark).critic_sees_execution and fixed_feedback is None
+    return base + EXEC_PROTOCOLS if exec_too else base
 
 
 def check_protocols(benchmark: str, protocols: tuple[str, ...], fixed_feedback: str | None = None) -> None:
@@ -73,8 +75,9 @@ def check_protocols(benchmark: str, protocols: tuple[str, ...], fixed_feedback: 
     if bad:
         raise BinacError(f"unknown protocol {bad[0]!r} (known: {', '.join(known)})")
     if set(EXEC_PROTOCOLS) & set(protocols):
-        if benchmark not in CODE_BENCHMARKS:
-            raise BinacError(f"the execution-assisted protocols need a code benchmark ({', '.join(CODE_BENCHMARKS)});"
+        if not benchmarks.get(benchmark).critic_sees_execution:
+            code = benchmarks.names(having=lambda b: b.critic_sees_execution)
+            raise BinacError(f"the execution-assisted protocols need a code benchmark ({', '.join(code)});"
                              f" {benchmark!r} has no execution result to show the critic")
         if fixed_feedback is not None:
             raise BinacError("the execution-assisted protocols need a critic; the fixed instruction sees nothing")
@@ -176,7 +179,3 @@ def _gated(backend, benchmark, by_id, attempts, r0, fb, y1, scored_y1, actor, cr
         cur_r0 = [r_r[i] for i in keep]
         cur_err = [err_r[i] for i in keep] if err_r is not None else None  # the errors of the answers kept
     return rounds, _mean([float(v) for v in solved.values()])
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else 0.0

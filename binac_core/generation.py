@@ -2,7 +2,9 @@
 
 Callers depend only on `GenerationBackend.generate`. Two implementations:
 - `HFBackend` (here): transformers `generate` on the in-process PEFT model; batched, KV cache, left padding,
-  seeded sampling (one torch generator seed per call, so a re-run reproduces the same samples on the same device).
+  seeded sampling (one torch generator seed per call, so a re-run reproduces the same samples on the same device;
+  transformers' sampler draws from torch's global RNG, which a call seeds from that generator and restores
+  afterwards: `_private_global_rng`).
 - `VLLMBackend` (`binac_core.generation_vllm`, GPU only): one vLLM engine with `enable_lora=True` serving the
   actor and critic adapters per request from their checkpoint folders.
 
@@ -22,12 +24,14 @@ generation (`check_context`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from binac_core.errors import BinacError
+from binac_core.memory import return_freed_memory
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>", "<end_of_turn>",
                       "<|end|>", "</s>")
@@ -75,6 +79,11 @@ class AdapterRef:
     digest: str
 
 
+def adapter_ref(d: dict | None) -> AdapterRef | None:
+    """The `AdapterRef` a stage was handed as a dict (`dataclasses.asdict` of one, a Prefect input); None for None."""
+    return None if d is None else AdapterRef(d["name"], d["path"], d["digest"])
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int
@@ -91,6 +100,12 @@ class Generation:
     """Completion token ids, including the end-of-turn token when the model emitted one."""
     logprobs: list[float]
     """Log-prob of each completion token under the sampling distribution."""
+
+
+def generation_perf(records: list[dict], t0: float) -> dict:
+    """Generated tokens and seconds since `t0` (`time.time()`) of a generation stage's records, the numbers of
+    perf/gen_tokens_per_s."""
+    return {"tokens": sum(len(r["token_ids"]) for r in records), "seconds": time.time() - t0}
 
 
 class GenerationBackend(Protocol):
@@ -131,10 +146,11 @@ class HFBackend:
     def generate(self, prompts, adapter, params):
         out: list[Generation] = []
         gen = torch.Generator().manual_seed(params.seed)
-        with self.policy.using(adapter):
+        with _private_global_rng(), self.policy.using(adapter):
             for start in range(0, len(prompts), self.batch_size):
                 chunk = [self.render(m, params.max_new_tokens) for m in prompts[start : start + self.batch_size]]
                 out.extend(self._generate_ids(chunk, params, gen))
+        return_freed_memory()  # the batches' logits and KV caches: binac_core/memory.py
         return out
 
     def _generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, gen: torch.Generator):
@@ -175,6 +191,17 @@ class HFBackend:
             text = tok.decode(ids[:n], skip_special_tokens=True)
             out.append(Generation(text, p, ids[:n], tok_logp[i, :n].tolist()))
         return out
+
+
+def _private_global_rng():
+    """torch's global RNG state (CPU and every CUDA device), saved on entry and restored on exit.
+
+    transformers' sampler takes no generator: it draws from the global RNG, which `_generate_ids` seeds from the
+    call's own generator. Without the restore a generation would reseed the caller's random stream as a side
+    effect (process-wide state: binac_core/runtime.py); with it, the samples are the same and the caller's stream
+    is left as it was."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    return torch.random.fork_rng(devices=devices)
 
 
 class _SampledLogprobs:

@@ -14,19 +14,22 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
     """Validate everything before any compute: (config, method spec, iterations)."""
     cfg = load_config(preset, overrides)
     spec = method_spec(method)
-    if spec.feedback == "oracle" and cfg.task.benchmark != "synthetic":
-        raise BinacError(f"method {method!r} needs the synthetic task's oracle (benchmark is {cfg.task.benchmark!r})")
+    from binac_core import benchmarks
+
+    bench = benchmarks.get(cfg.task.benchmark)
+    if spec.feedback == "oracle" and bench.oracle_feedback is None:
+        oracles = benchmarks.names(having=lambda b: b.oracle_feedback is not None)
+        raise BinacError(f"method {method!r} needs a benchmark with an oracle critic ({', '.join(oracles)}; "
+                         f"benchmark is {cfg.task.benchmark!r})")
     if budget is None and (steps is None or steps < 1):
         raise BinacError(f"--steps must be a positive integer (got {steps})")
     if budget is not None and budget < 1:
         raise BinacError(f"actor-sample budget must be positive (got {budget})")
     if seed < 0:
         raise BinacError(f"--seed must be >= 0 (got {seed})")
-    if cfg.task.benchmark != "synthetic":
-        from binac_core.data import load_benchmark
-
+    if bench.check_data is not None:
         for split in ("train", "eval"):
-            load_benchmark(cfg.task.benchmark, split)  # missing data or a split it lacks: one line, named
+            bench.check_data(split)  # missing data or a split it lacks: one line, named
     iterations = steps if budget is None else spec.iterations_for_budget(cfg, budget)
     return cfg, spec, iterations
 
@@ -71,17 +74,13 @@ PROTOCOL_STAGES = {"single": ("single",), "feedback": ("single", "feedback"), "g
 def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature,
                   max_new_tokens):
     """Validate before any compute; returns (config, adapter refs as dicts)."""
-    from binac_core.data import benchmark_names
+    from binac_core import benchmarks
 
-    known = ["synthetic", *benchmark_names()]
-    if benchmark not in known:
-        raise BinacError(f"unknown benchmark {benchmark!r} (known: {', '.join(known)})")
+    bench = benchmarks.get(benchmark)  # an unknown name: one line listing the known ones
     if protocol not in PROTOCOL_STAGES:
         raise BinacError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOL_STAGES)})")
-    if benchmark != "synthetic":
-        from binac_core.data import load_benchmark
-
-        load_benchmark(benchmark, "eval")  # a missing data folder or a malformed row fails here, named
+    if bench.check_data is not None:
+        bench.check_data("eval")  # a missing data folder or a malformed row fails here, named
     if samples < 1 or limit < 1:
         raise BinacError(f"--samples and --limit must be positive (got {samples}, {limit})")
     overrides = {"task.benchmark": benchmark, "task.n_test": limit, "generation.eval_samples": samples}
@@ -107,7 +106,7 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
             continue
         if not (Path(folder) / "adapter_model.safetensors").exists():
             raise BinacError(f"--{name}-adapter has no adapter_model.safetensors: {folder}")
-        from binac_core.policy import file_digest
+        from binac_core.files import file_digest
 
         refs[name] = {"name": name, "path": str(Path(folder).resolve()), "digest": file_digest(Path(folder))}
     return cfg, refs

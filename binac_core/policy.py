@@ -11,7 +11,6 @@ different digest, so a resumed or cached run continues from exactly the saved st
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import tempfile
@@ -27,18 +26,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from binac_core.config import Config
 from binac_core.faults import fault_point
+from binac_core.files import file_digest
 from binac_core.generation import AdapterRef
 
 ADAPTERS = ("actor", "critic")
-
-
-def file_digest(folder: Path) -> str:
-    """sha256 over the files of a checkpoint folder (names and bytes), first 16 hex digits."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        h.update(f.relative_to(folder).as_posix().encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def lora_config(cfg: Config) -> PeftLoraConfig:
@@ -109,6 +100,13 @@ class Policy:
             state = torch.load(opt_file, weights_only=True, map_location=self.device)
             self.optimizer(ref.name).load_state_dict(state)
         self.loaded[ref.name] = ref.digest
+
+    def begin_update(self, ref: AdapterRef) -> None:
+        """Sync adapter `ref` for an update of its weights in memory, and forget its digest until the next `save`
+        (which records the new one): a task that fails mid-update leaves weights no file holds, and the next
+        `sync` of any reference then reloads them from disk."""
+        self.sync(ref)
+        self.loaded.pop(ref.name)
 
     def save(self, name: str, folder: str | Path) -> AdapterRef:
         """Write adapter `name` (+ its optimizer state) atomically into `folder` and return its reference.

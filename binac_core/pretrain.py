@@ -1,11 +1,11 @@
 """Build the tiny preset's base model from scratch on CPU: teacher corpus -> tokenizer -> Llama/Qwen2 -> pretrain.
 
 The corpus covers the three roles one base model plays (solve; critique an attempt; solve again given a
-critique), written by the noisy teacher of `binac_core.synthetic`: the attempts to critique and refine are
-noisy teacher traces, the critiques mix helpful, misleading and vague ones. The result is saved with
-`save_pretrained` (model + tokenizer + `base_meta.json`) so that `AutoModelForCausalLM` / `AutoTokenizer`
-load it like any hub model. It does not set torch's thread count (the caller does) and does not cache:
-callers decide whether an existing folder is reused.
+critique) on the synthetic task family (`binac_core.benchmarks.synthetic`), written by the noisy teacher of
+`binac_core.pretrain_teacher`: the attempts to critique and refine are noisy teacher traces, the critiques mix
+helpful, misleading and vague ones. The result is saved with `save_pretrained` (model + tokenizer +
+`base_meta.json`) so that `AutoModelForCausalLM` / `AutoTokenizer` load it like any hub model. It does not set
+torch's thread count (the caller does) and does not cache: callers decide whether an existing folder is reused.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from binac_core import synthetic as syn
+from binac_core import pretrain_teacher as teacher
+from binac_core.benchmarks import synthetic as syn
 from binac_core.config import Config
 from binac_core.tokenizer import IM_END, IM_START, render_chat, train_tokenizer
 
@@ -40,15 +41,15 @@ def teacher_example(task, question: str, rng: random.Random) -> Conversation:
     """One corpus conversation of a randomly chosen role, for one train-side question."""
     role = rng.choices([r for r, _ in ROLE_MIX], weights=[w for _, w in ROLE_MIX])[0]
     row = syn.make_row(question)
-    solve = syn.teacher_solve(question, rng, task.step_error_rate)
+    solve = teacher.teacher_solve(question, rng, task.step_error_rate)
     if role == "solve":
         return syn.actor_messages(row) + [_assistant(solve)]
-    feedback = syn.teacher_critique(
+    feedback = teacher.teacher_critique(
         question, solve, rng, task.critic_helpful_rate, task.critic_misleading_rate
     )
     if role == "critique":
         return syn.critic_messages(row, solve) + [_assistant(feedback)]
-    refined = syn.teacher_refine(question, solve, feedback, rng, task.step_error_rate)
+    refined = teacher.teacher_refine(question, solve, feedback, rng, task.step_error_rate)
     return syn.refine_messages(row, solve, feedback) + [_assistant(refined)]
 
 

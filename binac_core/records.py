@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from binac_core import synthetic
+from binac_core import benchmarks
 
 
 def trajectory_rows(
@@ -13,14 +13,16 @@ def trajectory_rows(
     critic_reward: list[float] | None = None, round_: int = 1, questions: dict[str, str] | None = None,
 ) -> list[dict]:
     """One row per (attempt, feedback); without feedback, one row per attempt. `meta` carries run_id, method,
-    preset, seed, benchmark. `questions` (problem id -> question, synthetic task only) fills `first_wrong_step`
-    and `feedback_step`, the columns the critic measures read (binac_core/measures.py)."""
+    preset, seed, benchmark. `questions` (problem id -> question, on a benchmark with a `feedback_analysis`: the
+    synthetic task) fills `first_wrong_step` and `feedback_step`, the columns the critic measures read
+    (binac_core/measures.py)."""
+    analysis = benchmarks.get(meta["benchmark"]).feedback_analysis if questions is not None else None
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     base = {**meta, "step": step, "split": split, "protocol": protocol, "created_at": now}
     by_key = {(a["problem_id"], a["sample_idx"]): (a, r) for a, r in zip(attempts, r0, strict=True)}
     if not feedbacks:
         return [
-            {**base, **_attempt_cols(a, r, questions), "feedback_idx": 0, "round": 0, "feedback": None,
+            {**base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": 0, "round": 0, "feedback": None,
              "refined": None, "refined_reward": None, "critic_reward": None, "feedback_tokens": None,
              "refined_tokens": None, "feedback_step": None}
             for a, r in zip(attempts, r0, strict=True)
@@ -29,17 +31,18 @@ def trajectory_rows(
     for i, (f, y1) in enumerate(zip(feedbacks, refined, strict=True)):
         a, r = by_key[(f["problem_id"], f["sample_idx"])]
         rows.append({
-            **base, **_attempt_cols(a, r, questions), "feedback_idx": f["feedback_idx"], "round": round_,
+            **base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": f["feedback_idx"], "round": round_,
             "feedback": f["text"], "refined": y1["text"], "refined_reward": r1[i],
             "critic_reward": None if critic_reward is None else critic_reward[i],
             "feedback_tokens": len(f["token_ids"]), "refined_tokens": len(y1["token_ids"]),
-            "feedback_step": synthetic.named_step(f["text"]) if questions is not None else None,
+            "feedback_step": analysis.named_step(f["text"]) if analysis is not None else None,
         })
     return rows
 
 
-def _attempt_cols(a: dict, reward: float, questions: dict[str, str] | None) -> dict:
-    first = synthetic.first_wrong_step(questions[a["problem_id"]], a["text"]) if questions is not None else None
+def _attempt_cols(a: dict, reward: float, questions: dict[str, str] | None,
+                  analysis: benchmarks.FeedbackAnalysis | None) -> dict:
+    first = analysis.first_wrong_step(questions[a["problem_id"]], a["text"]) if analysis is not None else None
     return {
         "problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "prompt": a["prompt_text"],
         "attempt": a["text"], "attempt_reward": reward, "attempt_tokens": len(a["token_ids"]),

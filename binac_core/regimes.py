@@ -1,4 +1,5 @@
-"""A study's regimes: measuring the base model at a difficulty, before any RL run (synthetic task only).
+"""A study's regimes: measuring the base model at a difficulty, before any RL run (on a benchmark with an oracle
+critic and a first-error analysis: the synthetic task).
 
 `measure_base` samples G first attempts per held-out problem from the base model (no adapters) with the
 pipeline's own generation backend and chat template, then gives every attempt three second turns that differ
@@ -15,26 +16,29 @@ measurement is reproducible and cached by the study.
 
 from __future__ import annotations
 
-from binac_core import synthetic
+from binac_core import benchmarks
 from binac_core.episodes import generate_attempts, generate_refinements, sample_feedback, score, stage_seed
 from binac_core.generation import SamplingParams
 from binac_core.measures import critic_error_measures, zero_adv_frac
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
+from binac_core.stats import mean as _mean
 
 SOURCES = ("initial_critic", "oracle", "self_correct")
 
 
-def measure_base(backend, problems: list[dict], group_size: int, gen, seed: int, bounds: bool = True) -> dict:
-    """The rule's statistic and (with `bounds`) the feedback bounds of the base model on `problems`.
-    `gen` is the config's `generation` section (temperature, answer and feedback budgets)."""
+def measure_base(backend, problems: list[dict], group_size: int, gen, seed: int, bounds: bool = True, *,
+                 benchmark: str) -> dict:
+    """The rule's statistic and (with `bounds`) the feedback bounds of the base model on `problems` (rows of
+    `benchmark`). `gen` is the config's `generation` section (temperature, answer and feedback budgets)."""
     difficulty = problems[0]["difficulty"]
+    bench = benchmarks.get(benchmark)
 
     def params(stage: str, max_new: int) -> SamplingParams:
         return SamplingParams(max_new, gen.temperature, gen.top_p, stage_seed(seed, "regime", difficulty, stage))
 
     by_id = {p["id"]: p for p in problems}
-    attempts = generate_attempts(backend, "synthetic", problems, None, group_size, params("y0", gen.max_new_tokens))
-    r0 = score("synthetic", by_id, attempts)
+    attempts = generate_attempts(backend, benchmark, problems, None, group_size, params("y0", gen.max_new_tokens))
+    r0 = score(benchmark, by_id, attempts)
     out = {"difficulty": difficulty, "problems": len(problems), "group_size": group_size, "seed": seed,
            "temperature": gen.temperature, "single": _mean(r0),
            "all_wrong_frac": 1.0 - _share_of_groups_with_a_success(attempts, r0),
@@ -42,26 +46,26 @@ def measure_base(backend, problems: list[dict], group_size: int, gen, seed: int,
     if not bounds:
         return out
     feedbacks = {
-        "initial_critic": sample_feedback(backend, "synthetic", by_id, attempts, None, 1,
+        "initial_critic": sample_feedback(backend, benchmark, by_id, attempts, None, 1,
                                           params("z", gen.feedback_max_new_tokens)),
-        "oracle": sample_feedback(backend, "synthetic", by_id, attempts, None, 1, params("z", 1), oracle=True),
-        "self_correct": sample_feedback(backend, "synthetic", by_id, attempts, None, 1, params("z", 1),
+        "oracle": sample_feedback(backend, benchmark, by_id, attempts, None, 1, params("z", 1), oracle=True),
+        "self_correct": sample_feedback(backend, benchmark, by_id, attempts, None, 1, params("z", 1),
                                         fixed_text=SELF_CORRECT_FEEDBACK),
     }
     for name, fb in feedbacks.items():
-        y1 = generate_refinements(backend, "synthetic", by_id, attempts, fb, None,
+        y1 = generate_refinements(backend, benchmark, by_id, attempts, fb, None,
                                   params(f"y1-{name}", gen.max_new_tokens))
-        r1 = score("synthetic", by_id, y1)
+        r1 = score(benchmark, by_id, y1)
         out[name] = _mean(r1)
         out[f"{name}_fixed"] = _mean([float(a == 0 and b > 0) for a, b in zip(r0, r1, strict=True)])
         out[f"{name}_broken"] = _mean([float(a > 0 and b == 0) for a, b in zip(r0, r1, strict=True)])
-    critic = feedbacks["initial_critic"]
+    critic, analysis = feedbacks["initial_critic"], bench.feedback_analysis
     out.update(critic_error_measures([
-        {"attempt_reward": r, "first_wrong_step": synthetic.first_wrong_step(by_id[a["problem_id"]]["question"],
-                                                                             a["text"]),
-         "feedback_step": synthetic.named_step(c["text"])} for a, r, c in zip(attempts, r0, critic, strict=True)]))
+        {"attempt_reward": r, "first_wrong_step": analysis.first_wrong_step(by_id[a["problem_id"]]["question"],
+                                                                            a["text"]),
+         "feedback_step": analysis.named_step(c["text"])} for a, r, c in zip(attempts, r0, critic, strict=True)]))
     out["critic_agrees_with_oracle"] = _mean([
-        float(c["text"].strip() == synthetic.oracle_feedback(by_id[a["problem_id"]], a["text"]))
+        float(c["text"].strip() == bench.oracle_feedback(by_id[a["problem_id"]], a["text"]))
         for a, c in zip(attempts, critic, strict=True)])
     return out
 
@@ -77,7 +81,3 @@ def _share_of_groups_with_a_success(attempts: list[dict], rewards: list[float]) 
     for a, r in zip(attempts, rewards, strict=True):
         solved[a["problem_id"]] = solved.get(a["problem_id"], False) or r > 0
     return sum(solved.values()) / len(solved)
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else 0.0

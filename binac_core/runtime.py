@@ -1,5 +1,28 @@
-"""The process's loaded model: pipeline stages ask for it by (base folder, config, seed) and get the same
-`Policy` back, so models stay in memory between stages while stages exchange only paths and digests."""
+"""The process's loaded model, and the one list of state binac keeps per process.
+
+Pipeline stages ask for the model by (base folder, config, seed) and get the same `Policy` back, so models stay in
+memory between stages while stages exchange only paths and digests.
+
+Process-wide state, and why each piece is process-wide (everything else is passed explicitly):
+
+- `LOADED` (`LoadedModel`, here): the model and its generation backend. Prefect tasks are called with JSON inputs
+  (their cache keys: config, file references, step, seed), never with a model, whose pickle is not a stable key
+  and whose reload costs seconds to minutes; the tasks of one run execute in one process and share it through
+  this one object. It holds one model at a time (a new key replaces it), and it never decides a result: a stage
+  syncs the adapters it needs from their digests (`Policy.sync`), whatever the previous stage left loaded.
+- The grader counters (`binac_core.grading.stats`): graders run in pool threads deep below the stages, and every
+  failure must be counted where it happens without threading a counter through each call. They only ever grow;
+  a step's numbers are differences of two snapshots (`GraderCounts`), so nothing resets them behind a reader.
+- torch's global RNG: transformers' sampler draws from it and takes no generator, so `HFBackend.generate`
+  seeds it from the call's own generator and restores the state it found afterwards (`torch.random.fork_rng`):
+  sampling is reproducible and leaves no trace on the caller's random stream.
+- torch's intra-op thread count (`configure_threads`): a process setting of torch itself.
+- Caches of pure functions (`functools.cache`/`lru_cache`: source digests in `binac_core.provenance`, benchmark
+  files in `binac_core.data`, the sandbox probe) and the math grader's worker pool (`binac_core.grading.math`):
+  they hold no result that differs from recomputing it.
+
+MLflow keeps its own per-process cache of tracking stores (`binac_core.tracking.client`); binac adds none.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +31,6 @@ from pathlib import Path
 
 from binac_core.config import Config
 from binac_core.generation import HFBackend
-
-_CURRENT: dict = {}
 
 
 def configure_threads(default: int = 1) -> int:
@@ -34,23 +55,44 @@ def pretraining_threads() -> int:
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
+class LoadedModel:
+    """One `Policy` and its generation backend, loaded for a (base folder, config digest, seed) key and replaced
+    when another key is asked for."""
+
+    def __init__(self):
+        self.key: tuple | None = None
+        self.policy = None
+        self.backend = None
+
+    def get(self, base_dir: str | Path, cfg: Config, seed: int):
+        """(policy, backend) for the key, loading them unless they are the ones held."""
+        key = (str(base_dir), cfg.digest(), seed)
+        if self.key != key:
+            from binac_core.policy import Policy
+
+            self.key = self.policy = self.backend = None  # drop the old model before loading the next
+            policy = Policy(base_dir, cfg, seed)
+            self.policy, self.backend, self.key = policy, _backend(policy, base_dir, cfg), key
+        return self.policy, self.backend
+
+
+def _backend(policy, base_dir: str | Path, cfg: Config):
+    if cfg.generation.backend != "vllm":
+        return HFBackend(policy, cfg.generation.batch_size)
+    from binac_core.generation import check_context, context_length
+    from binac_core.generation_vllm import VLLMBackend
+
+    # HFBackend checks the answer budgets against the loaded model's context itself; so does this.
+    for field in ("max_new_tokens", "feedback_max_new_tokens"):
+        check_context(getattr(cfg.generation, field), context_length(policy.model), f"generation.{field}")
+    return VLLMBackend(base_dir, cfg)
+
+
+LOADED = LoadedModel()
+"""The process's loaded model (see the module docstring for why it is process-wide)."""
+
+
 def policy_and_backend(base_dir: str | Path, cfg: Config, seed: int):
+    """(policy, backend) for this run, loaded once per process (`LOADED`)."""
     configure_threads()
-    key = (str(base_dir), cfg.digest(), seed)
-    if _CURRENT.get("key") != key:
-        from binac_core.policy import Policy
-
-        _CURRENT.clear()
-        policy = Policy(base_dir, cfg, seed)
-        if cfg.generation.backend == "vllm":
-            from binac_core.generation import check_context, context_length
-            from binac_core.generation_vllm import VLLMBackend
-
-            # HFBackend checks the answer budgets against the loaded model's context itself; so does this.
-            for field in ("max_new_tokens", "feedback_max_new_tokens"):
-                check_context(getattr(cfg.generation, field), context_length(policy.model), f"generation.{field}")
-            backend = VLLMBackend(base_dir, cfg)
-        else:
-            backend = HFBackend(policy, cfg.generation.batch_size)
-        _CURRENT.update(key=key, policy=policy, backend=backend)
-    return _CURRENT["policy"], _CURRENT["backend"]
+    return LOADED.get(base_dir, cfg, seed)

@@ -14,13 +14,12 @@ own DuckDB clients. The column types come from `sql/schema.sql`.
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
 from pathlib import Path
 
 import duckdb
 
 from binac_core.faults import fault_point
+from binac_core.files import atomic_path
 from binac_core.workspace import Workspace
 
 SCHEMA_SQL = Path(__file__).resolve().parent.parent / "sql" / "schema.sql"
@@ -43,24 +42,29 @@ def shard_path(ws: Workspace, run_id: str, protocol: str, step: int) -> Path:
 def write_shard(ws: Workspace, run_id: str, protocol: str, step: int, rows: list[dict]) -> Path:
     """Replace the shard of (run, protocol, step) with `rows`, atomically. Rows must carry every column."""
     path = shard_path(ws, run_id, protocol, step)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    con = duckdb.connect()
-    con.execute(schema_sql())
-    cols = columns()
-    if rows:
-        missing = set(cols) - set(rows[0])
-        if missing:
-            raise ValueError(f"trajectory rows lack columns: {sorted(missing)}")
-        con.executemany(
-            f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
-            [[r[c] for c in cols] for r in rows],
-        )
-    con.execute(f"COPY trajectory_rows TO {sql_string(tmp)} (FORMAT parquet)")
-    con.close()
-    os.replace(tmp, path)
+    _write_rows(path, rows)
     fault_point(f"shard:{protocol}", step)
     return path
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    """`rows` (every column of `sql/schema.sql`) as a Parquet file at `path`, written atomically."""
+    con = duckdb.connect()
+    try:
+        con.execute(schema_sql())
+        if rows:
+            cols = columns()
+            missing = set(cols) - set(rows[0])
+            if missing:
+                raise ValueError(f"trajectory rows lack columns: {sorted(missing)}")
+            con.executemany(
+                f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
+                [[r[c] for c in cols] for r in rows],
+            )
+        with atomic_path(path) as tmp:
+            con.execute(f"COPY trajectory_rows TO {sql_string(tmp)} (FORMAT parquet)")
+    finally:
+        con.close()
 
 
 def ensure_schema_shard(ws: Workspace) -> Path:
@@ -73,13 +77,7 @@ def ensure_schema_shard(ws: Workspace) -> Path:
     digest = hashlib.sha256(schema_sql().encode()).hexdigest()[:8]
     path = ws.shards / "_schema" / f"empty-{digest}.parquet"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
-        con = duckdb.connect()
-        con.execute(schema_sql())
-        con.execute(f"COPY trajectory_rows TO {sql_string(tmp)} (FORMAT parquet)")
-        con.close()
-        os.replace(tmp, path)
+        _write_rows(path, [])
     return path
 
 
@@ -101,13 +99,12 @@ def ensure_view(ws: Workspace) -> Path:
     read-write, blocks no training run and no `binac sql`."""
     ensure_schema_shard(ws)
     if not ws.duckdb_path.exists():
-        tmp = ws.duckdb_path.with_name(f"{ws.duckdb_path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        con = duckdb.connect(str(tmp))
-        try:
-            con.execute(view_sql(ws))
-        finally:
-            con.close()
-        os.replace(tmp, ws.duckdb_path)
+        with atomic_path(ws.duckdb_path) as tmp:
+            con = duckdb.connect(str(tmp))
+            try:
+                con.execute(view_sql(ws))
+            finally:
+                con.close()
     return ws.duckdb_path
 
 
@@ -118,3 +115,17 @@ def connect(ws: Workspace, config: dict | None = None) -> duckdb.DuckDBPyConnect
     con = duckdb.connect(config=config or {})
     con.execute(view_sql(ws))
     return con
+
+
+def run_sample(ws: Workspace, run_id: str, limit: int = 50):
+    """A DataFrame of the run's latest rows (held-out first, then the latest steps): the sample of trajectories
+    logged with a finished run (`tracking.finalize_run`)."""
+    con = connect(ws)
+    try:
+        return con.execute(
+            "SELECT step, split, protocol, problem_id, attempt, attempt_reward, feedback, refined, refined_reward "
+            f"FROM trajectories WHERE run_id = ? ORDER BY split DESC, step DESC, problem_id LIMIT {int(limit)}",
+            [run_id],
+        ).df()
+    finally:
+        con.close()

@@ -29,10 +29,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from binac_core import benchmarks
 from binac_core.config import Config, load_config
 from binac_core.errors import BinacError
+from binac_core.files import read_yaml_mapping
 from binac_core.methods import method_spec
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
@@ -106,12 +106,7 @@ def load_study(path: str | Path) -> Study:
     path = Path(path)
     if not path.is_file():
         raise BinacError(f"study file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise BinacError(f"malformed study file {path}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise BinacError(f"malformed study file {path}: expected a mapping at top level")
+    raw = read_yaml_mapping(path, f"study file {path}")
     unknown = set(raw) - KEYS
     if unknown:
         raise BinacError(f"study file {path}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(KEYS))})")
@@ -152,10 +147,17 @@ def load_study(path: str | Path) -> Study:
         for d in ([regime.difficulty] if regime.rule is None else range(regime.rule.search[0],
                                                                          regime.rule.search[1] + 1)):
             cfg = study.config(d)
-            if cfg.task.benchmark != "synthetic":
-                raise BinacError(f"study file {path}: regimes need the synthetic task (preset benchmark is "
-                                 f"{cfg.task.benchmark!r})")
+            if not _measures_regimes(benchmarks.get(cfg.task.benchmark)):
+                raise BinacError(f"study file {path}: regimes need a benchmark with an oracle critic and a "
+                                 f"first-error analysis ({', '.join(benchmarks.names(having=_measures_regimes))}; "
+                                 f"preset benchmark is {cfg.task.benchmark!r})")
     return study
+
+
+def _measures_regimes(bench) -> bool:
+    """Whether the regimes' base measurement (`binac_core.regimes`: the oracle's bound, the critic measures) can
+    run on `bench`."""
+    return bench.oracle_feedback is not None and bench.feedback_analysis is not None
 
 
 def _regime(path: Path, name: str, raw: dict) -> Regime:

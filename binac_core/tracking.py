@@ -17,9 +17,6 @@ from binac_core.workspace import Workspace
 EXPERIMENT = "binac"
 
 
-_READY: set[str] = set()
-
-
 def client(ws: Workspace) -> MlflowClient:
     before = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(ws.mlflow_uri)  # for the fluent mlflow.* calls (log_table)
@@ -27,17 +24,17 @@ def client(ws: Workspace) -> MlflowClient:
         # mlflow also exports the URI to the environment, where Workspace.mlflow_uri would then take it for the
         # user's choice: every later workspace of this process (and its subprocesses) would use this store.
         os.environ.pop("MLFLOW_TRACKING_URI", None)
-    if ws.mlflow_uri.startswith("sqlite:") and ws.mlflow_uri not in _READY:
-        # The first client of a sqlite store creates and migrates its tables; two processes doing that at once
-        # (two runs started together on a fresh $BINAC_HOME) fail ("table _alembic_tmp_tags already exists").
-        import fcntl
+    if not ws.mlflow_uri.startswith("sqlite:"):
+        return MlflowClient(ws.mlflow_uri)
+    # The first client of a sqlite store creates and migrates its tables; two processes doing that at once (two
+    # runs started together on a fresh $BINAC_HOME) fail ("table _alembic_tmp_tags already exists"). So every
+    # sqlite client is made under a lock; after the first, mlflow's own cache of stores per URI makes that a few
+    # microseconds (binac keeps no record of which stores this process has opened).
+    import fcntl
 
-        with open(ws.home / ".mlflow-init.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            c = MlflowClient(ws.mlflow_uri)
-        _READY.add(ws.mlflow_uri)
-        return c
-    return MlflowClient(ws.mlflow_uri)
+    with open(ws.home / ".mlflow-init.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return MlflowClient(ws.mlflow_uri)
 
 
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
@@ -126,3 +123,19 @@ def log_path(ws: Workspace, run_id: str, local: str | Path, artifact_path: str |
 
 def finish(ws: Workspace, run_id: str, status: str = "FINISHED") -> None:
     client(ws).set_terminated(run_id, status=status)
+
+
+def finalize_run(ws: Workspace, run_id: str, config: dict, adapters: dict[str, str]) -> None:
+    """Artifacts (the config, the final adapters {name: folder}, a sample of the run's trajectories as a table),
+    then mark the run FINISHED. Parts already there are skipped, so a re-run does not append a second copy."""
+    have = {a.path for a in client(ws).list_artifacts(run_id)}
+    if "config.json" not in have:
+        log_json(ws, run_id, config, "config.json")
+    if "adapters" not in have:
+        for name, folder in adapters.items():
+            log_path(ws, run_id, folder, f"adapters/{name}")
+    if "trajectories_sample.json" not in have:
+        from binac_core.storage import run_sample
+
+        mlflow.log_table(data=run_sample(ws, run_id), artifact_file="trajectories_sample.json", run_id=run_id)
+    finish(ws, run_id, "FINISHED")

@@ -22,11 +22,14 @@ gradients on, each chunk is checkpointed (its logits are recomputed in the backw
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from binac_core.generation import AdapterRef
 from binac_core.losses import clipped_policy_loss
+from binac_core.memory import return_freed_memory
 
 LOGPROB_CHUNK = 1024
 """Completion positions per LM-head chunk: a chunk's fp32 logits are LOGPROB_CHUNK x vocabulary (512 MB at 128k)."""
@@ -75,10 +78,9 @@ def _decoder_and_head(model):
     return base.get_decoder(), base.get_output_embeddings()
 
 
-def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: float, chunk: int = LOGPROB_CHUNK):
-    """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T]).
-
-    The LM head runs only on the completion positions, `chunk` positions at a time."""
+def right_padded(samples: list[Sample], pad_id: int, model) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input ids [B, L], attention mask [B, L]) of the samples' prompt + completion, right-padded with `pad_id`,
+    on the model's device."""
     seqs = [s.prompt_ids + s.token_ids for s in samples]
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -87,7 +89,15 @@ def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: fl
         ids[i, : len(s)] = torch.tensor(s)
         attn[i, : len(s)] = 1
     dev = next(model.parameters()).device
-    ids, attn = ids.to(dev), attn.to(dev)
+    return ids.to(dev), attn.to(dev)
+
+
+def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: float, chunk: int = LOGPROB_CHUNK):
+    """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T]).
+
+    The LM head runs only on the completion positions, `chunk` positions at a time."""
+    ids, attn = right_padded(samples, pad_id, model)
+    dev = ids.device
     decoder, head = _decoder_and_head(model)
     hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, L, H]
     # Position p predicts token p + 1: a completion of n tokens after a prompt of m uses positions m-1 .. m+n-2.
@@ -155,3 +165,14 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
         "clip_frac": total["clip_sum"] / tokens,
         "tokens": float(n_tokens),
     }
+
+
+def update_adapter(policy, ref: AdapterRef, samples: list[Sample], passes: int, kl_coef: float,
+                   folder: str | Path) -> tuple[AdapterRef, dict[str, float]]:
+    """One update stage: adapter `ref` trained on `samples` (`policy_update`) and saved into `folder`; returns the
+    new adapter's reference and the update's statistics. A failure mid-way leaves the in-memory adapter marked
+    unsynced (`Policy.begin_update`), so the next stage reloads it from disk."""
+    policy.begin_update(ref)
+    stats = policy_update(policy, ref.name, samples, passes, kl_coef)
+    return_freed_memory()  # the update's activations and gradients: binac_core/memory.py
+    return policy.save(ref.name, folder), stats

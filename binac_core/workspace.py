@@ -4,6 +4,7 @@ Layout:
     mlflow.db, mlartifacts/      MLflow sqlite store and artifacts (unless MLFLOW_TRACKING_URI is set)
     trajectories/                Parquet shards, one file per (run, split, step): atomic, idempotent writes
     trajectories.duckdb          DuckDB file holding the `trajectories` view over the shards
+    data/<benchmark>-<digest>/   the problem splits of a task config, one JSON file per split
     models/base-<digest>/        tiny base models built here (shared by every run with the same model config;
                                  `BINAC_MODEL_CACHE` moves them to a folder shared by several workspaces)
     runs/<run_key>/              adapter and optimizer checkpoints, rollout files, per-step outputs
@@ -47,6 +48,10 @@ class Workspace:
         shared = os.environ.get("BINAC_MODEL_CACHE")
         root = Path(shared).expanduser().resolve() if shared else self.home / "models"
         return root / f"base-{digest}"
+
+    def problems_dir(self, benchmark: str, data_digest: str) -> Path:
+        """The problem splits of one task config (`Config.data_digest`), written once (`prepare-data`)."""
+        return self.home / "data" / f"{benchmark}-{data_digest}"
 
     def run_dir(self, run_key: str) -> Path:
         return self.home / "runs" / run_key

@@ -130,7 +130,10 @@ def cmd_evaluate(a) -> int:
     from binac_core.plans import plan_evaluate
 
     if a.preset is None:  # the model's own settings (answer length, temperatures) unless a preset is named
-        a.preset = ("smol-synthetic" if a.benchmark == "synthetic" else "smol-gsm8k") if a.model == "smol" else "tiny"
+        from binac_core.config import preset_names
+
+        own = f"smol-{a.benchmark}"  # the benchmark's own smol preset (smol-synthetic), else the general one
+        a.preset = (own if own in preset_names() else "smol-gsm8k") if a.model == "smol" else "tiny"
 
     args = (a.benchmark, a.model, a.actor_adapter, a.critic_adapter, a.protocol, a.samples, a.limit, a.preset,
             a.temperature, a.max_new_tokens)

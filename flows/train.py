@@ -19,7 +19,7 @@ from prefect.runtime import flow_run
 from binac_core import tracking
 from binac_core.errors import BinacError
 from binac_core.evaluation import FIXED_INSTRUCTION, ORACLE, method_feedback_source, training_protocols
-from binac_core.grading import grader_stats
+from binac_core.grading.stats import GraderCounts
 from binac_core.plans import evaluation_steps, plan, train_run_key
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.provenance import stage_code_digest
@@ -92,7 +92,7 @@ def train(
             eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
                                        per_iteration, cfg.train.eval_at_samples, shared_samples)
             for step in range(1, iterations + 1):
-                t0, out = time.time(), str(run_dir / f"step-{step:05d}")
+                t0, graded, out = time.time(), GraderCounts(), str(run_dir / f"step-{step:05d}")
                 batch = sample_batch(cfg_d, data["train"], seed, step, out)
                 attempts = generate_rollouts(cfg_d, base, batch, actor, seed, step, out)
                 r0 = score_rewards(cfg_d, batch, attempts, out, "attempts")
@@ -127,7 +127,7 @@ def train(
                 samples += per_iteration
                 gen_s = sum(g.get("seconds", 0.0) for g in gens)
                 metrics.update(stats)
-                metrics.update({f"grader/{k}": v for k, v in grader_stats().items()})
+                metrics.update({f"grader/{k}": v for k, v in graded.since().items()})  # this iteration's grading
                 metrics.update({
                     "train/actor_samples": samples, "perf/step_s": time.time() - t0,
                     "perf/gen_tokens_per_s": sum(g.get("tokens", 0) for g in gens) / max(gen_s, 1e-9),

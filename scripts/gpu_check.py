@@ -266,7 +266,10 @@ def build_prompts(n: int, seed: int = 0, role: str = "actor") -> list[list[dict]
     """`n` chat prompts, deterministic in `seed`: alternately GSM8K-style word problems (the `gsm8k` prompt) and
     synthetic arithmetic (the `synthetic` prompt); for `role="critic"`, critic prompts on the word problems with a
     made-up attempt. Built here, so no data set is needed."""
-    from binac_core import prompts, synthetic
+    from binac_core import benchmarks
+    from binac_core.benchmarks import synthetic
+
+    gsm8k = benchmarks.get("gsm8k")
 
     rng = random.Random(f"gpu-check:{seed}:{role}")
     out = []
@@ -276,9 +279,9 @@ def build_prompts(n: int, seed: int = 0, role: str = "actor") -> list[list[dict]
         if role == "critic":
             attempt = f"First, {a} + {b} = {a + b}. Then {a + b} - {c} = {a + b - c + rng.choice((0, 1, -2))}. " \
                       f"The answer is \\boxed{{{a + b - c}}}."
-            out.append(prompts.critic_messages("gsm8k", {"question": question}, attempt))
+            out.append(gsm8k.critic_messages({"question": question}, attempt, None))
         elif k % 2 == 0:
-            out.append(prompts.actor_messages("gsm8k", {"question": question}))
+            out.append(gsm8k.actor_messages({"question": question}))
         else:
             out.append(synthetic.actor_messages({"question": synthetic.random_question(rng, 4)}))
     return out
@@ -312,11 +315,10 @@ FULL = Settings(prompts=64, max_new_tokens=256, batch_sizes=(1, 32, 64, 256), si
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Atomically (temporary file, then rename); non-finite floats as null."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_finite(data), indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    """Atomically (`binac_core.files.write_atomic`); non-finite floats as null."""
+    from binac_core.files import write_atomic
+
+    write_atomic(path, json.dumps(_finite(data), indent=2, default=str) + "\n")
 
 
 def _finite(value):

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from prefect import task
 
-from binac_core.batches import attempt_samples, refinement_rewards, refinement_samples
-from binac_core.files import read_json
-from binac_core.update import policy_update
-from tasks._common import CACHED, config, loaded, ref
+from binac_core.batches import actor_samples
+from binac_core.files import read_json, read_optional
+from binac_core.generation import adapter_ref
+from binac_core.update import update_adapter
+from tasks._common import CACHED, config, loaded
 
 
 @task(name="update-actor", **CACHED)
@@ -19,16 +20,10 @@ def update_actor(
     cfg_d: dict, base: dict, seed: int, actor: dict, attempts: dict, r0: dict, out_dir: str,
     refined: dict | None = None, r1: dict | None = None,
 ) -> dict:
-    cfg = config(cfg_d)
+    train = config(cfg_d).train
     policy, _ = loaded(cfg_d, base, seed)
-    policy.sync(ref(actor))
-    policy.loaded.pop("actor")  # in-memory weights change below: force a re-sync if this task fails mid-way
-    att, rew0 = read_json(attempts), read_json(r0)
-    samples = attempt_samples(att, rew0, cfg.train.scale_rewards)
-    if refined is not None:
-        ref_recs, rew1 = read_json(refined), read_json(r1)
-        shaped = refinement_rewards(ref_recs, att, rew0, rew1, cfg.train.alpha_shaping)
-        samples += refinement_samples(ref_recs, shaped, cfg.train.scale_rewards)
-    stats = policy_update(policy, "actor", samples, cfg.train.t_low, cfg.train.kl_coef)
-    new = policy.save("actor", Path(out_dir) / "actor")
+    samples = actor_samples(read_json(attempts), read_json(r0), train.scale_rewards, read_optional(refined),
+                            read_optional(r1), train.alpha_shaping)
+    new, stats = update_adapter(policy, adapter_ref(actor), samples, train.t_low, train.kl_coef,
+                                Path(out_dir) / "actor")
     return {"adapter": asdict(new), "stats": stats}

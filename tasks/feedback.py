@@ -10,8 +10,8 @@ from prefect import task
 from binac_core.episodes import sample_feedback as sample
 from binac_core.episodes import stage_seed
 from binac_core.files import read_json, write_json
-from binac_core.generation import SamplingParams
-from tasks._common import CACHED, config, loaded, perf, ref
+from binac_core.generation import SamplingParams, adapter_ref, generation_perf
+from tasks._common import CACHED, config, loaded
 
 
 @task(name="sample-feedback", **CACHED)
@@ -28,7 +28,7 @@ def sample_feedback(
     problems = {r["id"]: r for r in read_json(batch)}
     t0 = time.time()
     out = sample(
-        backend, cfg.task.benchmark, problems, read_json(attempts), ref(critic), cfg.train.critic_group_size,
+        backend, cfg.task.benchmark, problems, read_json(attempts), adapter_ref(critic), cfg.train.critic_group_size,
         params, fixed_text, read_json(r0["errors"]) if r0 and "errors" in r0 else None, oracle,
     )
-    return write_json(Path(out_dir) / "feedback.json", out) | perf(out, t0)
+    return write_json(Path(out_dir) / "feedback.json", out) | generation_perf(out, t0)

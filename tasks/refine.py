@@ -9,8 +9,8 @@ from prefect import task
 
 from binac_core.episodes import generate_refinements, stage_seed
 from binac_core.files import read_json, write_json
-from binac_core.generation import SamplingParams
-from tasks._common import CACHED, config, loaded, perf, ref
+from binac_core.generation import SamplingParams, adapter_ref, generation_perf
+from tasks._common import CACHED, config, loaded
 
 
 @task(name="refine", **CACHED)
@@ -26,6 +26,6 @@ def refine(
     problems = {r["id"]: r for r in read_json(batch)}
     t0 = time.time()
     out = generate_refinements(
-        backend, cfg.task.benchmark, problems, read_json(attempts), read_json(feedback), ref(actor), params
+        backend, cfg.task.benchmark, problems, read_json(attempts), read_json(feedback), adapter_ref(actor), params
     )
-    return write_json(Path(out_dir) / f"{name}.json", out) | perf(out, t0)
+    return write_json(Path(out_dir) / f"{name}.json", out) | generation_perf(out, t0)

@@ -15,4 +15,5 @@ def measure_base_at(cfg_d: dict, base: dict, group_size: int, seed: int, bounds:
     """`cfg_d` carries the difficulty (`task.difficulty`); the held-out split's `task.n_test` problems are used."""
     cfg = config(cfg_d)
     _, backend = loaded(cfg_d, base, seed)
-    return measure_base(backend, load_problems(cfg, "eval"), group_size, cfg.generation, seed, bounds)
+    return measure_base(backend, load_problems(cfg, "eval"), group_size, cfg.generation, seed, bounds,
+                        benchmark=cfg.task.benchmark)

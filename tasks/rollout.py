@@ -9,8 +9,8 @@ from prefect import task
 
 from binac_core.episodes import generate_attempts, sample_problems, stage_seed
 from binac_core.files import read_json, write_json
-from binac_core.generation import SamplingParams
-from tasks._common import CACHED, config, loaded, perf, ref
+from binac_core.generation import SamplingParams, adapter_ref, generation_perf
+from tasks._common import CACHED, config, loaded
 
 
 @task(name="sample-batch", **CACHED)
@@ -28,6 +28,6 @@ def generate_rollouts(cfg_d: dict, base: dict, batch: dict, actor: dict, seed: i
     params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, stage_seed(seed, step, "attempts"))
     t0 = time.time()
     attempts = generate_attempts(
-        backend, cfg.task.benchmark, read_json(batch), ref(actor), cfg.train.group_size, params
+        backend, cfg.task.benchmark, read_json(batch), adapter_ref(actor), cfg.train.group_size, params
     )
-    return write_json(Path(out_dir) / "attempts.json", attempts) | perf(attempts, t0)
+    return write_json(Path(out_dir) / "attempts.json", attempts) | generation_perf(attempts, t0)

@@ -1,4 +1,4 @@
-"""Bookkeeping stages: the MLflow run and its per-iteration metrics.
+"""Bookkeeping stages: the MLflow run and its per-iteration metrics (`binac_core.tracking`).
 
 None of these are cached: each is idempotent instead (the run is found again by its key, a metric is logged
 once per step), so re-running them is always safe and never duplicates."""
@@ -31,27 +31,5 @@ def finish_run(run_id: str, status: str = "FINISHED") -> None:
 
 @task(name="finalize-run", cache_policy=NO_CACHE)
 def finalize_run(run_id: str, cfg_d: dict, actor: dict, critic: dict) -> None:
-    """Artifacts (config, final adapters, a sample of trajectories as a table), then mark the run FINISHED.
-    Skipped parts that are already there, so a re-run does not append a second copy."""
-    ws = workspace()
-    c = tracking.client(ws)
-    have = {a.path for a in c.list_artifacts(run_id)}
-    if "config.json" not in have:
-        tracking.log_json(ws, run_id, cfg_d, "config.json")
-    if "adapters" not in have:
-        tracking.log_path(ws, run_id, actor["path"], "adapters/actor")
-        tracking.log_path(ws, run_id, critic["path"], "adapters/critic")
-    if "trajectories_sample.json" not in have:
-        con = storage.connect(ws)
-        try:
-            df = con.execute(
-                "SELECT step, split, protocol, problem_id, attempt, attempt_reward, feedback, refined, refined_reward "
-                "FROM trajectories WHERE run_id = ? ORDER BY split DESC, step DESC, problem_id LIMIT 50",
-                [run_id],
-            ).df()
-        finally:
-            con.close()
-        import mlflow
-
-        mlflow.log_table(data=df, artifact_file="trajectories_sample.json", run_id=run_id)
-    tracking.finish(ws, run_id, "FINISHED")
+    """Artifacts (config, final adapters, a sample of trajectories as a table), then mark the run FINISHED."""
+    tracking.finalize_run(workspace(), run_id, cfg_d, {"actor": actor["path"], "critic": critic["path"]})

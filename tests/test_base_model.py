@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from binac_core import pretrain
-from binac_core import synthetic as syn
+from binac_core.benchmarks import synthetic as syn
 from binac_core.config import load_config
 
 FAST = {"model.pretrain_steps": 12, "model.pretrain_examples": 400}

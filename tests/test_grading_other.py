@@ -130,10 +130,10 @@ def test_gpqa_without_an_answer_line_scores_zero():
 # --------------------------------------------------------------------------- synthetic dispatch
 
 
-def test_synthetic_is_graded_by_the_synthetic_module(monkeypatch):
-    from binac_core import synthetic
+def test_synthetic_is_graded_by_the_synthetic_module():
+    from binac_core import benchmarks
+    from binac_core.benchmarks import synthetic
 
-    calls = []
-    monkeypatch.setattr(synthetic, "grade_response", lambda row, response: calls.append(response) or 1.0)
+    assert benchmarks.get("synthetic").grade is synthetic.grade
     assert grade("synthetic", {"id": "s", "answer": "7"}, "A: 7") == 1.0
-    assert calls == ["A: 7"]
+    assert grade("synthetic", {"id": "s", "answer": "7"}, "A: 3") == 0.0

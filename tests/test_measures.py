@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
+from binac_core.benchmarks.synthetic import first_wrong_step
 from binac_core.losses import critic_reward_of
 from binac_core.measures import critic_error_measures, critic_signal_frac, zero_adv_frac
 from binac_core.plans import evaluation_steps
 from binac_core.records import trajectory_rows
-from binac_core.synthetic import first_wrong_step
 
 
 def test_zero_adv_frac_counts_groups_whose_rewards_are_all_equal():

@@ -65,7 +65,7 @@ def test_methods_with_a_frozen_critic_leave_it_bit_identical(micro_compare, meth
 def test_oracle_critic_trains_the_actor_on_the_oracles_feedback_only(micro_compare):
     """Every training feedback of oracle_critic is the oracle's text for its attempt, carries no critic tokens
     (nothing to train a critic on), and the actor changed."""
-    from binac_core import synthetic
+    from binac_core.benchmarks import synthetic
 
     home = micro_compare["home"]
     rows = {r["id"]: r for r in synthetic.make_split(_task_cfg(home), "train")}
@@ -129,7 +129,7 @@ def test_no_critic_prompt_contains_the_reference_answer(micro_compare, micro_bas
     files, not a prompt rebuilt with the function under test); none holds the answer or the worked solution."""
     from transformers import AutoTokenizer
 
-    from binac_core import synthetic
+    from binac_core.benchmarks import synthetic
 
     home = micro_compare["home"]
     rows = {r["id"]: r for split in ("train", "eval") for r in synthetic.make_split(_task_cfg(home), split)}

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from tiny_checkpoint import build_checkpoint
 
 from binac_core.config import load_config
-from binac_core.policy import file_digest
+from binac_core.files import file_digest
 
 
 @pytest.fixture(scope="module")

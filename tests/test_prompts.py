@@ -1,5 +1,5 @@
-"""Prompt templates: every template renders for every benchmark, carries its answer format, and no critic prompt
-ever contains the reference answer (MBPP's reference program included).
+"""Prompt templates (each benchmark's, binac_core/benchmarks/): every template renders for every benchmark, carries
+its answer format, and no critic prompt ever contains the reference answer (MBPP's reference program included).
 
 PYTEST_DONT_REWRITE: rendered prompts hold GPQA questions, which must never reach a log in plain text; without
 assertion rewriting a failure prints only the message (benchmark, row id, role), never the compared values.
@@ -11,7 +11,8 @@ import secrets
 
 import pytest
 
-from binac_core import prompts, synthetic
+from binac_core import benchmarks, prompts
+from binac_core.benchmarks import synthetic
 from binac_core.data import benchmark_names, load_benchmark
 from binac_core.errors import BinacError
 
@@ -31,9 +32,9 @@ def _text(messages: list[dict]) -> str:
 
 def _all_prompts(name: str, row: dict, attempt: str, feedback: str) -> dict[str, str]:
     return {
-        "actor": _text(prompts.actor_messages(name, row)),
-        "critic": _text(prompts.critic_messages(name, row, attempt, exec_error="test 1 failed: assert f(1) == 2")),
-        "refine": _text(prompts.refine_messages(name, row, attempt, feedback)),
+        "actor": _text(benchmarks.get(name).actor_messages(row)),
+        "critic": _text(benchmarks.get(name).critic_messages(row, attempt, "test 1 failed: assert f(1) == 2")),
+        "refine": _text(benchmarks.get(name).refine_messages(row, attempt, feedback)),
     }
 
 
@@ -60,7 +61,7 @@ def test_mbpp_critic_never_sees_the_reference_program():
     leaked = []
     for row in load_benchmark("mbpp", "eval"):
         attempt = "```python\ndef solution():\n    return None\n```"
-        text = _text(prompts.critic_messages("mbpp", dict(row), attempt, exec_error="NameError"))
+        text = _text(benchmarks.get("mbpp").critic_messages(dict(row), attempt, "NameError"))
         if row["answer"].strip() in text:
             leaked.append(row["id"])
     assert leaked == [], leaked
@@ -69,7 +70,7 @@ def test_mbpp_critic_never_sees_the_reference_program():
 def test_math_critic_never_sees_the_boxed_gold_answer(samples):
     for name in ("math", "math500", "gsm8k"):
         for row in samples[name]:
-            text = _text(prompts.critic_messages(name, row, "I think it is 3."))
+            text = _text(benchmarks.get(name).critic_messages(row, "I think it is 3.", None))
             assert f"\\boxed{{{row['answer']}}}" not in text, (name, row["id"])
 
 
@@ -80,13 +81,13 @@ def test_math_critic_never_sees_the_boxed_gold_answer(samples):
 )
 def test_actor_and_refine_prompts_ask_for_the_graded_answer_format(samples, name, instruction):
     row = samples[name][0]
-    assert instruction in _text(prompts.actor_messages(name, row)), (name, "actor")
-    assert instruction in _text(prompts.refine_messages(name, row, "attempt", "feedback")), (name, "refine")
+    assert instruction in _text(benchmarks.get(name).actor_messages(row)), (name, "actor")
+    assert instruction in _text(benchmarks.get(name).refine_messages(row, "attempt", "feedback")), (name, "refine")
 
 
 def test_mbpp_actor_prompt_is_lm_eval_style_with_the_three_asserts(samples):
     row = samples["mbpp"][0]
-    text = _text(prompts.actor_messages("mbpp", row))
+    text = _text(benchmarks.get("mbpp").actor_messages(row))
     assert text.startswith("You are an expert Python programmer, and here is your task:")
     assert "Your code should pass these tests:" in text and all(t in text for t in row["tests"]), row["id"]
 
@@ -94,38 +95,31 @@ def test_mbpp_actor_prompt_is_lm_eval_style_with_the_three_asserts(samples):
 def test_code_critic_shows_the_extracted_program_and_the_execution_error(samples):
     row = samples["mbpp"][0]
     attempt = "Sure!\n```python\ndef f(x):\n    return x\n```\nDone."
-    text = _text(prompts.critic_messages("mbpp", row, attempt, exec_error="test 2 failed: assert f(2) == 3"))
+    text = _text(benchmarks.get("mbpp").critic_messages(row, attempt, "test 2 failed: assert f(2) == 3"))
     assert "```python\ndef f(x):\n    return x\n```" in text and "Sure!" not in text, "program not extracted"
     assert "test 2 failed: assert f(2) == 3" in text, "execution error missing"
 
 
 def test_critics_are_told_not_to_solve(samples):
     for name in benchmark_names():
-        text = _text(prompts.critic_messages(name, samples[name][0], "attempt"))
+        text = _text(benchmarks.get(name).critic_messages(samples[name][0], "attempt", None))
         assert "Do NOT" in text, name
 
 
-@pytest.mark.parametrize("builder", ["actor", "critic", "refine"])
-def test_unknown_benchmark_is_a_one_line_error(builder):
-    calls = {
-        "actor": lambda: prompts.actor_messages("humaneval", {"question": "q"}),
-        "critic": lambda: prompts.critic_messages("humaneval", {"question": "q"}, "a"),
-        "refine": lambda: prompts.refine_messages("humaneval", {"question": "q"}, "a", "f"),
-    }
+def test_unknown_benchmark_is_a_one_line_error():
     with pytest.raises(BinacError, match="unknown benchmark 'humaneval'") as excinfo:
-        calls[builder]()
+        benchmarks.get("humaneval")
     assert "\n" not in str(excinfo.value), str(excinfo.value)
 
 
-def test_synthetic_goes_to_the_synthetic_module(monkeypatch):
-    seen = []
-    monkeypatch.setattr(synthetic, "actor_messages", lambda row: seen.append("actor") or [{"role": "user", "content": "a"}])
-    monkeypatch.setattr(synthetic, "critic_messages", lambda row, attempt: seen.append("critic") or [])
-    monkeypatch.setattr(synthetic, "refine_messages", lambda row, attempt, fb: seen.append("refine") or [])
-    prompts.actor_messages("synthetic", {})
-    prompts.critic_messages("synthetic", {}, "x")
-    prompts.refine_messages("synthetic", {}, "x", "y")
-    assert seen == ["actor", "critic", "refine"], seen
+def test_synthetic_prompts_are_the_compact_templates():
+    row = synthetic.make_row("7+5")
+    bench = benchmarks.get("synthetic")
+    assert bench.actor_messages(row) == [{"role": "user", "content": "Solve: 7+5"}]
+    assert bench.critic_messages(row, " 7+5=2 A: 2 ", None) == [
+        {"role": "user", "content": "Check: 7+5\nAttempt: 7+5=2 A: 2"}]
+    assert bench.refine_messages(row, "7+5=3 A: 3", "Step 1 is wrong.")[-1] == {
+        "role": "user", "content": "Feedback: Step 1 is wrong.\nSolve: 7+5"}
 
 
 def test_self_correct_feedback_is_fixed_text():

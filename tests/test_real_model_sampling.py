@@ -82,6 +82,28 @@ def test_sampling_ignores_the_shipped_generation_config_and_stops_on_both_end_to
         assert torch.allclose(logp[i, : len(g.token_ids)], torch.tensor(g.logprobs), atol=RATIO_TOL, rtol=0)
 
 
+def test_sampling_is_seeded_by_its_params_and_leaves_the_global_rng_as_it_found_it(loaded, tmp_path, monkeypatch):
+    """transformers' sampler draws from torch's global RNG: a generation seeds it from `SamplingParams.seed` and
+    restores it afterwards, so the samples are those of the old, leaking implementation (the restore skipped
+    here) and the caller's random stream goes on as if no generation had run."""
+    import contextlib
+
+    from binac_core import generation
+
+    policy, backend = loaded
+    ref = policy.save("actor", tmp_path / "actor")
+    params = SamplingParams(12, TEMPERATURE, 1.0, seed=5)
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    first = backend.generate(_prompts(8), ref, params)
+    assert torch.equal(torch.rand(3), expected_next), "generation moved the caller's random stream"
+    monkeypatch.setattr(generation, "_private_global_rng", contextlib.nullcontext)
+    leaking = backend.generate(_prompts(8), ref, params)
+    assert [g.token_ids for g in first] == [g.token_ids for g in leaking]
+    assert [g.logprobs for g in first] == [g.logprobs for g in leaking]
+
+
 def test_first_pass_ratio_is_one_with_dropout(loaded, tmp_path, monkeypatch):
     policy, backend = loaded
     assert policy.cfg.lora.dropout > 0

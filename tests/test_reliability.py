@@ -178,11 +178,12 @@ def test_two_methods_of_one_seed_at_once_share_the_initial_adapters_without_corr
     assert train == {"grpo": 4 * 4, "fixed_critic": 4 * 4 * 2}  # micro: 4 problems x 4 attempts (x 2 critiques)
 
 
-# Runs `binac` with the actor update failing at its second call (iteration 2). The patch replaces the library
-# function the task calls, not the task, so the task's cache key (inputs + task source) is the real one.
+# Runs `binac` with the actor update failing at its second call (iteration 2), mid-stage (after
+# `Policy.begin_update`). The patch replaces the library function the task's update calls, not the task, so the
+# task's cache key (inputs + task source) is the real one.
 FAILING_DRIVER = textwrap.dedent("""
     import sys
-    import tasks.actor_update as stage
+    import binac_core.update as stage
     from flows.cli import main
     real, calls = stage.policy_update, []
     def failing(*args, **kwargs):

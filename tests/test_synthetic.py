@@ -1,10 +1,12 @@
-"""The synthetic task family: seeded splits, grading, the oracle critic, prompts and the noisy teacher."""
+"""The synthetic task family: seeded splits, grading, the oracle critic, prompts (binac_core/benchmarks/synthetic.py)
+and the noisy teacher of the pretraining corpus (binac_core/pretrain_teacher.py)."""
 
 import random
 
 import pytest
 
-from binac_core import synthetic as syn
+from binac_core import pretrain_teacher as teacher
+from binac_core.benchmarks import synthetic as syn
 from binac_core.config import load_config
 from binac_core.errors import BinacError
 from binac_core.pretrain import teacher_corpus
@@ -87,7 +89,7 @@ def test_oracle_names_the_first_wrong_step():
 def test_critic_prompt_never_holds_the_reference():
     rng = random.Random(0)
     for r in syn.make_split(task(n_test=100), "eval"):
-        attempt = syn.teacher_solve(r["question"], rng, 0.5)
+        attempt = teacher.teacher_solve(r["question"], rng, 0.5)
         text = " ".join(m["content"] for m in syn.critic_messages(r, attempt))
         assert r["question"] in text and attempt in text
         if attempt != r["solution"]:
@@ -110,8 +112,8 @@ def test_prompts_are_chat_messages():
 
 def test_teacher_solution_noise():
     rng = random.Random(0)
-    assert syn.teacher_solve(ROW["question"], rng, 0.0) == ROW["solution"]
-    noisy = [syn.teacher_solve(ROW["question"], rng, 1.0) for _ in range(20)]
+    assert teacher.teacher_solve(ROW["question"], rng, 0.0) == ROW["solution"]
+    noisy = [teacher.teacher_solve(ROW["question"], rng, 1.0) for _ in range(20)]
     for trace in noisy:
         steps = syn.parse_steps(trace)
         assert not any(s.locally_right for s in steps)
@@ -123,24 +125,24 @@ def test_teacher_critique_mixture():
     rng = random.Random(0)
     wrong, right = "7+5=2 2-3=8 8+4=2 A: 2", ROW["solution"]
     q = ROW["question"]
-    assert syn.teacher_critique(q, wrong, rng, 1.0, 0.0) == "Step 2 is wrong."
-    assert syn.teacher_critique(q, right, rng, 1.0, 0.0) == syn.LOOKS_CORRECT
-    misleading = {syn.teacher_critique(q, wrong, rng, 0.0, 1.0) for _ in range(30)}
+    assert teacher.teacher_critique(q, wrong, rng, 1.0, 0.0) == "Step 2 is wrong."
+    assert teacher.teacher_critique(q, right, rng, 1.0, 0.0) == syn.LOOKS_CORRECT
+    misleading = {teacher.teacher_critique(q, wrong, rng, 0.0, 1.0) for _ in range(30)}
     assert misleading == {"Step 1 is wrong.", "Step 3 is wrong."}  # never the real error, step 2
-    assert {syn.named_step(syn.teacher_critique(q, right, rng, 0.0, 1.0)) for _ in range(30)} == {1, 2, 3}
-    vague = {syn.teacher_critique(q, wrong, rng, 0.0, 0.0) for _ in range(30)}
+    assert {syn.named_step(teacher.teacher_critique(q, right, rng, 0.0, 1.0)) for _ in range(30)} == {1, 2, 3}
+    vague = {teacher.teacher_critique(q, wrong, rng, 0.0, 0.0) for _ in range(30)}
     assert vague == {SELF_CORRECT_FEEDBACK, syn.CHECK_YOUR_WORK}
 
 
 def test_teacher_refinement_follows_the_feedback():
     rng = random.Random(0)
     q, wrong = ROW["question"], "7+5=2 2-3=8 8+4=2 A: 2"
-    assert syn.teacher_refine(q, wrong, "Step 2 is wrong.", rng, 0.0) == ROW["solution"]
-    assert syn.teacher_refine(q, wrong, syn.LOOKS_CORRECT, rng, 0.0) == wrong
-    assert syn.teacher_refine(q, wrong, SELF_CORRECT_FEEDBACK, rng, 0.0) == ROW["solution"]  # re-solves
+    assert teacher.teacher_refine(q, wrong, "Step 2 is wrong.", rng, 0.0) == ROW["solution"]
+    assert teacher.teacher_refine(q, wrong, syn.LOOKS_CORRECT, rng, 0.0) == wrong
+    assert teacher.teacher_refine(q, wrong, SELF_CORRECT_FEEDBACK, rng, 0.0) == ROW["solution"]  # re-solves
     # A misleading hint on a correct attempt breaks it: step 1 kept, step 2 changed.
     for _ in range(10):
-        out = syn.teacher_refine(q, ROW["solution"], "Step 2 is wrong.", rng, 0.0)
+        out = teacher.teacher_refine(q, ROW["solution"], "Step 2 is wrong.", rng, 0.0)
         steps = syn.parse_steps(out)
         assert steps[0].text == "7+5=2" and steps[1].c != 9
         assert syn.grade_response(ROW, out) == 0.0

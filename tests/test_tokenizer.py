@@ -5,7 +5,8 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from binac_core import synthetic as syn
+from binac_core import pretrain_teacher as teacher
+from binac_core.benchmarks import synthetic as syn
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.tokenizer import IM_END, IM_START, PAD, render_chat, train_tokenizer
 
@@ -14,9 +15,9 @@ def conversations(n: int = 40) -> list[list[dict]]:
     rng = random.Random(0)
     out = []
     for q in syn.sample_questions(0, 4, "train", n):
-        row, attempt = syn.make_row(q), syn.teacher_solve(q, rng, 0.3)
-        feedback = syn.teacher_critique(q, attempt, rng, 0.4, 0.3)
-        refined = syn.teacher_refine(q, attempt, feedback, rng, 0.3)
+        row, attempt = syn.make_row(q), teacher.teacher_solve(q, rng, 0.3)
+        feedback = teacher.teacher_critique(q, attempt, rng, 0.4, 0.3)
+        refined = teacher.teacher_refine(q, attempt, feedback, rng, 0.3)
         out.append(syn.refine_messages(row, attempt, feedback) + [{"role": "assistant", "content": refined}])
         out.append(syn.critic_messages(row, attempt) + [{"role": "assistant", "content": feedback}])
     return out

@@ -1,22 +1,24 @@
 """Graders: `grade(benchmark, row, response) -> 1.0 | 0.0`, the one function both RL rewards and evaluation use.
 
+It runs the benchmark's `grade` (`binac_core.benchmarks`), which calls the graders of this package:
+
 | benchmark | grader |
 | --- | --- |
 | `math`, `math500` | last `\\boxed{}` vs `row["answer"]`: normalised string match, else math-verify in a worker process |
 | `gsm8k` | final number of the response vs `row["answer"]`, compared as numbers |
 | `gpqa_diamond` | last `Answer: X` line (simple-evals regex) vs the letter `row["answer"]` |
 | `mbpp` | program from the last code block, run with `row["setup"]` and the asserts `row["tests"]` in the sandbox |
-| `synthetic` | `binac_core.synthetic.grade_response` |
+| `synthetic` | `binac_core.benchmarks.synthetic.grade_response` |
 
 A grader failure (an exception, a math-verify timeout, a sandbox that cannot start) scores 0.0, is counted in
-`grader_stats()` and logged at WARNING; it never raises. An unknown benchmark or a row lacking the field its
-grader needs is a configuration error and raises `BinacError`.
+`grader_stats()` and logged at WARNING; it never raises. An unknown benchmark or a row lacking a field its
+grader needs (the benchmark's `required_fields`) is a configuration error and raises `BinacError`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from binac_core.errors import BinacError
@@ -29,12 +31,6 @@ __all__ = [
     "isolation", "reset_grader_stats", "run_python",
 ]
 
-REQUIRED_FIELDS = {
-    "math": ("answer",), "math500": ("answer",), "gsm8k": ("answer",), "gpqa_diamond": ("answer",),
-    "mbpp": ("tests",), "synthetic": ("answer",),
-}
-
-
 def grade(benchmark: str, row: dict, response: str) -> float:
     """1.0 when `response` answers `row` correctly, else 0.0; failures are counted and logged, never raised."""
     return grade_with_reason(benchmark, row, response)[0]
@@ -44,13 +40,17 @@ def grade_with_reason(benchmark: str, row: dict, response: str) -> tuple[float, 
     """`grade`, and for `mbpp` the sandbox's failure reason of a failing answer (the execution error the critic
     is shown), from the same single sandbox run; the reason is None for a passing answer, for a grader failure
     and for every other benchmark."""
-    grader = _grader(benchmark)
-    _check_row(benchmark, row)
+    from binac_core.benchmarks import get
+
+    bench = get(benchmark)
+    for field in bench.required_fields:
+        if field not in row:
+            raise BinacError(f"{benchmark} row {row.get('id')!r} has no field {field!r}: cannot grade it")
     count_graded()
     from binac_core.grading.math import GraderTimeout
 
     try:
-        correct, reason = grader(row, response)  # a non-str response fails in the grader: counted
+        correct, reason = bench.grade(row, response)  # a non-str response fails in the grader: counted
         return (1.0, None) if correct else (0.0, reason)
     except GraderTimeout as exc:
         record_failure("timeouts", benchmark, row.get("id"), exc)
@@ -80,30 +80,3 @@ def check_program(row: dict, response: str, timeout_s: float = DEFAULT_TIMEOUT_S
     from binac_core.grading.code import check_response
 
     return check_response(row, response, timeout_s)
-
-
-def _grader(benchmark: str) -> Callable[[dict, str], tuple[bool, str | None]]:
-    """The benchmark's grader as (correct, reason of a failure or None); only code graders give reasons."""
-    if benchmark == "mbpp":
-        from binac_core.grading.code import verdict
-
-        return verdict
-    if benchmark in ("math", "math500"):
-        from binac_core.grading.math import is_correct
-    elif benchmark == "gsm8k":
-        from binac_core.grading.gsm8k import is_correct
-    elif benchmark == "gpqa_diamond":
-        from binac_core.grading.gpqa import is_correct
-    elif benchmark == "synthetic":
-        from binac_core import synthetic
-
-        return lambda row, response: (synthetic.grade_response(row, response) > 0, None)
-    else:
-        raise BinacError(f"unknown benchmark {benchmark!r} for grading (known: {', '.join(sorted(REQUIRED_FIELDS))})")
-    return lambda row, response: (is_correct(row, response), None)
-
-
-def _check_row(benchmark: str, row: dict) -> None:
-    for field in REQUIRED_FIELDS[benchmark]:
-        if field not in row:
-            raise BinacError(f"{benchmark} row {row.get('id')!r} has no field {field!r}: cannot grade it")

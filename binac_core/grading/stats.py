@@ -1,8 +1,11 @@
 """Grader-failure accounting: every error or timeout inside a grader is counted and logged, never silent.
 
 A failure scores 0.0 (the run goes on) and logs one WARNING line naming the benchmark, the row id and the
-exception; the message never quotes the problem text (GPQA questions must not reach logs). Counts are per process
-(each Prefect task process or RL worker keeps its own); callers log `grader_stats()` to MLflow if they want totals.
+exception; the message never quotes the problem text (GPQA questions must not reach logs).
+
+The counts are per process and only grow (why they are process-wide: `binac_core/runtime.py`). `grader_stats()`
+reads the totals; a reader that wants the counts of a stretch of work (one training iteration) takes a
+`GraderCounts` snapshot before it and asks it `since()` afterwards.
 """
 
 from __future__ import annotations
@@ -18,14 +21,27 @@ KINDS = ("graded", "errors", "timeouts")
 
 
 def grader_stats() -> dict[str, int]:
-    """Counts since the last reset: `graded` (calls), `errors` (exceptions, sandbox failures), `timeouts`."""
+    """Counts since the process started (or the last reset): `graded` (calls), `errors` (exceptions, sandbox
+    failures), `timeouts`."""
     with _lock:
         return {kind: _counts[kind] for kind in KINDS}
 
 
 def reset_grader_stats() -> None:
+    """Zero the totals (for tests: a `GraderCounts` that spans a reset undercounts)."""
     with _lock:
         _counts.clear()
+
+
+class GraderCounts:
+    """A snapshot of the totals; `since()` gives the counts added after it (`grader_stats()`'s keys)."""
+
+    def __init__(self):
+        self.start = grader_stats()
+
+    def since(self) -> dict[str, int]:
+        now = grader_stats()
+        return {kind: max(0, now[kind] - self.start[kind]) for kind in KINDS}
 
 
 def count_graded() -> None:

@@ -8,8 +8,10 @@ the wrong value; since adding or subtracting is a bijection mod 10, an error alw
 `*2` can erase an earlier error, which would blur what a critique is worth.)
 
 This module holds the problems (seeded generation, disjoint train/eval splits), the chat prompts of the three
-roles (actor, critic, refinement), the grader, the rule-based oracle critic, and the noisy teacher whose
-solutions, critiques and refinements make the pretraining corpus. It does not tokenize or touch models.
+roles (actor, critic, refinement), the grader, the rule-based oracle critic and the analysis of a feedback
+against the first wrong step: the `synthetic` benchmark. The noisy teacher whose solutions, critiques and
+refinements make the pretraining corpus lives with pretraining (`binac_core.pretrain_teacher`). It does not
+tokenize or touch models.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import random
 import re
 from dataclasses import dataclass
 
+from binac_core.benchmarks.interface import Benchmark, FeedbackAnalysis
 from binac_core.errors import BinacError
-from binac_core.prompts import SELF_CORRECT_FEEDBACK
 
 MOD = 10
 OPS = "+-"
@@ -155,8 +157,8 @@ def actor_messages(row: dict) -> list[dict]:
     return [{"role": "user", "content": f"Solve: {row['question']}"}]
 
 
-def critic_messages(row: dict, attempt: str) -> list[dict]:
-    """The problem and the attempt only: never the reference answer or the correct trace."""
+def critic_messages(row: dict, attempt: str, execution_result: str | None = None) -> list[dict]:
+    """The problem and the attempt only: never the reference answer or the correct trace (nothing is executed)."""
     if row.get("style") == "instruct":
         return [{"role": "user", "content": INSTRUCT_CRITIC.format(q=row["question"], attempt=attempt.strip())}]
     return [{"role": "user", "content": f"Check: {row['question']}\nAttempt: {attempt.strip()}"}]
@@ -188,6 +190,11 @@ def final_answer(response: str) -> str | None:
 def grade_response(row: dict, response: str) -> float:
     """1.0 iff the final answer after `A:` equals the reference answer, else 0.0 (junk and no answer included)."""
     return 1.0 if final_answer(response) == row["answer"] else 0.0
+
+
+def grade(row: dict, response: str) -> tuple[bool, None]:
+    """`grade_response` as the benchmark's grader: (correct, no failure reason)."""
+    return grade_response(row, response) > 0, None
 
 
 def parse_steps(attempt: str) -> list[Step | str]:
@@ -237,70 +244,9 @@ def first_wrong_step(question: str, attempt: str) -> int | None:
     return None
 
 
-# --------------------------------------------------------------------------- noisy teacher (pretraining data)
-
-
-def _wrong_digit(rng: random.Random, right: int) -> int:
-    return rng.choice([d for d in range(MOD) if d != right])
-
-
-def _continue(value: int, ops: list[tuple[str, int]], rng: random.Random, error_rate: float) -> list[Step]:
-    """Steps from `value` on; each result is wrong with prob `error_rate` and later steps build on it."""
-    steps = []
-    for op, b in ops:
-        right = apply_op(value, op, b)
-        step = Step(value, op, b, _wrong_digit(rng, right) if rng.random() < error_rate else right)
-        steps.append(step)
-        value = step.c
-    return steps
-
-
-def teacher_solve(question: str, rng: random.Random, error_rate: float) -> str:
-    """A noisy solution trace: each step wrong with prob `error_rate`, errors propagate consistently."""
-    start, ops = parse_question(question)
-    return render_trace(_continue(start, ops, rng, error_rate))
-
-
-def teacher_critique(
-    question: str, attempt: str, rng: random.Random, helpful_rate: float, misleading_rate: float
-) -> str:
-    """A mediocre critique of a teacher attempt: helpful, misleading or vague, in these proportions.
-
-    Helpful is the oracle's feedback (the first wrong step, or `Looks correct.`); misleading names a step
-    whose result is right for its written operands (falls back to vague when there is none); vague is
-    `SELF_CORRECT_FEEDBACK` or `Check your work.`. Expects a well-formed attempt (teacher traces are).
-    """
-    u = rng.random()
-    helpful = oracle_feedback({"question": question, "answer": str(solve_steps(question)[-1].c)}, attempt)
-    if u < helpful_rate:
-        return helpful
-    if u < helpful_rate + misleading_rate:
-        pieces = parse_steps(attempt)
-        fine = [k for k, p in enumerate(pieces, 1) if isinstance(p, Step) and p.locally_right]
-        fine = [k for k in fine if k != named_step(helpful)]
-        if fine:
-            return name_step(rng.choice(fine))
-    return rng.choice([SELF_CORRECT_FEEDBACK, CHECK_YOUR_WORK])
-
-
-def teacher_refine(question: str, attempt: str, feedback: str, rng: random.Random, error_rate: float) -> str:
-    """The second answer a feedback-following student writes.
-
-    `Looks correct.`: copy the attempt. `Step k is wrong`: keep steps before k, then change step k (its right
-    value if the attempt's was wrong, otherwise any other digit: the student trusts the critic), then go on with
-    teacher noise. Anything else (vague): solve again from scratch, with noise.
-    """
-    start, ops = parse_question(question)
-    pieces = parse_steps(attempt)
-    k = named_step(feedback)
-    if LOOKS_CORRECT in feedback:
-        return attempt.strip()
-    if k is None or not 1 <= k <= min(len(ops), len(pieces)) or not all(isinstance(p, Step) for p in pieces):
-        return teacher_solve(question, rng, error_rate)
-    kept: list[Step] = pieces[: k - 1]  # type: ignore[assignment]
-    value = kept[-1].c if kept else start
-    op, b = ops[k - 1]
-    right = apply_op(value, op, b)
-    old = pieces[k - 1].c  # type: ignore[union-attr]
-    redone = Step(value, op, b, right if old != right else _wrong_digit(rng, old))
-    return render_trace(kept + [redone] + _continue(redone.c, ops[k:], rng, error_rate))
+BENCHMARK = Benchmark(
+    name="synthetic", required_fields=("answer",), load_rows=make_split,
+    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
+    oracle_feedback=oracle_feedback,
+    feedback_analysis=FeedbackAnalysis(first_wrong_step=first_wrong_step, named_step=named_step),
+)

@@ -1,0 +1,36 @@
+"""GPQA Diamond (`gpqa_diamond`, eval only): simple-evals' multiple-choice prompt, a science-reviewer critic who
+never names the right option, and the `Answer: X` grader (`binac_core.grading.gpqa`); the rows (options shuffled
+with a fixed seed per question) come from `binac_core.data`."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from binac_core.benchmarks.interface import Benchmark
+from binac_core.data import load_benchmark, problem_rows
+from binac_core.grading.gpqa import is_correct
+from binac_core.prompts import CHOICE_CRITIC, CHOICE_FORMAT, second_turn, user
+
+
+def actor_messages(row: dict) -> list[dict]:
+    return user(f"Answer the following multiple choice question. {CHOICE_FORMAT}\n\n{row['question']}")
+
+
+def critic_messages(row: dict, attempt: str, execution_result: str | None = None) -> list[dict]:
+    """The question (with its options) and the answer; there is no execution result to show."""
+    return user(f"{CHOICE_CRITIC}\n\nQuestion:\n{row['question']}\n\nStudent answer:\n{attempt}\n\nReview:")
+
+
+def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
+    return second_turn("Question", CHOICE_FORMAT, row["question"], attempt, feedback)
+
+
+def grade(row: dict, response: str) -> tuple[bool, None]:
+    return is_correct(row, response), None
+
+
+BENCHMARK = Benchmark(
+    name="gpqa_diamond", required_fields=("answer",), load_rows=partial(problem_rows, "gpqa_diamond"),
+    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
+    check_data=partial(load_benchmark, "gpqa_diamond"),
+)

@@ -1,0 +1,63 @@
+"""What a benchmark provides: `Benchmark`, a frozen dataclass of functions (one instance per benchmark name).
+
+The pipeline reads a benchmark only through these fields, so a new benchmark is a new module that builds one
+`Benchmark` and one registration line in `binac_core/benchmarks/__init__.py`. This module imports nothing from the
+benchmark modules (they import it), so the registry can import them without an import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from binac_core.config import TaskConfig
+
+Messages = list[dict]
+"""Chat messages, `[{"role": ..., "content": ...}]`; the tokenizer's chat template renders them."""
+
+
+@dataclass(frozen=True)
+class FeedbackAnalysis:
+    """Feedback read against the known first error of an attempt: the critic measures' columns
+    (`first_wrong_step`, `feedback_step`: binac_core/records.py, binac_core/measures.py)."""
+
+    first_wrong_step: Callable[[str, str], int | None]
+    """(question, attempt) -> the 1-based number of the attempt's first wrong step, or None when every step is
+    right."""
+    named_step: Callable[[str], int | None]
+    """feedback -> the number of the step it names as wrong, or None when it names none."""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: its rows, the prompts of the three roles, its one grader, and what only some have."""
+
+    name: str
+    """The registry's key, the value of `task.benchmark`."""
+    required_fields: tuple[str, ...]
+    """Row fields `grade` reads besides the response; a row lacking one is a configuration error."""
+    load_rows: Callable[[TaskConfig, str], list[dict]]
+    """(task config, split `train` | `eval`) -> rows with at least `id` and `question`, in a fixed order; the
+    eval split holds at most `task.n_test` rows."""
+    actor_messages: Callable[[dict], Messages]
+    """row -> the first-attempt prompt."""
+    critic_messages: Callable[[dict, str, str | None], Messages]
+    """(row, attempt, execution result or None) -> the critic's prompt. Never the reference: it reads the row's
+    question only, and the execution result only when `critic_sees_execution`."""
+    refine_messages: Callable[[dict, str, str], Messages]
+    """(row, attempt, feedback) -> the second-attempt prompt."""
+    grade: Callable[[dict, str], tuple[bool, str | None]]
+    """(row, response) -> (correct, the failure reason the critic may be shown, or None): THE grading function,
+    for RL rewards and evaluation alike. It may raise: `binac_core.grading` counts, logs and scores that 0."""
+    critic_sees_execution: bool = False
+    """The critic may be shown the attempt's execution result (`grade`'s failure reason, or `All tests passed.`):
+    the code benchmarks, which also get the `_exec` evaluation protocols."""
+    check_data: Callable[[str], object] | None = None
+    """split -> raises a one-line `BinacError` when the split's data is missing or the benchmark lacks the split
+    (checked before any compute); None for a benchmark that builds its rows (the synthetic task)."""
+    oracle_feedback: Callable[[dict, str], str] | None = None
+    """Optional: (row, attempt) -> a rule-based critic's feedback, which reads the reference (`oracle_critic`)."""
+    feedback_analysis: FeedbackAnalysis | None = None
+    """Optional: the analysis of feedback against the known first error (the critic measures, a study's regimes)."""

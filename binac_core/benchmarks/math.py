@@ -1,0 +1,44 @@
+"""MATH (`math`) and MATH-500 (`math500`): the same prompts and grader; the rows come from `binac_core.data`.
+
+Prompts: "solve step by step", final answer in `\\boxed{}`; the critic is a math tutor who gives hints and never
+the answer (texts: `binac_core.prompts`). Grader: `binac_core.grading.math` (the last `\\boxed{}` against
+`row["answer"]`). GSM8K is posed with these prompts too (`binac_core.benchmarks.gsm8k`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from binac_core.benchmarks.interface import Benchmark
+from binac_core.data import load_benchmark, problem_rows
+from binac_core.grading.math import is_correct
+from binac_core.prompts import MATH_CRITIC, MATH_FORMAT, second_turn, user
+
+
+def actor_messages(row: dict) -> list[dict]:
+    return user(f"Solve the following math problem step by step.\n\nProblem:\n{row['question']}\n\n{MATH_FORMAT}")
+
+
+def critic_messages(row: dict, attempt: str, execution_result: str | None = None) -> list[dict]:
+    """The problem and the attempt; there is no execution result to show."""
+    return user(f"{MATH_CRITIC}\n\nProblem:\n{row['question']}\n\nStudent attempt:\n{attempt}\n\nHints:")
+
+
+def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
+    return second_turn("Problem", MATH_FORMAT, row["question"], attempt, feedback)
+
+
+def grade(row: dict, response: str) -> tuple[bool, None]:
+    return is_correct(row, response), None
+
+
+MATH = Benchmark(
+    name="math", required_fields=("answer",), load_rows=partial(problem_rows, "math"),
+    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
+    check_data=partial(load_benchmark, "math"),
+)
+MATH500 = Benchmark(
+    name="math500", required_fields=("answer",), load_rows=partial(problem_rows, "math500"),
+    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
+    check_data=partial(load_benchmark, "math500"),
+)

@@ -1,0 +1,35 @@
+"""MBPP: lm-eval's prompt, a programming-mentor critic who is shown the execution result of the attempt on the
+benchmark's asserts, and the sandbox grader (`binac_core.grading.code`); the rows come from `binac_core.data`."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from binac_core.benchmarks.interface import Benchmark
+from binac_core.data import load_benchmark, problem_rows
+from binac_core.grading.code import extract_program, verdict
+from binac_core.prompts import CODE_CRITIC, CODE_FORMAT, second_turn, user
+
+
+def actor_messages(row: dict) -> list[dict]:
+    return user(f"You are an expert Python programmer, and here is your task: {row['question']}\n\n{CODE_FORMAT}")
+
+
+def critic_messages(row: dict, attempt: str, execution_result: str | None = None) -> list[dict]:
+    """The task, the program extracted from the attempt, and its execution result (`(not run)` without one)."""
+    result = execution_result or "(not run)"
+    return user(
+        f"{CODE_CRITIC}\n\nTask:\n{row['question']}\n\nSolution:\n```python\n{extract_program(attempt).strip()}\n```"
+        f"\n\nExecution result:\n{result}\n\nInstruction:"
+    )
+
+
+def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
+    return second_turn("Task", CODE_FORMAT, row["question"], attempt, feedback)
+
+
+BENCHMARK = Benchmark(
+    name="mbpp", required_fields=("tests",), load_rows=partial(problem_rows, "mbpp"),
+    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages,
+    grade=verdict, critic_sees_execution=True, check_data=partial(load_benchmark, "mbpp"),
+)
