@@ -28,6 +28,7 @@ from binac_core.config import Config
 from binac_core.faults import fault_point
 from binac_core.files import file_digest
 from binac_core.generation import AdapterRef
+from binac_core.memory import map_large_blocks
 
 ADAPTERS = ("actor", "critic")
 
@@ -45,6 +46,7 @@ def lora_config(cfg: Config) -> PeftLoraConfig:
 
 class Policy:
     def __init__(self, base_dir: str | Path, cfg: Config, seed: int = 0):
+        map_large_blocks()  # a model's activations must not pile up in the heap: binac_core/memory.py
         dtype = getattr(torch, cfg.model.dtype)
         self.cfg = cfg
         self.tokenizer = AutoTokenizer.from_pretrained(base_dir)

@@ -35,3 +35,39 @@ def test_freed_heap_blocks_below_a_live_one_are_returned():
     returned = kept - _rss_mib()
     assert returned > 300, f"only {returned:.0f} MiB of ~400 MiB freed came back"
     del pin
+
+
+_FREE_LARGE = """
+import sys
+from pathlib import Path
+from binac_core.memory import map_large_blocks
+def rss():
+    return next(int(l.split()[1]) / 1024 for l in Path("/proc/self/status").read_text().splitlines()
+                if l.startswith("VmRSS:"))
+if sys.argv[1] == "map":
+    assert map_large_blocks()
+primer = bytearray(30 << 20)  # mapped (glibc's initial threshold is 128 KiB); freeing it raises the threshold
+del primer
+blocks = [bytearray(8 << 20) for _ in range(40)]  # 320 MiB of 8 MiB blocks
+pin = bytearray(64 * 1024)
+for b in blocks:
+    b[::4096] = b"\\x01" * len(b[::4096])
+before = rss()
+del blocks
+print(before - rss())
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                    reason="mallopt is glibc's")
+def test_large_blocks_are_unmapped_when_freed_only_with_map_large_blocks():
+    import subprocess
+    import sys
+
+    def returned(variant: str) -> float:
+        out = subprocess.run([sys.executable, "-c", _FREE_LARGE, variant], capture_output=True, text=True, check=True)
+        return float(out.stdout.split()[-1])
+
+    # glibc's default: after the 30 MiB block is freed, 8 MiB blocks come from the heap and stay there when freed
+    assert returned("default") < 50
+    assert returned("map") > 300
