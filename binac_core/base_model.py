@@ -1,22 +1,23 @@
-"""The run's base model as a stage output {"path", "digest"}: a hub model as it is (its id is its digest); `smol`,
-converted once from its packaged GGUF (`binac_core.smol`); the tiny presets' model, pretrained here once per model
-config into the workspace's model folder (`binac_core.pretrain`), with every core pretraining may use."""
+"""The run's base model as a stage output (a `StageFile`: its folder and content digest): a hub model as it is (its
+id is its digest); `smol`, converted once from its packaged GGUF (`binac_core.smol`); the tiny presets' model,
+pretrained here once per model config into the workspace's model folder (`binac_core.pretrain`), with every core
+pretraining may use."""
 
 from __future__ import annotations
 
 from binac_core.config import Config
-from binac_core.files import file_digest
+from binac_core.files import StageFile, file_digest
 from binac_core.workspace import Workspace
 
 
-def base_model(cfg: Config, ws: Workspace) -> dict:
+def base_model(cfg: Config, ws: Workspace) -> StageFile:
     if cfg.model.source == "hub":
-        return {"path": cfg.model.hub_id, "digest": cfg.model.hub_id}
+        return StageFile(cfg.model.hub_id, cfg.model.hub_id)
     if cfg.model.source == "smol":
         from binac_core.smol import checkpoint
 
         out = checkpoint()
-        return {"path": str(out), "digest": file_digest(out)}
+        return StageFile(str(out), file_digest(out))
     from binac_core.pretrain import build_base_model
     from binac_core.runtime import configure_threads, pretraining_threads
 
@@ -27,4 +28,4 @@ def base_model(cfg: Config, ws: Workspace) -> dict:
             build_base_model(cfg, out)
         finally:
             configure_threads()
-    return {"path": str(out), "digest": file_digest(out)}
+    return StageFile(str(out), file_digest(out))

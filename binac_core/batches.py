@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from binac_core.losses import critic_reward_of, group_advantages
+from binac_core.stage_io import Attempt, Feedback, Refinement, ScoredBatch, Turn
 from binac_core.update import Sample
 
 
@@ -20,43 +21,46 @@ def _group_ids(keys: list) -> torch.Tensor:
     return torch.tensor([index.setdefault(k, len(index)) for k in keys])
 
 
-def _samples(records: list[dict], adv: torch.Tensor) -> list[Sample]:
-    return [Sample(r["prompt_ids"], r["token_ids"], r["logprobs"], float(a)) for r, a in zip(records, adv, strict=True)]
+def _samples(records: list[Turn], adv: torch.Tensor) -> list[Sample]:
+    return [Sample(r.prompt_ids, r.token_ids, r.logprobs, float(a)) for r, a in zip(records, adv, strict=True)]
 
 
-def attempt_samples(attempts: list[dict], r0: list[float], scale: bool) -> list[Sample]:
-    groups = _group_ids([a["problem_id"] for a in attempts])
-    return _samples(attempts, group_advantages(torch.tensor(r0), groups, scale))
+def attempt_samples(attempts: list[Attempt], first_rewards: list[float], scale: bool) -> list[Sample]:
+    groups = _group_ids([a.problem_id for a in attempts])
+    return _samples(attempts, group_advantages(torch.tensor(first_rewards), groups, scale))
 
 
-def refinement_rewards(refined: list[dict], attempts: list[dict], r0: list[float], r1: list[float], alpha: float):
-    first = {(a["problem_id"], a["sample_idx"]): r for a, r in zip(attempts, r0, strict=True)}
-    return [r + alpha * (r - first[(f["problem_id"], f["sample_idx"])]) for f, r in zip(refined, r1, strict=True)]
+def refinement_rewards(scored: ScoredBatch, alpha: float) -> list[float]:
+    """The refinements' shaped rewards r1 + α·(r1 − r0), r0 that of the attempt each refines."""
+    first = {(a.problem_id, a.sample_idx): r for a, r in zip(scored.attempts, scored.first_rewards, strict=True)}
+    return [r + alpha * (r - first[(y.problem_id, y.sample_idx)])
+            for y, r in zip(scored.refined, scored.refined_rewards, strict=True)]
 
 
-def refinement_samples(refined: list[dict], shaped: list[float], scale: bool) -> list[Sample]:
-    groups = _group_ids([f["problem_id"] for f in refined])
+def refinement_samples(refined: list[Refinement], shaped: list[float], scale: bool) -> list[Sample]:
+    groups = _group_ids([y.problem_id for y in refined])
     return _samples(refined, group_advantages(torch.tensor(shaped), groups, scale))
 
 
-def feedback_samples(feedbacks: list[dict], critic_reward: list[float], scale: bool) -> list[Sample]:
-    groups = _group_ids([(f["problem_id"], f["sample_idx"]) for f in feedbacks])
-    return _samples(feedbacks, group_advantages(torch.tensor(critic_reward), groups, scale))
+def feedback_samples(feedbacks: list[Feedback], critic_rewards: list[float], scale: bool) -> list[Sample]:
+    groups = _group_ids([(f.problem_id, f.sample_idx) for f in feedbacks])
+    return _samples(feedbacks, group_advantages(torch.tensor(critic_rewards), groups, scale))
 
 
-def actor_samples(attempts: list[dict], r0: list[float], scale: bool, refined: list[dict] | None = None,
-                  r1: list[float] | None = None, alpha: float = 0.0) -> list[Sample]:
-    """The actor's update batch: its first attempts and, when `refined` is given (methods that train the actor's
-    second turn), its refinements with the shaped rewards of `refinement_rewards`."""
-    samples = attempt_samples(attempts, r0, scale)
-    if refined is not None:
-        samples += refinement_samples(refined, refinement_rewards(refined, attempts, r0, r1, alpha), scale)
+def actor_samples(scored: ScoredBatch, scale: bool, alpha: float = 0.0) -> list[Sample]:
+    """The actor's update batch: its first attempts and, when `scored` holds refinements (methods that train the
+    actor's second turn), its refinements with the shaped rewards of `refinement_rewards`."""
+    samples = attempt_samples(scored.attempts, scored.first_rewards, scale)
+    if scored.refined is not None:
+        samples += refinement_samples(scored.refined, refinement_rewards(scored, alpha), scale)
     return samples
 
 
-def critic_reward_values(form: str, r1: list[float], r1_lookahead: list[float] | None, lam: float,
-                         alpha: float) -> list[float]:
-    """The critic's reward per feedback in the method's `form` (`losses.critic_reward_of`); without a look-ahead
-    actor (θ⁺ = θ) the penalty form is r1 itself."""
-    later = None if r1_lookahead is None else torch.tensor(r1_lookahead)
-    return critic_reward_of(form, torch.tensor(r1), later, lam, alpha).tolist()
+def critic_reward_values(
+    form: str, refined_rewards: list[float], lookahead_rewards: list[float] | None, *, lam: float, alpha: float
+) -> list[float]:
+    """The critic's reward per feedback in the method's `form` (`losses.critic_reward_of`) from the rewards of the
+    refinements under the actor θ and (`lookahead_rewards`) under the updated actor θ⁺; without a look-ahead actor
+    (θ⁺ = θ) the penalty form is r1 itself."""
+    later = None if lookahead_rewards is None else torch.tensor(lookahead_rewards)
+    return critic_reward_of(form, torch.tensor(refined_rewards), later, lam, alpha).tolist()

@@ -8,23 +8,24 @@ from pathlib import Path
 
 from binac_core.config import Config
 from binac_core.evaluation import evaluate_protocols
-from binac_core.files import write_json
+from binac_core.files import StageFile, write_json
 from binac_core.generation import AdapterRef, GenerationBackend
 
 
 def evaluate_to_file(
-    backend: GenerationBackend, cfg: Config, problems: list[dict], actor: AdapterRef | None,
+    backend: GenerationBackend, cfg: Config, problems: list[dict], *, actor: AdapterRef | None,
     critic: AdapterRef | None, seed: int, step: int, out_dir: str | Path, protocols: tuple[str, ...],
     fixed_feedback: str | None, feedback_source: str, oracle_feedback: bool,
-) -> dict:
+) -> StageFile:
     """`evaluate_protocols` with `cfg`'s evaluation settings (eval_samples at eval_temperature, gated_k); returns
-    the reference of `eval-step<step>-<source>.json` in `out_dir`."""
+    `eval-step<step>-<source>.json` in `out_dir` (an `Evaluation` in JSON)."""
     g = cfg.generation
     gen = {"temperature": g.eval_temperature, "top_p": g.top_p, "max_new_tokens": g.max_new_tokens,
            "feedback_max_new_tokens": g.feedback_max_new_tokens}
     res = evaluate_protocols(
-        backend, cfg.task.benchmark, problems, actor, critic, g.eval_samples, gen, seed, step, tuple(protocols),
-        cfg.train.gated_k, fixed_feedback, feedback_source, oracle_feedback,
+        backend, cfg.task.benchmark, problems, actor=actor, critic=critic, samples=g.eval_samples, gen=gen, seed=seed,
+        step=step, protocols=tuple(protocols), gated_k=cfg.train.gated_k, fixed_feedback=fixed_feedback,
+        feedback_source=feedback_source, oracle_feedback=oracle_feedback,
     )
     slug = re.sub(r"[^a-z]+", "-", feedback_source.lower()).strip("-")
-    return write_json(Path(out_dir) / f"eval-step{step:05d}-{slug}.json", res)
+    return write_json(Path(out_dir) / f"eval-step{step:05d}-{slug}.json", res.to_json())

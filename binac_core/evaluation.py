@@ -23,6 +23,8 @@ fixed_critic's feedback source does for a GRPO actor), or the self-correction ba
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from binac_core import benchmarks
 from binac_core.episodes import (
     generate_attempts,
@@ -32,7 +34,9 @@ from binac_core.episodes import (
     stage_seed,
 )
 from binac_core.errors import BinacError
+from binac_core.files import StageFile, read_json
 from binac_core.generation import AdapterRef, GenerationBackend, SamplingParams
+from binac_core.stage_io import ScoredBatch
 from binac_core.stats import mean as _mean
 
 CRITIC_TRAINED = "critic (trained)"
@@ -101,14 +105,54 @@ def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = Fal
     return stages, stages[-1], fixed
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluation's result: the `acc_*` metrics, the feedback source, and each protocol's scored rounds: the
+    first attempts (`single`, always), the `feedback` round and the `gated` rounds (and their `_exec` variants)
+    where computed. In JSON: {"metrics", "feedback_source", "single", and the protocols computed}."""
+
+    metrics: dict[str, float]
+    feedback_source: str
+    single: ScoredBatch
+    feedback: ScoredBatch | None = None
+    gated: list[ScoredBatch] | None = None
+    feedback_exec: ScoredBatch | None = None
+    gated_exec: list[ScoredBatch] | None = None
+
+    def rounds(self, protocol: str) -> list[ScoredBatch] | None:
+        """A feedback protocol's rounds (one for `feedback`, up to K for `gated`), None where not computed."""
+        found = getattr(self, protocol)
+        return [found] if isinstance(found, ScoredBatch) else found
+
+    def to_json(self) -> dict:
+        out = {"metrics": self.metrics, "feedback_source": self.feedback_source, "single": self.single.to_json()}
+        for protocol in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS):
+            found = getattr(self, protocol)
+            if found is not None:
+                out[protocol] = found.to_json() if isinstance(found, ScoredBatch) else [r.to_json() for r in found]
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> Evaluation:
+        rounds = {
+            p: ScoredBatch.from_json(d[p]) if p.startswith("feedback") else [ScoredBatch.from_json(r) for r in d[p]]
+            for p in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS) if p in d
+        }
+        return cls(d["metrics"], d["feedback_source"], ScoredBatch.from_json(d["single"]), **rounds)
+
+
+def read_evaluation(file: StageFile) -> Evaluation:
+    """The `Evaluation` an evaluation stage wrote (`binac_core.eval_stage`)."""
+    return Evaluation.from_json(read_json(file))
+
+
 def evaluate_protocols(
-    backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None,
+    backend: GenerationBackend, benchmark: str, problems: list[dict], *, actor: AdapterRef | None,
     critic: AdapterRef | None, samples: int, gen: dict, seed: int, step: int, protocols: tuple[str, ...],
     gated_k: int = 2, fixed_feedback: str | None = None, feedback_source: str = CRITIC_BASE,
     oracle_feedback: bool = False,
-) -> dict:
-    """Returns {"metrics": {"acc_single": ..}, "feedback_source": .., "single": {...records}, "feedback": {...},
-    "gated": [rounds], "feedback_exec": {...}, "gated_exec": [rounds]} (the protocols asked for).
+) -> Evaluation:
+    """The protocols asked for, on `samples` attempts per problem of `actor` (with `critic`'s feedback).
     `fixed_feedback`: the feedback text given instead of a critic's (the self-correction baseline);
     `oracle_feedback`: the rule-based oracle's feedback instead of a critic's (`oracle_critic`, synthetic only)."""
     check_protocols(benchmark, protocols, fixed_feedback)
@@ -117,65 +161,64 @@ def evaluate_protocols(
     def params(name: str, max_new: int) -> SamplingParams:
         return SamplingParams(max_new, gen["temperature"], gen["top_p"], stage_seed(seed, step, "eval", name))
 
+    def feedback_round(scored: ScoredBatch, shown: list[str | None] | None, rnd: int):
+        """Round `rnd` on `scored`'s attempts: one feedback each (the critic shown `shown`, execution results, or
+        nothing), the refinements and their scores; returns (the scored round, the refinements' execution
+        results or None)."""
+        fb = sample_feedback(backend, benchmark, by_id, scored.attempts, critic, 1,
+                             params(f"z{rnd}", gen["feedback_max_new_tokens"]), fixed_text=fixed_feedback,
+                             execution_results=shown, oracle=oracle_feedback)
+        refined = generate_refinements(backend, benchmark, by_id, scored.attempts, fb, actor,
+                                       params(f"y{rnd}", gen["max_new_tokens"]))
+        scores = score_with_errors(benchmark, by_id, refined)
+        done = replace(scored, feedback=fb, refined=refined, refined_rewards=scores.rewards)
+        return done, scores.execution_results
+
     attempts = generate_attempts(backend, benchmark, problems, actor, samples, params("y0", gen["max_new_tokens"]))
-    r0, err0 = score_with_errors(benchmark, by_id, attempts)
-    out: dict = {"metrics": {}, "feedback_source": feedback_source, "single": {"attempts": attempts, "r0": r0}}
+    first = score_with_errors(benchmark, by_id, attempts)
+    single, metrics, rounds = ScoredBatch(attempts, first.rewards), {}, {}
     if "single" in protocols:
-        out["metrics"]["acc_single"] = _mean(r0)
+        metrics["acc_single"] = _mean(first.rewards)
     for suffix in ("", "_exec"):
         if not {f"feedback{suffix}", f"gated{suffix}"} & set(protocols):
             continue
         show_exec = suffix == "_exec"  # the critic is shown the graded tests' execution result
-        fb = sample_feedback(backend, benchmark, by_id, attempts, critic, 1,
-                             params("z1", gen["feedback_max_new_tokens"]), fixed_text=fixed_feedback,
-                             errors=err0 if show_exec else None, oracle=oracle_feedback)
-        y1 = generate_refinements(backend, benchmark, by_id, attempts, fb, actor, params("y1", gen["max_new_tokens"]))
-        r1, err1 = score_with_errors(benchmark, by_id, y1)
-        out[f"feedback{suffix}"] = {"attempts": attempts, "r0": r0, "feedback": fb, "refined": y1, "r1": r1}
+        one, results = feedback_round(single, first.execution_results if show_exec else None, 1)
+        rounds[f"feedback{suffix}"] = one
         if f"feedback{suffix}" in protocols:
-            out["metrics"][f"acc_feedback{suffix}"] = _mean(r1)
+            metrics[f"acc_feedback{suffix}"] = _mean(one.refined_rewards)
         if f"gated{suffix}" in protocols:
-            out[f"gated{suffix}"], out["metrics"][f"acc_gated{suffix}_k{gated_k}"] = _gated(
-                backend, benchmark, by_id, attempts, r0, fb, y1, (r1, err1 if show_exec else None), actor, critic,
-                gated_k, params, gen, (fixed_feedback, oracle_feedback),
-            )
-    return out
+            rounds[f"gated{suffix}"], metrics[f"acc_gated{suffix}_k{gated_k}"] = _gated(
+                one, results if show_exec else None, gated_k, feedback_round)
+    return Evaluation(metrics, feedback_source, single, **rounds)
 
 
-def _gated(backend, benchmark, by_id, attempts, r0, fb, y1, scored_y1, actor, critic, k, params, gen, not_critic):
-    """`scored_y1` = (r1, execution results to show the critic in later rounds, or None for an unassisted critic);
-    `not_critic` = (the fixed feedback text or None, whether the oracle writes the feedback)."""
-    fixed_feedback, oracle = not_critic
-    r1, err1 = scored_y1
-    show_exec = err1 is not None
-    solved = {(a["problem_id"], a["sample_idx"]): r > 0 for a, r in zip(attempts, r0, strict=True)}
-    failed = [i for i, a in enumerate(attempts) if not solved[(a["problem_id"], a["sample_idx"])]]
-    rounds = []
-    current = [attempts[i] for i in failed]
-    cur_r0 = [r0[i] for i in failed]
-    fb_r, y_r, r_r = [fb[i] for i in failed], [y1[i] for i in failed], [r1[i] for i in failed]
-    err_r = [err1[i] for i in failed] if show_exec else None
-    cur_err = None  # round 1 reuses the feedback protocol's feedback; later rounds set it
+def _gated(first: ScoredBatch, shown: list[str | None] | None, k: int, feedback_round):
+    """Up to `k` rounds; returns (the rounds, the share of samples solved at any turn). Round 1 is `first` (the
+    feedback protocol's round) on the attempts that failed; each later round critiques the latest (still wrong)
+    answer of the samples not yet solved (`feedback_round`). `shown`: the execution results of `first`'s
+    refinements, shown to the critic from round 2 on (None: an unassisted critic)."""
+    show_exec = shown is not None
+    solved = {(a.problem_id, a.sample_idx): r > 0 for a, r in zip(first.attempts, first.first_rewards, strict=True)}
+    failed = [i for i, a in enumerate(first.attempts) if not solved[(a.problem_id, a.sample_idx)]]
+    done = ScoredBatch(*([column[i] for i in failed] for column in (
+        first.attempts, first.first_rewards, first.feedback, first.refined, first.refined_rewards)))
+    results = [shown[i] for i in failed] if show_exec else None
+    rounds, pending, pending_shown = [], None, None
     for rnd in range(1, k + 1):
         if rnd > 1:
-            if not current:
+            if not pending.attempts:
                 break
-            fb_r = sample_feedback(
-                backend, benchmark, by_id, current, critic, 1, params(f"z{rnd}", gen["feedback_max_new_tokens"]),
-                fixed_text=fixed_feedback, errors=cur_err, oracle=oracle,
-            )
-            y_r = generate_refinements(
-                backend, benchmark, by_id, current, fb_r, actor, params(f"y{rnd}", gen["max_new_tokens"])
-            )
-            r_r, err_r = score_with_errors(benchmark, by_id, y_r)
-            err_r = err_r if show_exec else None
-        rounds.append({"attempts": current, "r0": cur_r0, "feedback": fb_r, "refined": y_r, "r1": r_r})
-        for y, r in zip(y_r, r_r, strict=True):
+            done, results = feedback_round(pending, pending_shown, rnd)
+            results = results if show_exec else None
+        rounds.append(done)
+        for y, r in zip(done.refined, done.refined_rewards, strict=True):
             if r > 0:
-                solved[(y["problem_id"], y["sample_idx"])] = True
+                solved[(y.problem_id, y.sample_idx)] = True
         # The next round critiques the latest (still wrong) answer, keeping the sample's identity.
-        keep = [i for i, y in enumerate(y_r) if not solved[(y["problem_id"], y["sample_idx"])]]
-        current = [{**current[i], "text": y_r[i]["text"], "token_ids": y_r[i]["token_ids"]} for i in keep]
-        cur_r0 = [r_r[i] for i in keep]
-        cur_err = [err_r[i] for i in keep] if err_r is not None else None  # the errors of the answers kept
+        keep = [i for i, y in enumerate(done.refined) if not solved[(y.problem_id, y.sample_idx)]]
+        pending = ScoredBatch(
+            [replace(done.attempts[i], text=done.refined[i].text, token_ids=done.refined[i].token_ids) for i in keep],
+            [done.refined_rewards[i] for i in keep])
+        pending_shown = [results[i] for i in keep] if results is not None else None  # the errors of the answers kept
     return rounds, _mean([float(v) for v in solved.values()])

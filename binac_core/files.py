@@ -10,6 +10,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from binac_core.errors import BinacError
@@ -37,27 +38,36 @@ def write_atomic(path: str | Path, data: bytes | str) -> None:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
 
 
-def write_json(path: str | Path, obj) -> dict:
-    """Write `obj` atomically; returns the reference {"path", "digest"} that stages pass to each other."""
+@dataclass(frozen=True)
+class StageFile:
+    """A stage's output on disk, as stages hand it to each other: its path and content digest (a JSON file written
+    by `write_json`, or a model folder: `file_digest`). The digest makes it a stable cache key of the next stage."""
+
+    path: str
+    digest: str
+
+
+def write_json(path: str | Path, obj) -> StageFile:
+    """Write `obj` atomically; returns the `StageFile` that names it."""
     data = json.dumps(obj, sort_keys=True).encode()
     write_atomic(path, data)
-    return {"path": str(Path(path)), "digest": hashlib.sha256(data).hexdigest()[:16]}
+    return StageFile(str(Path(path)), hashlib.sha256(data).hexdigest()[:16])
 
 
-def read_json(ref: dict):
-    """Load a reference, checking that the file is the one the reference names."""
-    path = Path(ref["path"])
+def read_json(file: StageFile):
+    """Load a stage file, checking that it is the one the reference names."""
+    path = Path(file.path)
     if not path.exists():
         raise BinacError(f"stage output missing: {path} (delete $BINAC_HOME/prefect to drop stale cache records)")
     data = path.read_bytes()
-    if hashlib.sha256(data).hexdigest()[:16] != ref["digest"]:
+    if hashlib.sha256(data).hexdigest()[:16] != file.digest:
         raise BinacError(f"stage output changed on disk: {path}")
     return json.loads(data)
 
 
-def read_optional(ref: dict | None):
-    """`read_json(ref)`, or None for no reference (a stage the method does not run)."""
-    return None if ref is None else read_json(ref)
+def read_optional(file: StageFile | None):
+    """`read_json(file)`, or None for no file (a stage the method does not run)."""
+    return None if file is None else read_json(file)
 
 
 def read_yaml_mapping(path: str | Path, name: str) -> dict:

@@ -24,7 +24,6 @@ generation (`check_context`).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,6 +31,7 @@ import torch
 
 from binac_core.errors import BinacError
 from binac_core.memory import return_freed_memory
+from binac_core.stage_io import AdapterRef
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>", "<end_of_turn>",
                       "<|end|>", "</s>")
@@ -71,20 +71,6 @@ def check_context(max_new_tokens: int, context: int, field: str = "generation.ma
 
 
 @dataclass(frozen=True)
-class AdapterRef:
-    """A LoRA adapter checkpoint: its name in the model (`actor`/`critic`), folder, and content digest."""
-
-    name: str
-    path: str
-    digest: str
-
-
-def adapter_ref(d: dict | None) -> AdapterRef | None:
-    """The `AdapterRef` a stage was handed as a dict (`dataclasses.asdict` of one, a Prefect input); None for None."""
-    return None if d is None else AdapterRef(d["name"], d["path"], d["digest"])
-
-
-@dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int
     temperature: float = 1.0
@@ -100,12 +86,6 @@ class Generation:
     """Completion token ids, including the end-of-turn token when the model emitted one."""
     logprobs: list[float]
     """Log-prob of each completion token under the sampling distribution."""
-
-
-def generation_perf(records: list[dict], t0: float) -> dict:
-    """Generated tokens and seconds since `t0` (`time.time()`) of a generation stage's records, the numbers of
-    perf/gen_tokens_per_s."""
-    return {"tokens": sum(len(r["token_ids"]) for r in records), "seconds": time.time() - t0}
 
 
 class GenerationBackend(Protocol):

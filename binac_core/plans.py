@@ -73,7 +73,7 @@ PROTOCOL_STAGES = {"single": ("single",), "feedback": ("single", "feedback"), "g
 
 def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature,
                   max_new_tokens):
-    """Validate before any compute; returns (config, adapter refs as dicts)."""
+    """Validate before any compute; returns (config, {"actor": AdapterRef or None, "critic": ...})."""
     from binac_core import benchmarks
 
     bench = benchmarks.get(benchmark)  # an unknown name: one line listing the known ones
@@ -107,8 +107,9 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
         if not (Path(folder) / "adapter_model.safetensors").exists():
             raise BinacError(f"--{name}-adapter has no adapter_model.safetensors: {folder}")
         from binac_core.files import file_digest
+        from binac_core.stage_io import AdapterRef
 
-        refs[name] = {"name": name, "path": str(Path(folder).resolve()), "digest": file_digest(Path(folder))}
+        refs[name] = AdapterRef(name, str(Path(folder).resolve()), file_digest(Path(folder)))
     return cfg, refs
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from binac_core import benchmarks
+from binac_core.stage_io import Attempt, ScoredBatch
 
 
 def trajectory_rows(
-    meta: dict, step: int, split: str, protocol: str, attempts: list[dict], r0: list[float],
-    feedbacks: list[dict] | None = None, refined: list[dict] | None = None, r1: list[float] | None = None,
-    critic_reward: list[float] | None = None, round_: int = 1, questions: dict[str, str] | None = None,
+    meta: dict, step: int, scored: ScoredBatch, *, split: str, protocol: str, critic_rewards: list[float] | None = None,
+    round_: int = 1, questions: dict[str, str] | None = None,
 ) -> list[dict]:
     """One row per (attempt, feedback); without feedback, one row per attempt. `meta` carries run_id, method,
     preset, seed, benchmark. `questions` (problem id -> question, on a benchmark with a `feedback_analysis`: the
@@ -19,32 +19,33 @@ def trajectory_rows(
     analysis = benchmarks.get(meta["benchmark"]).feedback_analysis if questions is not None else None
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     base = {**meta, "step": step, "split": split, "protocol": protocol, "created_at": now}
-    by_key = {(a["problem_id"], a["sample_idx"]): (a, r) for a, r in zip(attempts, r0, strict=True)}
-    if not feedbacks:
+    scored_attempts = list(zip(scored.attempts, scored.first_rewards, strict=True))
+    if not scored.feedback:
         return [
             {**base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": 0, "round": 0, "feedback": None,
              "refined": None, "refined_reward": None, "critic_reward": None, "feedback_tokens": None,
              "refined_tokens": None, "feedback_step": None}
-            for a, r in zip(attempts, r0, strict=True)
+            for a, r in scored_attempts
         ]
+    by_key = {(a.problem_id, a.sample_idx): (a, r) for a, r in scored_attempts}
     rows = []
-    for i, (f, y1) in enumerate(zip(feedbacks, refined, strict=True)):
-        a, r = by_key[(f["problem_id"], f["sample_idx"])]
+    for i, (f, y1) in enumerate(zip(scored.feedback, scored.refined, strict=True)):
+        a, r = by_key[(f.problem_id, f.sample_idx)]
         rows.append({
-            **base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": f["feedback_idx"], "round": round_,
-            "feedback": f["text"], "refined": y1["text"], "refined_reward": r1[i],
-            "critic_reward": None if critic_reward is None else critic_reward[i],
-            "feedback_tokens": len(f["token_ids"]), "refined_tokens": len(y1["token_ids"]),
-            "feedback_step": analysis.named_step(f["text"]) if analysis is not None else None,
+            **base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": f.feedback_idx, "round": round_,
+            "feedback": f.text, "refined": y1.text, "refined_reward": scored.refined_rewards[i],
+            "critic_reward": None if critic_rewards is None else critic_rewards[i],
+            "feedback_tokens": len(f.token_ids), "refined_tokens": len(y1.token_ids),
+            "feedback_step": analysis.named_step(f.text) if analysis is not None else None,
         })
     return rows
 
 
-def _attempt_cols(a: dict, reward: float, questions: dict[str, str] | None,
+def _attempt_cols(a: Attempt, reward: float, questions: dict[str, str] | None,
                   analysis: benchmarks.FeedbackAnalysis | None) -> dict:
-    first = analysis.first_wrong_step(questions[a["problem_id"]], a["text"]) if analysis is not None else None
+    first = analysis.first_wrong_step(questions[a.problem_id], a.text) if analysis is not None else None
     return {
-        "problem_id": a["problem_id"], "sample_idx": a["sample_idx"], "prompt": a["prompt_text"],
-        "attempt": a["text"], "attempt_reward": reward, "attempt_tokens": len(a["token_ids"]),
+        "problem_id": a.problem_id, "sample_idx": a.sample_idx, "prompt": a.prompt_text,
+        "attempt": a.text, "attempt_reward": reward, "attempt_tokens": len(a.token_ids),
         "first_wrong_step": first,
     }

@@ -21,12 +21,13 @@ from binac_core.episodes import generate_attempts, generate_refinements, sample_
 from binac_core.generation import SamplingParams
 from binac_core.measures import critic_error_measures, zero_adv_frac
 from binac_core.prompts import SELF_CORRECT_FEEDBACK
+from binac_core.stage_io import Attempt
 from binac_core.stats import mean as _mean
 
 SOURCES = ("initial_critic", "oracle", "self_correct")
 
 
-def measure_base(backend, problems: list[dict], group_size: int, gen, seed: int, bounds: bool = True, *,
+def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: int, bounds: bool = True,
                  benchmark: str) -> dict:
     """The rule's statistic and (with `bounds`) the feedback bounds of the base model on `problems` (rows of
     `benchmark`). `gen` is the config's `generation` section (temperature, answer and feedback budgets)."""
@@ -38,11 +39,11 @@ def measure_base(backend, problems: list[dict], group_size: int, gen, seed: int,
 
     by_id = {p["id"]: p for p in problems}
     attempts = generate_attempts(backend, benchmark, problems, None, group_size, params("y0", gen.max_new_tokens))
-    r0 = score(benchmark, by_id, attempts)
+    first_rewards = score(benchmark, by_id, attempts)
     out = {"difficulty": difficulty, "problems": len(problems), "group_size": group_size, "seed": seed,
-           "temperature": gen.temperature, "single": _mean(r0),
-           "all_wrong_frac": 1.0 - _share_of_groups_with_a_success(attempts, r0),
-           "zero_adv_frac": zero_adv_frac([a["problem_id"] for a in attempts], r0)}
+           "temperature": gen.temperature, "single": _mean(first_rewards),
+           "all_wrong_frac": 1.0 - _share_of_groups_with_a_success(attempts, first_rewards),
+           "zero_adv_frac": zero_adv_frac([a.problem_id for a in attempts], first_rewards)}
     if not bounds:
         return out
     feedbacks = {
@@ -55,17 +56,18 @@ def measure_base(backend, problems: list[dict], group_size: int, gen, seed: int,
     for name, fb in feedbacks.items():
         y1 = generate_refinements(backend, benchmark, by_id, attempts, fb, None,
                                   params(f"y1-{name}", gen.max_new_tokens))
-        r1 = score(benchmark, by_id, y1)
-        out[name] = _mean(r1)
-        out[f"{name}_fixed"] = _mean([float(a == 0 and b > 0) for a, b in zip(r0, r1, strict=True)])
-        out[f"{name}_broken"] = _mean([float(a > 0 and b == 0) for a, b in zip(r0, r1, strict=True)])
+        refined_rewards = score(benchmark, by_id, y1)
+        pairs = list(zip(first_rewards, refined_rewards, strict=True))
+        out[name] = _mean(refined_rewards)
+        out[f"{name}_fixed"] = _mean([float(a == 0 and b > 0) for a, b in pairs])
+        out[f"{name}_broken"] = _mean([float(a > 0 and b == 0) for a, b in pairs])
     critic, analysis = feedbacks["initial_critic"], bench.feedback_analysis
     out.update(critic_error_measures([
-        {"attempt_reward": r, "first_wrong_step": analysis.first_wrong_step(by_id[a["problem_id"]]["question"],
-                                                                            a["text"]),
-         "feedback_step": analysis.named_step(c["text"])} for a, r, c in zip(attempts, r0, critic, strict=True)]))
+        {"attempt_reward": r, "first_wrong_step": analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text),
+         "feedback_step": analysis.named_step(c.text)}
+        for a, r, c in zip(attempts, first_rewards, critic, strict=True)]))
     out["critic_agrees_with_oracle"] = _mean([
-        float(c["text"].strip() == bench.oracle_feedback(by_id[a["problem_id"]], a["text"]))
+        float(c.text.strip() == bench.oracle_feedback(by_id[a.problem_id], a.text))
         for a, c in zip(attempts, critic, strict=True)])
     return out
 
@@ -76,8 +78,8 @@ def sparse_difficulty(measured: dict[int, dict], threshold: float) -> int | None
     return hits[0] if hits else None
 
 
-def _share_of_groups_with_a_success(attempts: list[dict], rewards: list[float]) -> float:
+def _share_of_groups_with_a_success(attempts: list[Attempt], rewards: list[float]) -> float:
     solved: dict[str, bool] = {}
     for a, r in zip(attempts, rewards, strict=True):
-        solved[a["problem_id"]] = solved.get(a["problem_id"], False) or r > 0
+        solved[a.problem_id] = solved.get(a.problem_id, False) or r > 0
     return sum(solved.values()) / len(solved)

@@ -167,12 +167,23 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
     }
 
 
-def update_adapter(policy, ref: AdapterRef, samples: list[Sample], passes: int, kl_coef: float,
-                   folder: str | Path) -> tuple[AdapterRef, dict[str, float]]:
-    """One update stage: adapter `ref` trained on `samples` (`policy_update`) and saved into `folder`; returns the
+@dataclass(frozen=True)
+class AdapterUpdate:
+    """What an update stage hands on: the updated adapter and the update's statistics (`policy_update`)."""
+
+    adapter: AdapterRef
+    loss: float
+    kl: float
+    clip_frac: float
+    tokens: float
+
+
+def update_adapter(policy, adapter: AdapterRef, samples: list[Sample], *, passes: int, kl_coef: float,
+                   folder: str | Path) -> AdapterUpdate:
+    """One update stage: `adapter` trained on `samples` (`policy_update`) and saved into `folder`; returns the
     new adapter's reference and the update's statistics. A failure mid-way leaves the in-memory adapter marked
     unsynced (`Policy.begin_update`), so the next stage reloads it from disk."""
-    policy.begin_update(ref)
-    stats = policy_update(policy, ref.name, samples, passes, kl_coef)
+    policy.begin_update(adapter)
+    stats = policy_update(policy, adapter.name, samples, passes, kl_coef)
     return_freed_memory()  # the update's activations and gradients: binac_core/memory.py
-    return policy.save(ref.name, folder), stats
+    return AdapterUpdate(policy.save(adapter.name, folder), **stats)

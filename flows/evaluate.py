@@ -53,8 +53,9 @@ def evaluate(
     try:
         base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
         data = prepare_data(cfg_d, ("eval",))
-        result = evaluate_task(cfg_d, base, data["eval"], refs["actor"], None if fixed else refs["critic"], seed, 0,
-                               str(ws.run_dir(f"eval-{key}")), stages, fixed, source)
+        result = evaluate_task(cfg_d, base, data["eval"], actor=refs["actor"], critic=None if fixed else refs["critic"],
+                               seed=seed, step=0, out_dir=str(ws.run_dir(f"eval-{key}")), protocols=stages,
+                               fixed_feedback=fixed, feedback_source=source)
         metrics = store_eval(meta, 0, result)
         store_eval_exec(meta, 0, result)
         log_metrics(run_id, metrics, 0)

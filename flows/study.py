@@ -19,6 +19,7 @@ from prefect import flow
 from binac_core import tracking
 from binac_core.config import load_config
 from binac_core.errors import BinacError
+from binac_core.files import StageFile
 from binac_core.methods import method_spec
 from binac_core.plans import train_run_key
 from binac_core.provenance import stage_code_digest
@@ -71,15 +72,15 @@ def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
             "complete": complete, "runs": len(runs), "finished": sum(o["finished"] for o in outcome)}
 
 
-def choose_regimes(st: Study, base: dict) -> tuple[dict, dict, list[str]]:
+def choose_regimes(st: Study, base: StageFile) -> tuple[dict, dict, list[str]]:
     """Measure the base at every difficulty a regime needs; apply the rules. Returns (measurements by difficulty,
     difficulty by regime, deviations to report)."""
     wanted = set()
     for r in st.regimes:
         wanted |= {r.difficulty} if r.rule is None else set(range(r.rule.search[0], r.rule.search[1] + 1))
     fixed = {r.difficulty for r in st.regimes if r.rule is None}
-    measured = {d: measure_base_at(st.config(d).model_dump(mode="json"), base, st.group_size, st.measure_seed,
-                                   d in fixed) for d in sorted(wanted)}
+    measured = {d: measure_base_at(st.config(d).model_dump(mode="json"), base, group_size=st.group_size,
+                                   seed=st.measure_seed, bounds=d in fixed) for d in sorted(wanted)}
     difficulties, deviations = {}, []
     for r in st.regimes:
         if r.rule is None:
@@ -100,8 +101,8 @@ def choose_regimes(st: Study, base: dict) -> tuple[dict, dict, list[str]]:
     for r in st.regimes:  # the bounds of every chosen difficulty
         d = difficulties[r.name]
         if "oracle" not in measured[d]:
-            measured[d] = measure_base_at(st.config(d).model_dump(mode="json"), base, st.group_size,
-                                          st.measure_seed, True)
+            measured[d] = measure_base_at(st.config(d).model_dump(mode="json"), base, group_size=st.group_size,
+                                          seed=st.measure_seed, bounds=True)
     return measured, difficulties, deviations
 
 

@@ -87,55 +87,62 @@ def train(
             actor, critic = adapters["actor"], adapters["critic"]
             per_iteration = spec.actor_samples_per_iteration(cfg)
             log_metrics(run_id, {"train/actor_samples": 0}, 0)
-            evals = {0: _evaluate(cfg_d, base, data, actor, critic, seed, 0, str(shared), meta, run_id, method)}
+            evals = {0: _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method, meta=meta,
+                                  seed=seed, step=0, out_dir=str(shared))}
             samples, t_start = 0, time.time()
             eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
                                        per_iteration, cfg.train.eval_at_samples, shared_samples)
             for step in range(1, iterations + 1):
                 t0, graded, out = time.time(), GraderCounts(), str(run_dir / f"step-{step:05d}")
-                batch = sample_batch(cfg_d, data["train"], seed, step, out)
-                attempts = generate_rollouts(cfg_d, base, batch, actor, seed, step, out)
-                r0 = score_rewards(cfg_d, batch, attempts, out, "attempts")
-                feedback = refined = r1 = crew = None
+                at = {"seed": seed, "step": step, "out_dir": out}  # the step's stages: their seed, step and folder
+                batch = sample_batch(cfg_d, data["train"], **at)
+                attempts = generate_rollouts(cfg_d, base, batch=batch, actor=actor, **at)
+                first_rewards = score_rewards(cfg_d, batch, attempts, out_dir=out, name="attempts")
+                feedback = refined = refined_rewards = critic_rewards = None
                 gens = [attempts]
                 if spec.feedback:
                     fixed = SELF_CORRECT_FEEDBACK if spec.feedback == "fixed" else None
-                    feedback = sample_feedback(cfg_d, base, batch, attempts, critic if spec.feedback == "critic" else None,
-                                               fixed, seed, step, out, r0, spec.feedback == "oracle")
-                    refined = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out)
-                    r1 = score_rewards(cfg_d, batch, refined, out, "refined")
+                    feedback = sample_feedback(cfg_d, base, batch=batch, attempts=attempts, first_rewards=first_rewards,
+                                               critic=critic if spec.feedback == "critic" else None, fixed_text=fixed,
+                                               oracle=spec.feedback == "oracle", **at)
+                    refined = refine(cfg_d, base, batch=batch, attempts=attempts, feedback=feedback, actor=actor, **at)
+                    refined_rewards = score_rewards(cfg_d, batch, refined, out_dir=out, name="refined")
                     gens += [feedback, refined]
                 stats = {}
                 if spec.train_actor:
                     two = spec.actor_second_turn
-                    upd = update_actor(cfg_d, base, seed, actor, attempts, r0, out, refined if two else None,
-                                       r1 if two else None)
-                    actor, stats["train/actor_loss"], stats["train/kl"] = upd["adapter"], upd["stats"]["loss"], \
-                        upd["stats"]["kl"]
+                    upd = update_actor(cfg_d, base, seed, actor=actor, attempts=attempts, first_rewards=first_rewards,
+                                       refined=refined if two else None,
+                                       refined_rewards=refined_rewards if two else None, out_dir=out)
+                    actor, stats["train/actor_loss"], stats["train/kl"] = upd.adapter, upd.loss, upd.kl
                 if spec.feedback:
-                    r1_ahead = None
+                    lookahead_rewards = None
                     if spec.lookahead:  # θ⁺ = the actor just updated on this batch
-                        ahead = refine(cfg_d, base, batch, attempts, feedback, actor, seed, step, out, "lookahead")
-                        r1_ahead = score_rewards(cfg_d, batch, ahead, out, "lookahead")
+                        ahead = refine(cfg_d, base, batch=batch, attempts=attempts, feedback=feedback, actor=actor,
+                                       name="lookahead", **at)
+                        lookahead_rewards = score_rewards(cfg_d, batch, ahead, out_dir=out, name="lookahead")
                         gens.append(ahead)
-                    crew = critic_reward(cfg_d, r1, r1_ahead, out, spec.critic_reward)
+                    critic_rewards = critic_reward(cfg_d, refined_rewards, lookahead_rewards, out_dir=out,
+                                                   form=spec.critic_reward)
                 if spec.train_critic:
-                    upd = update_critic(cfg_d, base, seed, critic, feedback, crew, out)
-                    critic, stats["train/critic_loss"] = upd["adapter"], upd["stats"]["loss"]
-                metrics = store_train_step(meta, step, attempts, r0, feedback, refined, r1, crew, batch,
-                                           cfg.train.alpha_shaping)
+                    upd = update_critic(cfg_d, base, seed, critic=critic, feedback=feedback,
+                                        critic_rewards=critic_rewards, out_dir=out)
+                    critic, stats["train/critic_loss"] = upd.adapter, upd.loss
+                metrics = store_train_step(meta, step, attempts=attempts, first_rewards=first_rewards,
+                                           feedback=feedback, refined=refined, refined_rewards=refined_rewards,
+                                           critic_rewards=critic_rewards, batch=batch, alpha=cfg.train.alpha_shaping)
                 samples += per_iteration
-                gen_s = sum(g.get("seconds", 0.0) for g in gens)
+                gen_s = sum(g.seconds for g in gens)
                 metrics.update(stats)
                 metrics.update({f"grader/{k}": v for k, v in graded.since().items()})  # this iteration's grading
                 metrics.update({
                     "train/actor_samples": samples, "perf/step_s": time.time() - t0,
-                    "perf/gen_tokens_per_s": sum(g.get("tokens", 0) for g in gens) / max(gen_s, 1e-9),
+                    "perf/gen_tokens_per_s": sum(g.tokens for g in gens) / max(gen_s, 1e-9),
                 })
                 log_metrics(run_id, metrics, step)
                 if step in eval_at:
-                    evals[step] = _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method,
-                                            samples)
+                    evals[step] = _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method,
+                                            meta=meta, samples=samples, **at)
                 eta = (time.time() - t_start) / step * (iterations - step)
                 acc = f" acc_single {evals[step]['eval/acc_single']:.3f}" if step in evals else ""
                 progress(f"[{method} {cfg.name} seed {seed}] iteration {step}/{iterations}: reward_first "
@@ -161,7 +168,7 @@ def _evals_table(evals: dict[int, dict], per_iteration: int) -> str:
     return "\n".join(lines)
 
 
-def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, method, samples=0) -> dict:
+def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step, out_dir, samples=0) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
@@ -170,11 +177,12 @@ def _evaluate(cfg_d, base, data, actor, critic, seed, step, out, meta, run_id, m
     source = method_feedback_source(method)
     fixed = SELF_CORRECT_FEEDBACK if source == FIXED_INSTRUCTION else None
     oracle = source == ORACLE
-    protocols = training_protocols(meta["benchmark"], fixed)
-    result = evaluate(cfg_d, base, data["eval"], actor, None if fixed or oracle else critic, seed, step, out,
-                      protocols, fixed, source, oracle)
-    metrics = store_eval(meta, step, result, data["eval"])
+    result = evaluate(cfg_d, base, problems, actor=actor, critic=None if fixed or oracle else critic,
+                      protocols=training_protocols(meta["benchmark"], fixed), fixed_feedback=fixed,
+                      feedback_source=source, oracle_feedback=oracle, seed=seed, step=step, out_dir=out_dir)
+    metrics = store_eval(meta, step, result, problems)
     store_eval_exec(meta, step, result)
+    run_id = meta["run_id"]
     log_metrics(run_id, metrics, step)
     # The same numbers again with the cumulative actor samples as the step: MLflow's default chart of
     # eval_at_samples/<metric> then compares methods at equal budgets, not at equal iterations.

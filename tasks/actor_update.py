@@ -3,27 +3,26 @@ with feedback, on refinements scored in their full (x, y0, z) context."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from prefect import task
 
 from binac_core.batches import actor_samples
-from binac_core.files import read_json, read_optional
-from binac_core.generation import adapter_ref
-from binac_core.update import update_adapter
+from binac_core.files import StageFile
+from binac_core.stage_io import AdapterRef, read_scored_batch
+from binac_core.update import AdapterUpdate, update_adapter
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="update-actor", **CACHED)
 def update_actor(
-    cfg_d: dict, base: dict, seed: int, actor: dict, attempts: dict, r0: dict, out_dir: str,
-    refined: dict | None = None, r1: dict | None = None,
-) -> dict:
+    cfg_d: dict, base: StageFile, seed: int, actor: AdapterRef, attempts: StageFile, first_rewards: StageFile,
+    out_dir: str, refined: StageFile | None = None, refined_rewards: StageFile | None = None,
+) -> AdapterUpdate:
+    """`refined` and `refined_rewards` only for methods that train the actor's second turn."""
     train = config(cfg_d).train
     policy, _ = loaded(cfg_d, base, seed)
-    samples = actor_samples(read_json(attempts), read_json(r0), train.scale_rewards, read_optional(refined),
-                            read_optional(r1), train.alpha_shaping)
-    new, stats = update_adapter(policy, adapter_ref(actor), samples, train.t_low, train.kl_coef,
-                                Path(out_dir) / "actor")
-    return {"adapter": asdict(new), "stats": stats}
+    scored = read_scored_batch(attempts, first_rewards, refined=refined, refined_rewards=refined_rewards)
+    samples = actor_samples(scored, train.scale_rewards, train.alpha_shaping)
+    return update_adapter(policy, actor, samples, passes=train.t_low, kl_coef=train.kl_coef,
+                          folder=Path(out_dir) / "actor")

@@ -8,32 +8,34 @@ feedbacks."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from prefect import task
 
 from binac_core.batches import critic_reward_values, feedback_samples
-from binac_core.files import read_json, read_optional, write_json
-from binac_core.generation import adapter_ref
-from binac_core.update import update_adapter
+from binac_core.files import StageFile, read_json, read_optional, write_json
+from binac_core.stage_io import AdapterRef, Feedback, read_records
+from binac_core.update import AdapterUpdate, update_adapter
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="critic-reward", **CACHED)
-def critic_reward(cfg_d: dict, r1: dict, r1_lookahead: dict | None, out_dir: str, form: str = "penalty") -> dict:
+def critic_reward(
+    cfg_d: dict, refined_rewards: StageFile, lookahead_rewards: StageFile | None, out_dir: str, form: str = "penalty"
+) -> StageFile:
     train = config(cfg_d).train
-    rewards = critic_reward_values(form, read_json(r1), read_optional(r1_lookahead), train.lam, train.alpha_shaping)
+    rewards = critic_reward_values(form, read_json(refined_rewards), read_optional(lookahead_rewards), lam=train.lam,
+                                   alpha=train.alpha_shaping)
     return write_json(Path(out_dir) / "critic.rewards.json", rewards)
 
 
 @task(name="update-critic", **CACHED)
 def update_critic(
-    cfg_d: dict, base: dict, seed: int, critic: dict, feedback: dict, rewards: dict, out_dir: str
-) -> dict:
+    cfg_d: dict, base: StageFile, seed: int, critic: AdapterRef, feedback: StageFile, critic_rewards: StageFile,
+    out_dir: str,
+) -> AdapterUpdate:
     train = config(cfg_d).train
     policy, _ = loaded(cfg_d, base, seed)
-    samples = feedback_samples(read_json(feedback), read_json(rewards), train.scale_rewards)
-    new, stats = update_adapter(policy, adapter_ref(critic), samples, train.t_high, train.critic_kl_coef,
-                                Path(out_dir) / "critic")
-    return {"adapter": asdict(new), "stats": stats}
+    samples = feedback_samples(read_records(Feedback, feedback), read_json(critic_rewards), train.scale_rewards)
+    return update_adapter(policy, critic, samples, passes=train.t_high, kl_coef=train.critic_kl_coef,
+                          folder=Path(out_dir) / "critic")

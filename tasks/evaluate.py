@@ -8,28 +8,29 @@ from prefect.cache_policies import NO_CACHE
 
 from binac_core import step_records
 from binac_core.eval_stage import evaluate_to_file
-from binac_core.evaluation import CRITIC_BASE
-from binac_core.files import read_json
-from binac_core.generation import adapter_ref
+from binac_core.evaluation import CRITIC_BASE, read_evaluation
+from binac_core.files import StageFile, read_json
+from binac_core.stage_io import AdapterRef
 from binac_core.workspace import workspace
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="evaluate", **CACHED)
 def evaluate(
-    cfg_d: dict, base: dict, problems: dict, actor: dict | None, critic: dict | None, seed: int, step: int,
-    out_dir: str, protocols: tuple[str, ...] = ("single", "feedback", "gated"), fixed_feedback: str | None = None,
-    feedback_source: str = CRITIC_BASE, oracle_feedback: bool = False,
-) -> dict:
+    cfg_d: dict, base: StageFile, problems: StageFile, actor: AdapterRef | None, critic: AdapterRef | None,
+    seed: int, step: int, out_dir: str, protocols: tuple[str, ...] = ("single", "feedback", "gated"),
+    fixed_feedback: str | None = None, feedback_source: str = CRITIC_BASE, oracle_feedback: bool = False,
+) -> StageFile:
     """`fixed_feedback` (the self-correction text) or `oracle_feedback` (the rule-based oracle) replaces the critic;
     `feedback_source` names where the feedback comes from. All are inputs of the cache key, and so is the protocol
-    list (the `_exec` variants)."""
+    list (the `_exec` variants). Returns the `Evaluation`'s file."""
     _, backend = loaded(cfg_d, base, seed)
-    return evaluate_to_file(backend, config(cfg_d), read_json(problems), adapter_ref(actor), adapter_ref(critic),
-                            seed, step, out_dir, protocols, fixed_feedback, feedback_source, oracle_feedback)
+    return evaluate_to_file(backend, config(cfg_d), read_json(problems), actor=actor, critic=critic, seed=seed,
+                            step=step, out_dir=out_dir, protocols=protocols, fixed_feedback=fixed_feedback,
+                            feedback_source=feedback_source, oracle_feedback=oracle_feedback)
 
 
 @task(name="store-eval-exec", cache_policy=NO_CACHE)
-def store_eval_exec(meta: dict, step: int, result: dict) -> int:
+def store_eval_exec(meta: dict, step: int, result: StageFile) -> int:
     """The execution-assisted protocols' rows (`binac_core.step_records.store_eval_exec`); returns their number."""
-    return step_records.store_eval_exec(workspace(), meta, step, read_json(result))
+    return step_records.store_eval_exec(workspace(), meta, step, read_evaluation(result))

@@ -2,34 +2,34 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from prefect import task
 
 from binac_core.base_model import base_model
-from binac_core.files import write_json
+from binac_core.files import StageFile, write_json
 from binac_core.problems import load_problems
+from binac_core.stage_io import AdapterRef
 from binac_core.workspace import workspace
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="build-base-model", **CACHED)
-def build_base_model(cfg_d: dict) -> dict:
+def build_base_model(cfg_d: dict) -> StageFile:
     """The base model's folder and digest (`binac_core.base_model`): a hub model as it is, the others built once."""
     return base_model(config(cfg_d), workspace())
 
 
 @task(name="prepare-data", **CACHED)
-def prepare_data(cfg_d: dict, splits: tuple[str, ...] = ("train", "eval")) -> dict:
-    """Problems written once per task config: {"train": ref, "eval": ref} (the splits asked for)."""
+def prepare_data(cfg_d: dict, splits: tuple[str, ...] = ("train", "eval")) -> dict[str, StageFile]:
+    """Problems written once per task config: {"train": file, "eval": file} (the splits asked for)."""
     cfg = config(cfg_d)
     folder = workspace().problems_dir(cfg.task.benchmark, cfg.data_digest())
     return {split: write_json(folder / f"{split}.json", load_problems(cfg, split)) for split in splits}
 
 
 @task(name="init-adapters", **CACHED)
-def init_adapters(cfg_d: dict, base: dict, seed: int, out_dir: str) -> dict:
+def init_adapters(cfg_d: dict, base: StageFile, seed: int, out_dir: str) -> dict[str, AdapterRef]:
     """Fresh actor and critic LoRA adapters (seeded; both start as the identity on the base model)."""
     policy, _ = loaded(cfg_d, base, seed)
-    return {name: asdict(policy.save(name, Path(out_dir) / name)) for name in ("actor", "critic")}
+    return {name: policy.save(name, Path(out_dir) / name) for name in ("actor", "critic")}

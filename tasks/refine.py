@@ -8,16 +8,17 @@ from pathlib import Path
 from prefect import task
 
 from binac_core.episodes import generate_refinements, stage_seed
-from binac_core.files import read_json, write_json
-from binac_core.generation import SamplingParams, adapter_ref, generation_perf
+from binac_core.files import StageFile, read_json
+from binac_core.generation import SamplingParams
+from binac_core.stage_io import AdapterRef, Attempt, Feedback, GeneratedFile, read_records, write_generated
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="refine", **CACHED)
 def refine(
-    cfg_d: dict, base: dict, batch: dict, attempts: dict, feedback: dict, actor: dict, seed: int, step: int,
-    out_dir: str, name: str = "refined",
-) -> dict:
+    cfg_d: dict, base: StageFile, batch: StageFile, attempts: StageFile, feedback: StageFile, actor: AdapterRef,
+    seed: int, step: int, out_dir: str, name: str = "refined",
+) -> GeneratedFile:
     """`name` separates the refinements under the current actor θ from the look-ahead ones under θ⁺."""
     cfg = config(cfg_d)
     _, backend = loaded(cfg_d, base, seed)
@@ -25,7 +26,6 @@ def refine(
     params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, stage_seed(seed, step, name))
     problems = {r["id"]: r for r in read_json(batch)}
     t0 = time.time()
-    out = generate_refinements(
-        backend, cfg.task.benchmark, problems, read_json(attempts), read_json(feedback), adapter_ref(actor), params
-    )
-    return write_json(Path(out_dir) / f"{name}.json", out) | generation_perf(out, t0)
+    out = generate_refinements(backend, cfg.task.benchmark, problems, read_records(Attempt, attempts),
+                               read_records(Feedback, feedback), actor, params)
+    return write_generated(Path(out_dir) / f"{name}.json", out, t0)

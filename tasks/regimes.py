@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from prefect import task
 
+from binac_core.files import StageFile
 from binac_core.problems import load_problems
 from binac_core.regimes import measure_base
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="measure-base", **CACHED)
-def measure_base_at(cfg_d: dict, base: dict, group_size: int, seed: int, bounds: bool) -> dict:
+def measure_base_at(cfg_d: dict, base: StageFile, group_size: int, seed: int, bounds: bool) -> dict:
     """`cfg_d` carries the difficulty (`task.difficulty`); the held-out split's `task.n_test` problems are used."""
     cfg = config(cfg_d)
     _, backend = loaded(cfg_d, base, seed)
-    return measure_base(backend, load_problems(cfg, "eval"), group_size, cfg.generation, seed, bounds,
-                        benchmark=cfg.task.benchmark)
+    return measure_base(backend, load_problems(cfg, "eval"), group_size=group_size, gen=cfg.generation, seed=seed,
+                        bounds=bounds, benchmark=cfg.task.benchmark)

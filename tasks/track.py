@@ -9,6 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from binac_core import storage, tracking
+from binac_core.stage_io import AdapterRef
 from binac_core.workspace import workspace
 
 
@@ -30,6 +31,6 @@ def finish_run(run_id: str, status: str = "FINISHED") -> None:
 
 
 @task(name="finalize-run", cache_policy=NO_CACHE)
-def finalize_run(run_id: str, cfg_d: dict, actor: dict, critic: dict) -> None:
+def finalize_run(run_id: str, cfg_d: dict, actor: AdapterRef, critic: AdapterRef) -> None:
     """Artifacts (config, final adapters, a sample of trajectories as a table), then mark the run FINISHED."""
-    tracking.finalize_run(workspace(), run_id, cfg_d, {"actor": actor["path"], "critic": critic["path"]})
+    tracking.finalize_run(workspace(), run_id, cfg_d, {"actor": actor.path, "critic": critic.path})

@@ -22,6 +22,7 @@ from binac_core.grading import grade, grade_batch, grade_with_reason
 from binac_core.plans import plan
 from binac_core.problems import load_problems
 from binac_core.records import trajectory_rows
+from binac_core.stage_io import Attempt, ScoredBatch
 
 WORDS = {"train": ("abc", "bird"), "eval": ("drawer", "stressed", "level")}
 
@@ -94,13 +95,14 @@ def test_a_registered_toy_benchmark_runs_through_the_pipeline(echo):
     model, params = _EchoModel(), SamplingParams(8)
     by_id = {p["id"]: p for p in problems}
     attempts = generate_attempts(model, "echo", problems, None, 2, params)
-    assert [a["text"] for a in attempts] == ["drawer", "drawer", "stressed", "stressed", "level", "level"]
-    r0, errors = score_with_errors("echo", by_id, attempts)
-    assert r0 == [0.0, 0.0, 0.0, 0.0, 1.0, 1.0] and errors is None  # the critic sees no execution result
+    assert [a.text for a in attempts] == ["drawer", "drawer", "stressed", "stressed", "level", "level"]
+    scores = score_with_errors("echo", by_id, attempts)
+    assert scores.rewards == [0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    assert scores.execution_results is None  # the critic sees no execution result
     feedback = sample_feedback(model, "echo", by_id, attempts, None, 1, params)
-    assert model.sent[-1] == "Check: level -> level" and {f["text"] for f in feedback} == {"Write it backwards."}
+    assert model.sent[-1] == "Check: level -> level" and {f.text for f in feedback} == {"Write it backwards."}
     refined = generate_refinements(model, "echo", by_id, attempts, feedback, None, params)
-    assert [y["text"] for y in refined] == ["reward", "reward", "desserts", "desserts", "level", "level"]
+    assert [y.text for y in refined] == ["reward", "reward", "desserts", "desserts", "level", "level"]
     with pytest.raises(BinacError, match="no oracle"):
         sample_feedback(model, "echo", by_id, attempts, None, 1, params, oracle=True)
 
@@ -108,12 +110,14 @@ def test_a_registered_toy_benchmark_runs_through_the_pipeline(echo):
     protocols = training_protocols("echo", None)
     assert protocols == ("single", "feedback", "gated")
     gen = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "feedback_max_new_tokens": 8}
-    res = evaluate_protocols(_EchoModel(), "echo", problems, None, None, 1, gen, 0, 0, protocols)
-    assert res["metrics"] == {"acc_single": pytest.approx(1 / 3), "acc_feedback": 1.0, "acc_gated_k2": 1.0}
+    res = evaluate_protocols(_EchoModel(), "echo", problems, actor=None, critic=None, samples=1, gen=gen, seed=0,
+                             step=0, protocols=protocols)
+    assert res.metrics == {"acc_single": pytest.approx(1 / 3), "acc_feedback": 1.0, "acc_gated_k2": 1.0}
 
     # stored rows: no first-error analysis, so its columns stay empty
     meta = {"run_id": "r", "method": "fixed_critic", "preset": "micro", "seed": 0, "benchmark": "echo"}
-    rows = trajectory_rows(meta, 1, "train", "train", attempts, r0, feedback, refined, [1.0] * 6)
+    scored = ScoredBatch(attempts, scores.rewards, feedback, refined, [1.0] * 6)
+    rows = trajectory_rows(meta, 1, scored, split="train", protocol="train")
     assert [r["refined_reward"] - r["attempt_reward"] for r in rows] == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
     assert all(r["first_wrong_step"] is None and r["feedback_step"] is None for r in rows)
 
@@ -192,11 +196,10 @@ def test_a_study_needs_a_benchmark_whose_regimes_can_be_measured(echo, tmp_path)
 
 def test_the_oracle_writes_the_synthetic_feedback_without_a_model():
     row = {"id": "q", "question": "7+5-3", "answer": "9"}
-    attempts = [{"problem_id": "q", "sample_idx": 0, "text": "7+5=2 2-3=8 A: 8"},
-                {"problem_id": "q", "sample_idx": 1, "text": "7+5=2 2-3=9 A: 9"}]
+    attempts = [Attempt("q", k, "", [], text, [], []) for k, text in enumerate(["7+5=2 2-3=8 A: 8", "7+5=2 2-3=9 A: 9"])]
     fb = sample_feedback(None, "synthetic", {"q": row}, attempts, None, 2, SamplingParams(1), oracle=True)
-    assert [f["text"] for f in fb] == ["Step 2 is wrong."] * 2 + ["Looks correct."] * 2
-    assert all(f["token_ids"] == [] for f in fb)  # nothing trains on it
+    assert [f.text for f in fb] == ["Step 2 is wrong."] * 2 + ["Looks correct."] * 2
+    assert all(f.token_ids == [] for f in fb)  # nothing trains on it
 
 
 def test_the_stage_code_digest_covers_every_benchmark_module():

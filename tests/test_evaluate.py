@@ -78,28 +78,31 @@ def _critic_results(sent: list[str]) -> list[str]:
 def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_shows_it():
     from binac_core.episodes import score_with_errors
     from binac_core.evaluation import evaluate_protocols
+    from binac_core.stage_io import Attempt
 
     rows = _mbpp_rows()
     by_id = {r["id"]: r for r in rows}
-    wrong = [{"problem_id": r["id"], "text": "```python\ndef not_the_function():\n    return 0\n```"} for r in rows]
-    r0, reasons = score_with_errors("mbpp", by_id, wrong)
-    assert r0 == [0.0] * 3 and all(reasons), reasons  # the graded asserts fail, with a reason to show
+    wrong = [Attempt(r["id"], 0, "", [], "```python\ndef not_the_function():\n    return 0\n```", [], []) for r in rows]
+    scores = score_with_errors("mbpp", by_id, wrong)
+    reasons = scores.execution_results
+    assert scores.rewards == [0.0] * 3 and all(reasons), reasons  # the graded asserts fail, with a reason to show
 
     unassisted = _RecordingBackend()
-    res = evaluate_protocols(unassisted, "mbpp", rows, None, None, 1, _GEN, 0, 0, ("single", "feedback", "gated"))
+    res = evaluate_protocols(unassisted, "mbpp", rows, actor=None, critic=None, samples=1, gen=_GEN, seed=0, step=0,
+                             protocols=("single", "feedback", "gated"))
     shown = _critic_results(unassisted.sent)
     assert len(shown) == 3 + 3  # feedback (= gated round 1) and gated round 2
     assert not any(reason in text for reason in reasons for text in shown), shown
-    assert set(res["metrics"]) == {"acc_single", "acc_feedback", "acc_gated_k2"}
+    assert set(res.metrics) == {"acc_single", "acc_feedback", "acc_gated_k2"}
 
     assisted = _RecordingBackend()
-    res = evaluate_protocols(assisted, "mbpp", rows, None, None, 1, _GEN, 0, 0,
-                             ("single", "feedback_exec", "gated_exec"))
+    res = evaluate_protocols(assisted, "mbpp", rows, actor=None, critic=None, samples=1, gen=_GEN, seed=0, step=0,
+                             protocols=("single", "feedback_exec", "gated_exec"))
     shown = _critic_results(assisted.sent)
     assert shown[:3] == reasons  # the execution result of the very asserts that grade the answer
     assert len(shown) == 6 and all(text.strip() and text != "(not run)" for text in shown[3:])  # round 2: y1's result
-    assert set(res["metrics"]) == {"acc_single", "acc_feedback_exec", "acc_gated_exec_k2"}
-    assert res["feedback_exec"]["r1"] == [0.0] * 3
+    assert set(res.metrics) == {"acc_single", "acc_feedback_exec", "acc_gated_exec_k2"}
+    assert res.feedback_exec.refined_rewards == [0.0] * 3
 
 
 def test_exec_protocols_are_refused_without_code_or_without_a_critic():
@@ -121,12 +124,13 @@ def test_fixed_feedback_replaces_the_critic_in_every_feedback_round():
     from binac_core.prompts import CODE_CRITIC, SELF_CORRECT_FEEDBACK
 
     be = _RecordingBackend()
-    res = evaluate_protocols(be, "mbpp", _mbpp_rows(), None, None, 1, _GEN, 0, 0, ("single", "feedback", "gated"),
-                             fixed_feedback=SELF_CORRECT_FEEDBACK, feedback_source=FIXED_INSTRUCTION)
+    res = evaluate_protocols(be, "mbpp", _mbpp_rows(), actor=None, critic=None, samples=1, gen=_GEN, seed=0, step=0,
+                             protocols=("single", "feedback", "gated"), fixed_feedback=SELF_CORRECT_FEEDBACK,
+                             feedback_source=FIXED_INSTRUCTION)
     assert not any(p.startswith(CODE_CRITIC) for p in be.sent)  # no critic was asked
-    texts = [f["text"] for f in res["feedback"]["feedback"]] + [f["text"] for r in res["gated"] for f in r["feedback"]]
+    texts = [f.text for f in res.feedback.feedback] + [f.text for r in res.gated for f in r.feedback]
     assert len(texts) == 3 + 3 + 3 and set(texts) == {SELF_CORRECT_FEEDBACK}  # feedback, gated rounds 1 and 2
-    assert res["feedback_source"] == FIXED_INSTRUCTION
+    assert res.feedback_source == FIXED_INSTRUCTION
 
 
 def test_method_feedback_sources_and_the_report_column(tmp_path):

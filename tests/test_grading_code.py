@@ -105,9 +105,11 @@ def test_reward_and_execution_error_come_from_one_sandbox_run(rows, monkeypatch)
     assert got[1][0] == 0.0 and got[1][1].startswith("test 2 failed: assert not (")
     assert grade_with_reason("gsm8k", {"id": "g", "answer": "4"}, "#### 5") == (0.0, None)  # no reason outside code
     from binac_core.episodes import score_with_errors
+    from binac_core.stage_io import Attempt
 
-    records = [{"problem_id": p, "text": fenced(row["answer"])} for p in ("ok", "broken")]
-    rewards, shown = score_with_errors("mbpp", {"ok": row, "broken": broken}, records)
+    records = [Attempt(p, 0, "", [], fenced(row["answer"]), [], []) for p in ("ok", "broken")]
+    scores = score_with_errors("mbpp", {"ok": row, "broken": broken}, records)
+    rewards, shown = scores.rewards, scores.execution_results
     assert rewards == [1.0, 0.0] and shown[0] == "All tests passed." and shown[1] == got[1][1]
 
 

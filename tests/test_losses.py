@@ -6,6 +6,7 @@ import torch
 
 from binac_core.batches import attempt_samples, feedback_samples, refinement_rewards
 from binac_core.losses import clipped_policy_loss, critic_rewards, group_advantages, k3_kl
+from binac_core.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 
 
 def test_group_advantages_normalise_within_each_group():
@@ -105,14 +106,23 @@ def test_kl_term_adds_beta_times_mean_k3():
     assert math.isclose(float(loss), 0.1 * (0.5 + math.log(2) - 1 + 1 - math.log(2)) / 2, rel_tol=1e-5)
 
 
-def _rec(pid, k, j=0):
-    return {"problem_id": pid, "sample_idx": k, "feedback_idx": j, "prompt_ids": [1], "token_ids": [2], "logprobs": [0.0]}
+def _attempt(pid, k):
+    return Attempt(pid, k, "", [1], "", [2], [0.0])
+
+
+def _refined(pid, k, j):
+    return Refinement(pid, k, j, [1], "", [2], [0.0])
+
+
+def _feedback(pid, k, j):
+    return Feedback(pid, k, j, "", [1], [2], [0.0])
 
 
 def test_shaped_refinement_reward_and_group_keys():
-    attempts = [_rec("a", 0), _rec("a", 1)]
-    refined = [_rec("a", 0, 0), _rec("a", 0, 1), _rec("a", 1, 0), _rec("a", 1, 1)]
-    shaped = refinement_rewards(refined, attempts, [0.0, 1.0], [1.0, 0.0, 1.0, 0.0], alpha=2.0)
+    attempts = [_attempt("a", 0), _attempt("a", 1)]
+    refined = [_refined("a", 0, 0), _refined("a", 0, 1), _refined("a", 1, 0), _refined("a", 1, 1)]
+    scored = ScoredBatch(attempts, [0.0, 1.0], refined=refined, refined_rewards=[1.0, 0.0, 1.0, 0.0])
+    shaped = refinement_rewards(scored, alpha=2.0)
     # r1 + 2 (r1 - r0): attempt 0 had r0 = 0, attempt 1 had r0 = 1
     assert shaped == [3.0, 0.0, 1.0, -2.0]
     s = attempt_samples(attempts, [0.0, 1.0], scale=False)
@@ -120,6 +130,6 @@ def test_shaped_refinement_reward_and_group_keys():
 
 
 def test_feedback_advantages_compare_feedback_on_the_same_attempt_only():
-    fbs = [_rec("a", 0, 0), _rec("a", 0, 1), _rec("a", 1, 0), _rec("a", 1, 1)]
+    fbs = [_feedback("a", 0, 0), _feedback("a", 0, 1), _feedback("a", 1, 0), _feedback("a", 1, 1)]
     s = feedback_samples(fbs, [1.0, 0.0, 1.0, 1.0], scale=False)
     assert [x.advantage for x in s] == [0.5, -0.5, 0.0, 0.0]

@@ -11,6 +11,7 @@ from binac_core.losses import critic_reward_of
 from binac_core.measures import critic_error_measures, critic_signal_frac, zero_adv_frac
 from binac_core.plans import evaluation_steps
 from binac_core.records import trajectory_rows
+from binac_core.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 
 
 def test_zero_adv_frac_counts_groups_whose_rewards_are_all_equal():
@@ -71,10 +72,10 @@ def stored_rows(labelled):
     meta = {"run_id": "r", "method": "m", "preset": "p", "seed": 0, "benchmark": "synthetic"}
     out = []
     for i, (attempt, r0, feedback, _) in enumerate(labelled):
-        a = {"problem_id": "q", "sample_idx": i, "prompt_text": "", "text": attempt, "token_ids": []}
-        f = {"problem_id": "q", "sample_idx": i, "feedback_idx": 0, "text": feedback, "token_ids": []}
-        out += trajectory_rows(meta, 1, "train", "train", [a], [r0], [f], [{"text": "", "token_ids": []}], [0.0],
-                               questions={"q": Q})
+        a = Attempt("q", i, "", [], attempt, [], [])
+        f = Feedback("q", i, 0, feedback, [], [], [])
+        scored = ScoredBatch([a], [r0], [f], [Refinement("q", i, 0, [], "", [], [])], [0.0])
+        out += trajectory_rows(meta, 1, scored, split="train", protocol="train", questions={"q": Q})
     return out
 
 
