@@ -46,14 +46,17 @@ class Sample:
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log softmax(logits / T)[target] for logits [N, V], targets [N] -> [N] (fp32), as gather minus logsumexp:
     no second [N, V] tensor of log-probs."""
-    scaled = logits.float() / (temperature or 1.0)
+    scaled = logits.float()
+    if temperature not in (0, 1):  # x / 1.0 is x: skip the [N, V] copy at T = 1
+        scaled = scaled / temperature
     return scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
 
 
 def chunked_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
                            chunk: int = LOGPROB_CHUNK) -> torch.Tensor:
     """`token_logprobs(head(hidden), targets)` for hidden [N, H], computed `chunk` rows at a time (checkpointed
-    when gradients are on, so no chunk's logits outlive its own forward/backward)."""
+    when gradients are on and there is more than one chunk, so no chunk's logits outlive its own forward/backward;
+    a single chunk's logits are the only ones anyway, and checkpointing it would only recompute the LM head)."""
 
     def piece(h, t):
         return token_logprobs(head(h), t, temperature)
@@ -61,7 +64,7 @@ def chunked_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, te
     out = []
     for s in range(0, hidden.shape[0], chunk):
         h, t = hidden[s : s + chunk], targets[s : s + chunk]
-        if torch.is_grad_enabled() and h.requires_grad:
+        if torch.is_grad_enabled() and h.requires_grad and hidden.shape[0] > chunk:
             out.append(checkpoint(piece, h, t, use_reentrant=False))
         else:
             out.append(piece(h, t))
