@@ -17,6 +17,8 @@ Process-wide state, and why each piece is process-wide (everything else is passe
   seeds it from the call's own generator and restores the state it found afterwards (`torch.random.fork_rng`):
   sampling is reproducible and leaves no trace on the caller's random stream.
 - torch's intra-op thread count (`configure_threads`): a process setting of torch itself.
+- glibc's allocator settings (`binac_core.memory`: large blocks mapped alone, set when a `Policy` loads): a setting
+  of the C library, which has no other scope; it changes memory use, never a value.
 - Caches of pure functions (`functools.cache`/`lru_cache`: source digests in `binac_core.provenance`, benchmark
   files in `binac_core.data`, the sandbox probe) and the math grader's worker pool (`binac_core.grading.math`):
   they hold no result that differs from recomputing it.
