@@ -13,6 +13,10 @@ The parameter `$comparison` selects the runs of one comparison (one MLflow paren
 `binac study`): a query that uses it gets the parent run id, resolved here from what the user gave (`latest`, a
 parent run id or a unique prefix of one, or `all`), and the result says which comparison that was
 (`Result.comparison`).
+
+A query that names `feedback_docs` or `feedback_terms` (sql/feedback_search.sql) gets those views over the
+feedback index (binac_core/feedback_index.py), first brought up to date with the shards written since the last
+query; the index files are immutable, so this takes no lock either.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from pathlib import Path
 
 import duckdb
 
-from binac_core import storage
+from binac_core import feedback_index, storage
 from binac_core.errors import BinacError
 from binac_core.workspace import Workspace
 
+FEEDBACK_INDEX_RE = re.compile(r"\bfeedback_(docs|terms)\b")  # a query that reads the feedback index
 PARAM_RE = re.compile(r"^--\s*@param\s+(\w+)\s*=\s*(.*?)\s*$", re.M)
 COMPARISON = "comparison"  # the parameter that selects one comparison's runs
 RECENT = 3  # how many of the most recent comparisons an unknown comparison id's error lists
@@ -270,6 +275,8 @@ def execute(ws: Workspace, sql: str, params: dict | None = None) -> Result:
     bound = {k: convert(k, values[k], declared.get(k)) for k in order if k in used_names}
     con = connect(ws)
     try:
+        if FEEDBACK_INDEX_RE.search(sql):
+            feedback_index.attach(con, ws)
         comparison = resolve_comparison(con, str(bound[COMPARISON])) if COMPARISON in bound else None
         if comparison:
             bound[COMPARISON] = comparison.id

@@ -1,0 +1,229 @@
+"""The trajectory store: shard ingest (rows/s) and BM25 feedback search at a million rows, old way vs new.
+
+    python -m bench.store [--rows 1000000] [--repeats 3] [--out bench/results.md]
+
+- ingest: `storage.write_shard`'s Parquet write of one shard of 1,024 rows (one tiny-preset step) and of 10,000
+  rows, the old row-by-row `executemany` into DuckDB (kept here, `old_write_rows`) vs the columnar write
+  (`storage._write_rows`); same rows, median of `--repeats`.
+- search: `sql/feedback_search.sql` over a generated store of `--rows` rows in shards of 1,024 (rows shaped like
+  real ones: short critic feedback such as "Step 3 is wrong." or "Looks correct.", and natural-language feedback of
+  10-40 words; 10 % without feedback), through `sqlrun.run` as `binac sql` runs it. Old: the query as it was (an
+  FTS index rebuilt over the selected rows at each query); new: the feedback index beside the shards. The new
+  index is built once by the first query (every shard new to it: reported apart) and then only for shards that
+  land; the timed queries find it current.
+
+The results are the `store` section of the results file, between markers (bench/smol.py's `write_section`
+convention), replaced by the next run; the rest of the file is left as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import shutil
+import statistics
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from binac_core import sqlrun, storage
+from binac_core.files import atomic_path
+from binac_core.workspace import Workspace
+
+REPO = Path(__file__).resolve().parent.parent
+SEARCH = (REPO / "sql" / "feedback_search.sql").read_text()
+OLD_SEARCH_BODY = """CREATE OR REPLACE TEMP TABLE feedback_docs_old AS
+SELECT row_number() OVER () AS doc_id, run_id, method, seed, step, split, protocol, problem_id, sample_idx,
+       feedback_idx, round, feedback, attempt_reward, refined_reward, parent_run_id
+FROM trajectories
+WHERE feedback IS NOT NULL AND method LIKE $method AND split LIKE $split
+  AND ($comparison = 'all' OR parent_run_id = $comparison);
+
+PRAGMA create_fts_index('feedback_docs_old', 'doc_id', 'feedback', overwrite = 1);
+
+SELECT round(score, 4) AS bm25, method, seed, split, protocol, step, problem_id, sample_idx, feedback_idx,
+       feedback, attempt_reward, refined_reward, run_id, parent_run_id AS comparison
+FROM (SELECT *, fts_main_feedback_docs_old.match_bm25(doc_id, $query, conjunctive := $all_words) AS score
+      FROM feedback_docs_old)
+WHERE score IS NOT NULL
+ORDER BY score DESC, run_id, step, problem_id, sample_idx, feedback_idx
+LIMIT $k;
+"""
+OLD_SEARCH = "\n".join(line for line in SEARCH.splitlines() if line.startswith("-- @param")) + "\n" + OLD_SEARCH_BODY
+QUERIES = [{"query": "step wrong"}, {"query": "check the sign of the carry"},
+           {"query": "remainder final answer", "all_words": "1"}]
+SHARD = 1024
+
+WORDS = ("the a step answer sign carry wrong correct check product sum digit remainder multiply add subtract divide "
+         "final result error mistake missing term value should be is was not but then first second third last "
+         "again recompute verify calculation partial row column borrow forgot dropped swapped reversed order "
+         "fraction decimal rounding unit equation variable both sides simplify expand factor constant coefficient "
+         "negative positive zero one two three because since so therefore however also instead try look "
+         "closely here there line reasoning argument claim follows assumption case cases all every some none "
+         "table count total average probability independent event").split()
+
+
+def old_write_rows(path: Path, rows: list[dict]) -> None:
+    """`storage._write_rows` as it was: row by row with `executemany`, then COPY to Parquet."""
+    con = duckdb.connect()
+    try:
+        con.execute(storage.schema_sql())
+        if rows:
+            cols = storage.columns()
+            con.executemany(f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
+                            [[r[c] for c in cols] for r in rows])
+        with atomic_path(path) as tmp:
+            con.execute(f"COPY trajectory_rows TO {storage.sql_string(tmp)} (FORMAT parquet)")
+    finally:
+        con.close()
+
+
+def feedback_text(rnd: random.Random) -> str | None:
+    u = rnd.random()
+    if u < 0.10:
+        return None
+    if u < 0.30:
+        return f"Step {rnd.randint(1, 8)} is wrong."
+    if u < 0.45:
+        return rnd.choice(["Looks correct.", "The answer is correct.", "Correct.", "No mistake found."])
+    n = rnd.randint(10, 40)
+    words = [WORDS[min(int(rnd.paretovariate(0.8)) - 1, len(WORDS) - 1)] if rnd.random() < 0.5
+             else rnd.choice(WORDS) for _ in range(n)]
+    if rnd.random() < 0.5:
+        words[:3] = ["In", "step", str(rnd.randint(1, 8))]
+    return " ".join(words).capitalize() + "."
+
+
+def rows_of(run: int, step: int, n: int, rnd: random.Random) -> list[dict]:
+    method = ("binac", "fixed_critic", "critic_only", "self_correct")[run % 4]
+    when = datetime(2026, 1, 1, run % 24, step % 60)
+    out = []
+    for i in range(n):
+        fb = feedback_text(rnd)
+        out.append({
+            "run_id": f"run{run:04d}", "method": method, "preset": "tiny", "seed": run % 5, "step": step,
+            "split": "train" if i % 8 else "eval", "protocol": "train", "benchmark": "synthetic",
+            "problem_id": f"p{i // 8:05d}", "sample_idx": i % 8, "feedback_idx": 0, "round": 1 if fb else 0,
+            "prompt": f"Compute {rnd.randint(10, 999)} * {rnd.randint(10, 999)} step by step.",
+            "attempt": "Step 1: ... Step 2: ... Answer: 1234", "attempt_reward": float(rnd.random() < 0.5),
+            "feedback": fb, "refined": "Answer: 1234" if fb else None,
+            "refined_reward": float(rnd.random() < 0.6) if fb else None, "critic_reward": None,
+            "attempt_tokens": 40, "feedback_tokens": 12 if fb else None, "refined_tokens": 20 if fb else None,
+            "created_at": when, "first_wrong_step": rnd.choice([None, 1, 2, 3]), "feedback_step": None,
+            "parent_run_id": f"parent{run % 3}"})
+    return out
+
+
+def _time(fn, repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def ingest(repeats: int, tmp: Path, log) -> list[tuple]:
+    rows_out = []
+    for n in (SHARD, 10_000):
+        rows = rows_of(0, 1, n, random.Random(n))
+        old = _time(lambda rows=rows: old_write_rows(tmp / "old.parquet", rows), repeats)
+        new = _time(lambda rows=rows: storage._write_rows(tmp / "new.parquet", rows), repeats)
+        o, w = n / statistics.median(old), n / statistics.median(new)
+        log(f"ingest {n} rows: old {o:,.0f} rows/s, new {w:,.0f} rows/s")
+        rows_out.append((f"trajectory shard write, {n:,} rows (`storage.write_shard`'s Parquet write)",
+                         f"row by row: {o:,.0f} rows/s", f"columnar: {w:,.0f} rows/s",
+                         f"**{w / o:.3g}** [{n / max(new) / (n / min(old)):.3g}–{n / min(new) / (n / max(old)):.3g}] "
+                         "(new / old rows/s)", f"median of {repeats}; per shard: old {statistics.median(old) * 1e3:.0f} ms, "
+                         f"new {statistics.median(new) * 1e3:.1f} ms"))
+    return rows_out
+
+
+def search(total: int, repeats: int, old_repeats: int, tmp: Path, log) -> list[tuple]:
+    ws = Workspace(tmp / "home")
+    rnd = random.Random(0)
+    t0 = time.perf_counter()
+    written, run, step = 0, 0, 0
+    while written < total:
+        n = min(SHARD, total - written)
+        storage.write_shard(ws, f"run{run:04d}", "train", step, rows_of(run, step, n, rnd))
+        written += n
+        step += 1
+        if step == 100:
+            run, step = run + 1, 0
+    write_s = time.perf_counter() - t0
+    shards = sum(1 for _ in ws.shards.glob("*/*.parquet"))
+    log(f"store: {total:,} rows, {shards} shards written in {write_s:.1f} s")
+    t0 = time.perf_counter()
+    sqlrun.run(ws, SEARCH, QUERIES[0])
+    first_s = time.perf_counter() - t0
+    log(f"first query (indexes every shard): {first_s:.1f} s")
+    new = {i: _time(lambda q=q: sqlrun.run(ws, SEARCH, q), repeats) for i, q in enumerate(QUERIES)}
+    storage.write_shard(ws, "late", "train", 0, rows_of(999, 0, SHARD, rnd))
+    landed = _time(lambda: sqlrun.run(ws, SEARCH, QUERIES[0]), 1)[0]
+    log("new: " + ", ".join(f"{statistics.median(v):.3f} s" for v in new.values()) + f"; after a shard lands {landed:.3f} s")
+    old = {i: _time(lambda q=q: sqlrun.run(ws, OLD_SEARCH, q), old_repeats) for i, q in enumerate(QUERIES)}
+    log("old: " + ", ".join(f"{statistics.median(v):.3f} s" for v in old.values()))
+    out = []
+    for i, q in enumerate(QUERIES):
+        o, w = statistics.median(old[i]), statistics.median(new[i])
+        words = q["query"] + (" (all words)" if q.get("all_words") == "1" else "")
+        out.append((f"BM25 feedback search over {total:,} rows (`sql/feedback_search.sql`, query \"{words}\")",
+                    f"FTS index rebuilt per query: {o:.3g} s", f"feedback index: {w:.3g} s",
+                    f"**{o / w:.3g}** [{min(old[i]) / max(new[i]):.3g}–{max(old[i]) / min(new[i]):.3g}] (old / new time)",
+                    f"median of {repeats} new, {old_repeats} old; through `sqlrun.run` like `binac sql`"))
+    out.append((f"feedback index upkeep, {total:,}-row store",
+                f"first query, every shard new: {first_s:.3g} s", f"query after one {SHARD}-row shard landed: {landed:.3g} s",
+                f"**{landed / statistics.median(new[0]):.3g}** (after a shard / current index)",
+                f"{shards} shards written in {write_s:.1f} s ({total / write_s:,.0f} rows/s through `write_shard`); "
+                "a store from before the index pays the first-query cost once"))
+    return out
+
+
+def markdown(rows: list[tuple], args) -> str:
+    lines = ["## `store`: the trajectory store (`python -m bench.store`)", "",
+             f"Measured {datetime.now():%Y-%m-%d} on this machine; {args.rows:,}-row store, shards of {SHARD} rows. "
+             "Shard writes: the old row-by-row `executemany` vs the columnar write (one Arrow table, one INSERT). "
+             "Search: the old `sql/feedback_search.sql` (FTS index rebuilt over every selected row at each query) "
+             "vs the per-shard feedback index merged at query time (same scores: tests/test_feedback_index.py).", "",
+             "| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+_SECTION = re.compile(r"<!-- bench:(?P<key>[\w.-]+) -->\n.*?<!-- /bench:(?P=key) -->\n?", re.DOTALL)
+
+
+def write_section(path: Path, key: str, body: str) -> None:
+    """Put `body` into `path` as the section `key` (as bench/smol.py does, without importing torch)."""
+    old = path.read_text() if path.exists() else ""
+    block = f"<!-- bench:{key} -->\n{body.rstrip()}\n<!-- /bench:{key} -->\n"
+    for m in _SECTION.finditer(old):
+        if m.group("key") == key:
+            path.write_text(old[: m.start()] + block + old[m.end():])
+            return
+    path.write_text((old.rstrip() + "\n\n" if old.strip() else "") + block)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--old-repeats", type=int, default=1, help="repeats of the old search (seconds each)")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="binac-bench-store-"))
+    try:
+        rows = ingest(args.repeats, tmp, print) + search(args.rows, args.repeats, args.old_repeats, tmp, print)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    write_section(args.out, "store", markdown(rows, args))
+    print(f"wrote the store section of {args.out}")
+
+
+if __name__ == "__main__":
+    main()

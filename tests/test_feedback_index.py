@@ -1,0 +1,188 @@
+"""The trajectory store's columnar shard writes and its feedback index (binac_core/feedback_index.py), on small
+stores built here with `storage.write_shard`: rows and types as the row-by-row writer stored them, BM25 scores
+and ranking as DuckDB FTS's `PRAGMA create_fts_index` gives them, an index that follows the shards as they land,
+and a reader that queries while a writer is stopped mid-write (fault points, no sleeps)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from datetime import datetime
+
+import duckdb
+import pytest
+from conftest import REPO
+
+from binac_core import feedback_index, sqlrun, storage
+from binac_core.workspace import Workspace
+
+SEARCH = (REPO / "sql" / "feedback_search.sql").read_text()
+
+# What sql/feedback_search.sql did before the index (an FTS index rebuilt over the selected rows at each query).
+OLD_SEARCH = """
+CREATE OR REPLACE TEMP TABLE feedback_docs_old AS
+SELECT row_number() OVER () AS doc_id, run_id, method, seed, step, split, protocol, problem_id, sample_idx,
+       feedback_idx, round, feedback, attempt_reward, refined_reward, parent_run_id
+FROM trajectories
+WHERE feedback IS NOT NULL AND method LIKE $method AND split LIKE $split
+  AND ($comparison = 'all' OR parent_run_id = $comparison);
+
+PRAGMA create_fts_index('feedback_docs_old', 'doc_id', 'feedback', overwrite = 1);
+
+SELECT score AS bm25, method, seed, split, protocol, step, problem_id, sample_idx, feedback_idx,
+       feedback, attempt_reward, refined_reward, run_id, parent_run_id AS comparison
+FROM (SELECT *, fts_main_feedback_docs_old.match_bm25(doc_id, $query, conjunctive := $all_words) AS score
+      FROM feedback_docs_old)
+WHERE score IS NOT NULL
+ORDER BY score DESC, run_id, step, problem_id, sample_idx, feedback_idx
+LIMIT $k;
+"""
+OLD_PARAMS = "\n".join(line for line in SEARCH.splitlines() if line.startswith("-- @param"))
+UNROUNDED = SEARCH.replace("round(score, 4) AS bm25", "score AS bm25")
+
+TEXTS = ["Step 3 is wrong.", "Looks correct.", "", "The the and of", "Naïve café résumé: step 2's sign is wrong!",
+         "Check the sign in step 2; the carry was dropped before multiplying.", "wrong wrong wrong step",
+         "Steps 1-4 are right, but the final answer forgets the remainder.", "Überprüfe Schritt 3", "12345 ... ???",
+         "The multiplication in step 5 carries incorrectly; recompute the partial products and add them again."]
+
+
+def _row(run_id: str, i: int, feedback, **cols) -> dict:
+    row = {c: None for c in storage.columns()}
+    row.update(run_id=run_id, parent_run_id=None, method="binac", preset="micro", seed=0, step=1, split="train",
+               protocol="train", benchmark="synthetic", problem_id=f"q{i}", sample_idx=i, feedback_idx=0, round=1,
+               prompt="p", attempt="a", attempt_reward=0.0, attempt_tokens=1, feedback=feedback,
+               created_at=datetime(2025, 1, 2, 10, 0, 0))
+    row.update(cols)
+    return row
+
+
+def _store(ws: Workspace, seed: int = 0, runs: int = 3) -> None:
+    rnd = random.Random(seed)
+    words = "step sign carry wrong correct multiply answer remainder check final partial product the a is".split()
+    for r in range(runs):
+        for step in (1, 2):
+            rows = []
+            for i in range(12):
+                text = rnd.choice(TEXTS) if rnd.random() < 0.5 else " ".join(rnd.choices(words, k=rnd.randint(1, 25)))
+                rows.append(_row(f"run{r}", i, None if rnd.random() < 0.1 else text, step=step,
+                                 method=rnd.choice(["binac", "fixed_critic"]), split=rnd.choice(["train", "eval"]),
+                                 parent_run_id=rnd.choice([None, "P1", "P2"])))
+            storage.write_shard(ws, f"run{r}", "train", step, rows)
+
+
+def _old(ws: Workspace, params: dict):
+    return sqlrun.run(ws, OLD_PARAMS + "\n" + OLD_SEARCH, params)
+
+
+def test_columnar_write_stores_the_rows_and_types_of_the_row_by_row_writer(tmp_path):
+    rows = [_row("r", 0, "Step 3 is wrong."),
+            _row("r", 1, None, refined=None, refined_reward=None, critic_reward=None, parent_run_id="P"),
+            _row("r", 2, "", attempt="", prompt="ünïcødé ✓ 漢字", refined="y1", refined_reward=1.0,
+                 attempt_reward=1, feedback_tokens=7, first_wrong_step=None, feedback_step=3),
+            _row("r", 3, "x", attempt_reward=True)]  # cast as DuckDB casts it
+    new, old = tmp_path / "new.parquet", tmp_path / "old.parquet"
+    storage._write_rows(new, rows)
+    con = duckdb.connect()
+    con.execute(storage.schema_sql())
+    cols = storage.columns()
+    con.executemany(f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
+                    [[r[c] for c in cols] for r in rows])
+    con.execute(f"COPY trajectory_rows TO {storage.sql_string(old)} (FORMAT parquet)")
+    describe = "DESCRIBE SELECT * FROM read_parquet(?)"
+    assert con.execute(describe, [str(new)]).fetchall() == con.execute(describe, [str(old)]).fetchall()
+    select = "SELECT * FROM read_parquet(?)"
+    assert con.execute(select, [str(new)]).fetchall() == con.execute(select, [str(old)]).fetchall()
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(new) == pq.read_schema(old)
+    for odd in ([{**r, "created_at": "2025-01-02 10:00:01"} for r in rows],  # text for a timestamp: cast
+                [{**r, "created_at": "2025-01-02 10:00:01"} for r in rows[:2]] + rows[2:]):  # mixed: row by row
+        storage._write_rows(tmp_path / "odd.parquet", odd)
+        assert pq.read_schema(tmp_path / "odd.parquet") == pq.read_schema(old)
+        stored = con.execute("SELECT created_at FROM read_parquet(?)", [str(tmp_path / "odd.parquet")]).fetchall()
+        assert stored == [(datetime.fromisoformat(str(r["created_at"])),) for r in odd]
+    storage._write_rows(tmp_path / "empty.parquet", [])
+    assert pq.read_schema(tmp_path / "empty.parquet") == pq.read_schema(old)
+    with pytest.raises(ValueError, match="lack columns"):
+        storage._write_rows(tmp_path / "bad.parquet", [{"run_id": "r"}])
+    with pytest.raises(duckdb.ConstraintException):  # NOT NULL still checked
+        storage._write_rows(tmp_path / "bad.parquet", [{**rows[0], "attempt": None}])
+    assert not (tmp_path / "bad.parquet").exists() and not list(tmp_path.glob(".bad*"))
+
+
+@pytest.mark.parametrize("params", [
+    {"query": "step wrong"}, {"query": "wrong"}, {"query": "the sign"}, {"query": "café naive"},
+    {"query": "carry multiplying remainder", "k": "50"}, {"query": "step wrong", "all_words": "1"},
+    {"query": "step the wrong", "all_words": "1"}, {"query": "sign", "method": "fixed%", "split": "eval"},
+    {"query": "step answer", "comparison": "P1"}, {"query": "zzz nothing"}, {"query": "step", "k": "1000"}])
+def test_bm25_matches_a_fresh_fts_index(tmp_path, params):
+    ws = Workspace(tmp_path / "home")
+    _store(ws)
+    new = sqlrun.run(ws, UNROUNDED, params)
+    old = _old(ws, params)
+    assert len(new) == len(old)
+    assert new["bm25"].tolist() == pytest.approx(old["bm25"].tolist(), abs=1e-6)
+    key = ["run_id", "step", "problem_id", "sample_idx", "feedback_idx", "feedback"]
+    assert new[key].values.tolist() == old[key].values.tolist()
+    rounded = sqlrun.run(ws, SEARCH, params)
+    assert rounded["bm25"].tolist() == pytest.approx(old["bm25"].round(4).tolist(), abs=1e-9)
+
+
+def test_index_follows_the_shards(tmp_path):
+    ws = Workspace(tmp_path / "home")
+    _store(ws, runs=1)
+    assert sqlrun.run(ws, SEARCH, {"query": "zebra"}).empty
+    indexed = sorted(feedback_index.root(ws).rglob("*.parquet"))
+    storage.write_shard(ws, "late", "train", 7, [_row("late", 0, "a zebra crossed step 2")])
+    hits = sqlrun.run(ws, SEARCH, {"query": "zebras"})
+    assert hits["run_id"].tolist() == ["late"]
+    now = sorted(feedback_index.root(ws).rglob("*.parquet"))
+    assert set(indexed) < set(now) and len(now) == len(indexed) + 2  # only the new shard was indexed
+    storage.write_shard(ws, "late", "train", 7, [_row("late", 0, "no striped animal here")])  # a re-run
+    assert sqlrun.run(ws, SEARCH, {"query": "zebras"}).empty
+    assert sqlrun.run(ws, SEARCH, {"query": "animal"})["run_id"].tolist() == ["late"]
+
+
+def test_shards_without_index_files_are_indexed_on_first_query(tmp_path):
+    ws = Workspace(tmp_path / "home")
+    _store(ws, runs=1)  # written, never queried: no index files yet (as in a store from before the index)
+    assert not feedback_index.root(ws).exists()
+    params = {"query": "step wrong", "k": "100"}
+    assert sqlrun.run(ws, UNROUNDED, params)["bm25"].tolist() == pytest.approx(
+        _old(ws, params)["bm25"].tolist(), abs=1e-6)
+
+
+def test_a_reader_searches_while_a_writer_is_stopped_mid_write(tmp_path):
+    """A writer paused right after its shard is in place (fault point `shard:train@5`): a reader in this process
+    searches (indexing that shard) without waiting on the writer; after the writer resumes and finishes, the
+    next search still sees the shard, once."""
+    home = tmp_path / "home"
+    ws = Workspace(home)
+    _store(ws, runs=1)
+    assert sqlrun.run(ws, SEARCH, {"query": "giraffe"}).empty
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    code = ("import sys; sys.path.insert(0, 'tests');"
+            "from test_feedback_index import _row; from binac_core import storage; "
+            "from binac_core.workspace import Workspace; from pathlib import Path; "
+            f"ws = Workspace(Path({str(home)!r})); "
+            "storage.write_shard(ws, 'w', 'train', 5, [_row('w', 0, 'giraffe step 5')]); "
+            "storage.write_shard(ws, 'w', 'train', 6, [_row('w', 1, 'giraffe step 6')])")
+    env = {**os.environ, "BINAC_FAULT": "shard:train@5:pause", "BINAC_FAULT_DIR": str(faults)}
+    writer = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env)
+    try:
+        paused = faults / "shard:train@5.paused"
+        while not paused.exists():  # the fault point, not a clock, says when
+            assert writer.poll() is None, "the writer ended before its fault point"
+            os.sched_yield()
+        hits = sqlrun.run(ws, SEARCH, {"query": "giraffe"})
+        assert hits["problem_id"].tolist() == ["q0"]
+        (faults / "shard:train@5.resume").touch()
+        assert writer.wait(timeout=120) == 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    hits = sqlrun.run(ws, SEARCH, {"query": "giraffe"})
+    assert sorted(hits["problem_id"].tolist()) == ["q0", "q1"]
