@@ -156,8 +156,13 @@ def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
             "batch 8", median(b8), "batch 64", median(b64), "throughput 64 / 8", paired_ratio(b64, b8)),
         Row("gen_lora", "HFBackend generation, batch 64: adapters disabled vs actor adapter", "tok/s",
             "disabled", median(base), "actor", median(b64), "time per token, actor / disabled",
-            paired_ratio(base, b64), "LoRA overhead (unmerged adapter)"),
+            paired_ratio(base, b64), "LoRA overhead (adapter merged per call, binac_core.decode)"),
     ]
+    if "batch64_actor_generate" in tp:
+        gen = tp["batch64_actor_generate"]
+        rows.append(Row("gen_loop", "HFBackend generation, actor, batch 64: transformers generate vs binac's loop",
+                        "tok/s", "generate", median(gen), "decode", median(b64), "throughput decode / generate",
+                        paired_ratio(b64, gen), "binac_core.decode (issue 12)"))
     if "run_threads" not in tp:
         return rows
     run_thr, alt, n = tp["run_threads"], tp["other_threads"], other_threads(threads)

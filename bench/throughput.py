@@ -1,10 +1,12 @@
-"""Generation throughput of `HFBackend`: batch size 8 vs 64, and the actor LoRA adapter active vs disabled.
+"""Generation throughput of `HFBackend`: batch size 8 vs 64, the actor LoRA adapter active vs disabled, and binac's
+decode loop vs transformers' `generate`.
 
 Measured: generated tokens (completion tokens including the end-of-turn token, as binac counts them) per wall
-second for the same 64 synthetic actor prompts, same sampling parameters, same seed; the three variants run
+second for the same 64 synthetic actor prompts, same sampling parameters, same seed; the four variants run
 interleaved. Batch 8 = eight `generate` calls of 8 prompts, batch 64 = one call. Adapters disabled = the bare base
-model through peft's `disable_adapter()` (the LoRA layers stay wrapped but skip their matmuls), which is what
-binac samples the KL reference and the untrained baselines with. Included: chat-template rendering and decoding
+model through peft's `disable_adapter()` (the lean loop then reads the base weights as they are; with the actor it
+merges the adapter into copies, binac_core/decode.py), which is what binac samples the KL reference and the
+untrained baselines with. The `generate` variant is `HFBackend(lean=False)`, the path of non-Llama models. Included: chat-template rendering and decoding
 (both part of `generate`); not included: model loading.
 
 On the `smol` model (`smol_variants`, bench/smol.py): batch 1 vs 32 vs 64 with the actor adapter, and batch 32 (the
@@ -65,13 +67,15 @@ def _params(cfg: Config) -> SamplingParams:
 
 
 def variants(cfg: Config, policy, actor: AdapterRef, rows: list[dict]) -> dict:
-    """{name: callable}: batch 8 and batch 64 with the actor, batch 64 with adapters disabled (64 prompts)."""
+    """{name: callable}: batch 8 and batch 64 with the actor, batch 64 with adapters disabled, and batch 64 with the
+    actor through transformers' `generate` instead of binac's decode loop (`HFBackend(lean=False)`); 64 prompts."""
     prompts, params = _prompts(rows, PROMPTS), _params(cfg)
     small, large = HFBackend(policy, batch_size=8), HFBackend(policy, batch_size=PROMPTS)
     return {
         "batch8_actor": _variant(small, prompts, actor, params),
         "batch64_actor": _variant(large, prompts, actor, params),
         "batch64_base": _variant(large, prompts, None, params),
+        "batch64_actor_generate": _variant(HFBackend(policy, batch_size=PROMPTS, lean=False), prompts, actor, params),
     }
 
 

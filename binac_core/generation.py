@@ -1,25 +1,32 @@
 """Generation backends: chat prompts + an adapter + sampling parameters in; texts, token ids and log-probs out.
 
 Callers depend only on `GenerationBackend.generate`. Two implementations:
-- `HFBackend` (here): transformers `generate` on the in-process PEFT model; batched, KV cache, left padding,
-  seeded sampling (one torch generator seed per call, so a re-run reproduces the same samples on the same device;
-  transformers' sampler draws from torch's global RNG, which a call seeds from that generator and restores
-  afterwards: `_private_global_rng`).
+- `HFBackend` (here): in-process sampling from the PEFT model; batched, KV cache, left padding, seeded (one torch
+  generator per call seeded with `SamplingParams.seed`, one draw of it seeding each batch, so a re-run reproduces
+  the same samples on the same device). On Llama-architecture float32 models (tiny, micro, smol) it runs binac's
+  own decode loop, `binac_core.decode.sample`: prefill, then one token per step over a preallocated KV cache,
+  the active LoRA adapter merged into copies of the weights, tokens drawn from the batch's own `torch.Generator`
+  (the global RNG is not touched). Issue 12: at the tiny preset's size, transformers' `generate` spent most of its
+  time in per-step Python (peft's wrappers, cache and mask objects, logits processors) and in `torch.multinomial`;
+  the loop is 2.2x its tokens/s at batch 64 with the actor adapter, 3x at batch 8 (bench/throughput.py). Other
+  models (`decode.supports` False) and `HFBackend(lean=False)` use transformers' `generate`, whose sampler draws
+  from torch's global RNG: a call seeds it and restores it afterwards (`_private_global_rng`).
 - `VLLMBackend` (`binac_core.generation_vllm`, GPU only): one vLLM engine with `enable_lora=True` serving the
   actor and critic adapters per request from their checkpoint folders.
 
 Log-probs are those of the sampling distribution, softmax(logits / temperature), which is what the training loss
 recomputes (`binac_core.update.sequence_logprobs`), so the PPO ratio starts at 1 on-policy (up to float rounding:
-generation runs with a KV cache and left padding, training over whole right-padded sequences).
+generation runs with a KV cache, left padding and, in the lean loop, the adapter merged; training over whole
+right-padded sequences with peft's unmerged adapter).
 
-`HFBackend` samples from exactly that distribution whatever the checkpoint ships: each `generate` call runs under
-a generation config built from `SamplingParams` alone (`neutral_generation_config`), with every other logits
-processor off (a shipped `generation_config.json` may set `repetition_penalty`, `top_k`, `min_new_tokens`...), and
-the stored log-probs are read, step by step, from the scores the sampler actually drew from (`_SampledLogprobs`,
-which also applies the temperature). `top_p` must be 1 (the config
-rejects anything else): the loss has no nucleus truncation. Generation stops on every end-of-turn token of the
-model (`eos_token_ids`), and a config whose answer budget does not fit the model's context is refused before any
-generation (`check_context`).
+Both paths sample from exactly that distribution whatever the checkpoint ships. The lean loop knows no other
+setting (`decode._draw`). The `generate` path runs under a generation config built from `SamplingParams` alone
+(`neutral_generation_config`), with every other logits processor off (a shipped `generation_config.json` may set
+`repetition_penalty`, `top_k`, `min_new_tokens`...), and reads the stored log-probs, step by step, from the scores
+the sampler actually drew from (`_SampledLogprobs`, which also applies the temperature). `top_p` must be 1 (the
+config rejects anything else): the loss has no nucleus truncation. Generation stops on every end-of-turn token of
+the model (`eos_token_ids`), and a config whose answer budget does not fit the model's context is refused before
+any generation (`check_context`).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Protocol
 
 import torch
 
+from binac_core import decode
 from binac_core.errors import BinacError
 from binac_core.memory import return_freed_memory
 from binac_core.stage_io import AdapterRef
@@ -97,11 +105,14 @@ class GenerationBackend(Protocol):
 
 
 class HFBackend:
-    """transformers generation over a `binac_core.policy.Policy` (base model + named LoRA adapters)."""
+    """Sampling from a `binac_core.policy.Policy` (base model + named LoRA adapters): binac's decode loop where it
+    supports the model, else transformers' `generate` (module docstring)."""
 
-    def __init__(self, policy, batch_size: int = 64):
+    def __init__(self, policy, batch_size: int = 64, lean: bool = True):
         self.policy = policy
         self.batch_size = batch_size
+        self.lean = lean
+        """Sample with `binac_core.decode` where it supports the model; False: always transformers' `generate`."""
         self.truncated_prompts = 0
         self.context = context_length(policy.model)
         cfg = getattr(policy, "cfg", None)
@@ -126,44 +137,32 @@ class HFBackend:
     def generate(self, prompts, adapter, params):
         out: list[Generation] = []
         gen = torch.Generator().manual_seed(params.seed)
-        with _private_global_rng(), self.policy.using(adapter):
+        with self.policy.using(adapter):
+            lean = self.lean and decode.supports(self.policy.model)
             for start in range(0, len(prompts), self.batch_size):
                 chunk = [self.render(m, params.max_new_tokens) for m in prompts[start : start + self.batch_size]]
-                out.extend(self._generate_ids(chunk, params, gen))
+                out.extend(self._generate_ids(chunk, params, gen, lean))
         return_freed_memory()  # the batches' logits and KV caches: binac_core/memory.py
         return out
 
-    def _generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, gen: torch.Generator):
-        model, tok = self.policy.model, self.policy.tokenizer
-        eos = self.eos_ids
-        pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
-        width = max(len(p) for p in prompt_ids)
-        input_ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(input_ids)
-        for i, p in enumerate(prompt_ids):
-            input_ids[i, width - len(p) :] = torch.tensor(p)
-            mask[i, width - len(p) :] = 1
-        config = neutral_generation_config(params, pad, eos)
-        last = _SampledLogprobs(params.temperature)
-        # transformers' sampler draws from the global torch RNG: seed it from our generator for reproducibility.
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-        # generate() fills every field we leave unset from the model's own generation config: swap in ours.
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-        shipped = inner.generation_config
-        inner.generation_config = config
-        try:
-            res = model.generate(
-                input_ids=input_ids.to(self.policy.device),
-                attention_mask=mask.to(self.policy.device),
-                generation_config=config,
-                logits_processor=[last],
-            )
-        finally:
-            inner.generation_config = shipped
-        new = res.sequences[:, width:]
-        tok_logp = last.logprobs(new).cpu()
-        new = new.cpu()
-        stops = set(eos)
+    def _generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, gen: torch.Generator,
+                      lean: bool = True) -> list[Generation]:
+        """One batch: left-padded prompts, sampled by `binac_core.decode.sample` (`lean`) or transformers'
+        `generate`, each seeded with one draw from the call's generator `gen`; completions cut after their first
+        end-of-turn token and decoded."""
+        tok = self.policy.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
+        input_ids, mask = left_padded(prompt_ids, pad)
+        input_ids, mask = input_ids.to(self.policy.device), mask.to(self.policy.device)
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+        if lean:
+            own = torch.Generator(self.policy.device).manual_seed(seed)
+            res = decode.sample(self.policy.model, input_ids, mask, params.max_new_tokens, params.temperature,
+                                self.eos_ids, own)
+            new, tok_logp = res.tokens.cpu(), res.logprobs.cpu()
+        else:
+            new, tok_logp = self._transformers_generate(input_ids, mask, params, pad, seed)
+        stops = set(self.eos_ids)
         out = []
         for i, p in enumerate(prompt_ids):
             ids = new[i].tolist()
@@ -172,12 +171,44 @@ class HFBackend:
             out.append(Generation(text, p, ids[:n], tok_logp[i, :n].tolist()))
         return out
 
+    def _transformers_generate(self, input_ids, mask, params: SamplingParams, pad: int, seed: int):
+        """(new tokens [B, steps], their log-probs [B, steps]) from transformers' `generate` under the neutral
+        config, its sampler seeded with `seed` through the global RNG (`_private_global_rng`)."""
+        model = self.policy.model
+        config = neutral_generation_config(params, pad, self.eos_ids)
+        last = _SampledLogprobs(params.temperature)
+        # generate() fills every field we leave unset from the model's own generation config: swap in ours.
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        shipped = inner.generation_config
+        inner.generation_config = config
+        try:
+            with _private_global_rng():
+                torch.manual_seed(seed)  # transformers' sampler draws from the global torch RNG
+                res = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
+                                     logits_processor=[last])
+        finally:
+            inner.generation_config = shipped
+        new = res.sequences[:, input_ids.shape[1] :]
+        return new.cpu(), last.logprobs(new).cpu()
+
+
+def left_padded(prompt_ids: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input ids [B, P], attention mask [B, P]) of the prompts, left-padded with `pad` to the longest."""
+    width = max(len(p) for p in prompt_ids)
+    input_ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for i, p in enumerate(prompt_ids):
+        input_ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    return input_ids, mask
+
 
 def _private_global_rng():
     """torch's global RNG state (CPU and every CUDA device), saved on entry and restored on exit.
 
-    transformers' sampler takes no generator: it draws from the global RNG, which `_generate_ids` seeds from the
-    call's own generator. Without the restore a generation would reseed the caller's random stream as a side
+    transformers' sampler takes no generator: it draws from the global RNG, which `_transformers_generate` seeds
+    from a draw of the call's own generator (the lean loop, `binac_core.decode`, draws from a generator of its own
+    and needs none of this). Without the restore a generation would reseed the caller's random stream as a side
     effect (process-wide state: binac_core/runtime.py); with it, the samples are the same and the caller's stream
     is left as it was."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []

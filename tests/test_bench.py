@@ -26,7 +26,7 @@ SMALL = {
 """micro with a 2-step pretraining and 2×2 completions of 8 tokens: the base model builds in seconds."""
 
 ROWS = [
-    "grpo_iter", "binac_save", "gen_batch", "gen_lora", "prefect_miss", "prefect_hit",
+    "grpo_iter", "binac_save", "gen_batch", "gen_lora", "gen_loop", "prefect_miss", "prefect_hit",
     "prefect_flow", "prefect_start", "import", "setup", "first_iter", "rss_peak", "rss_growth",
 ]
 
@@ -59,14 +59,14 @@ def test_bench_table_keeps_rows_when_measurements_fail():
     g = {"binac": [1.0, 2.0], "trl": [], "trl_error": "ValueError: no CPU today", "binac_tokens": [10.0],
          "trl_tokens": [], "save": [0.1], "layout_note": ""}
     rows, notes = grpo_rows(g, cfg)
-    tp = {k: [100.0, 200.0] for k in ("batch8_actor", "batch64_actor", "batch64_base", "run_threads",
-                                      "other_threads")}
+    tp = {k: [100.0, 200.0] for k in ("batch8_actor", "batch64_actor", "batch64_base", "batch64_actor_generate",
+                                      "run_threads", "other_threads")}
     rows += throughput_rows(tp, threads=1)
     rows += prefect_rows({"error": "RuntimeError: Timed out"}, 1.5)
     rows += memory_rows({"error": "exit 1, no result"}, {"import_s": 1.0, "setup_s": 1.0, "first_iter_s": 1.0,
                                                          "rss_before_mib": 100.0, "rss_peak_mib": 150.0})
     keys = [r.key for r in rows]
-    assert keys == ROWS[:4] + ["gen_threads"] + ROWS[4:]
+    assert keys == ROWS[:5] + ["gen_threads"] + ROWS[5:]
     by_key = {r.key: r for r in rows}
     assert by_key["grpo_iter"].b is None and "no CPU today" in by_key["grpo_iter"].note
     assert any("no CPU today" in n for n in notes)

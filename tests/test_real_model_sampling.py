@@ -44,17 +44,29 @@ def _prompts(n=16):
     return [[{"role": "user", "content": f"Solve: {k}+3-{k % 3}"}] for k in range(n)]
 
 
-def test_sampling_ignores_the_shipped_generation_config_and_stops_on_both_end_tokens(loaded, tmp_path, monkeypatch):
-    policy, backend = loaded
-    ref = policy.save("actor", tmp_path / "actor")
+def _spy_sampler(monkeypatch, lean: bool) -> list[torch.Tensor]:
+    """The distributions the sampler draws from, one [B, V] tensor per step: the probabilities handed to
+    `torch.multinomial` (transformers' sampler) or the differences of the cumulative sums handed to
+    `torch.searchsorted` (`binac_core.decode._draw`)."""
     drawn = []
-    real = torch.multinomial
+    name = "searchsorted" if lean else "multinomial"
+    real = getattr(torch, name)
 
     def spy(probs, *a, **k):
-        drawn.append(probs.detach().clone())
+        drawn.append(torch.diff(probs, dim=-1, prepend=probs[:, :1] * 0) if lean else probs.detach().clone())
         return real(probs, *a, **k)
 
-    monkeypatch.setattr(torch, "multinomial", spy)
+    monkeypatch.setattr(torch, name, spy)
+    return drawn
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_sampling_ignores_the_shipped_generation_config_and_stops_on_both_end_tokens(loaded, tmp_path, monkeypatch,
+                                                                                    lean):
+    policy, backend = loaded
+    backend = HFBackend(policy, backend.batch_size, lean=lean)
+    ref = policy.save("actor", tmp_path / "actor")
+    drawn = _spy_sampler(monkeypatch, lean)
     gens = backend.generate(_prompts(), ref, SamplingParams(16, TEMPERATURE, 1.0, seed=3))
     monkeypatch.undo()
     assert drawn, "the sampler never ran"
@@ -82,15 +94,19 @@ def test_sampling_ignores_the_shipped_generation_config_and_stops_on_both_end_to
         assert torch.allclose(logp[i, : len(g.token_ids)], torch.tensor(g.logprobs), atol=RATIO_TOL, rtol=0)
 
 
-def test_sampling_is_seeded_by_its_params_and_leaves_the_global_rng_as_it_found_it(loaded, tmp_path, monkeypatch):
+@pytest.mark.parametrize("lean", [True, False])
+def test_sampling_is_seeded_by_its_params_and_leaves_the_global_rng_as_it_found_it(loaded, tmp_path, monkeypatch,
+                                                                                   lean):
     """transformers' sampler draws from torch's global RNG: a generation seeds it from `SamplingParams.seed` and
     restores it afterwards, so the samples are those of the old, leaking implementation (the restore skipped
-    here) and the caller's random stream goes on as if no generation had run."""
+    here) and the caller's random stream goes on as if no generation had run. The lean loop (`binac_core.decode`)
+    draws from a generator of its own: the same holds without any restore."""
     import contextlib
 
     from binac_core import generation
 
     policy, backend = loaded
+    backend = HFBackend(policy, backend.batch_size, lean=lean)
     ref = policy.save("actor", tmp_path / "actor")
     params = SamplingParams(12, TEMPERATURE, 1.0, seed=5)
     torch.manual_seed(123)
