@@ -5,12 +5,13 @@
 time in per-step Python (peft's LoRA wrappers around every projection, the cache and mask objects, the logits
 processors, the stopping criteria). Here a step is ~30 tensor operations per layer and nothing else.
 
-What it computes is transformers' `LlamaForCausalLM` forward (transformers 5.x `modeling_llama.py`), restated over
-plain tensors:
+What it computes is transformers' `LlamaForCausalLM` forward in eval mode (transformers 5.17 `modeling_llama.py`),
+restated over plain tensors:
 - `LlamaRMSNorm`: x * rsqrt(mean(x^2) + eps) in fp32, times the weight (`_rms_norm`);
-- `LlamaAttention` with its SDPA interface: q/k/v projections, rotary embedding (`apply_rotary_pos_emb`, with the
-  cos/sin table of the model's own `rotary_emb` module, so any static RoPE scaling is the model's), scaled dot
-  product attention with scale head_dim^-0.5 over the cached keys (grouped-query attention: `enable_gqa`), o_proj;
+- `LlamaAttention`: q/k/v projections, rotary embedding (`apply_rotary_pos_emb`, with the cos/sin table of the
+  model's own `rotary_emb` module, so any static RoPE scaling is the model's), softmax(q k^T / sqrt(head_dim) +
+  mask) v over the cached keys (`_attend`: the math of SDPA and of `eager_attention_forward`, grouped-query
+  attention included), o_proj;
 - `LlamaMLP`: down(act(gate(x)) * up(x)), the activation being the config's `hidden_act`;
 - the final norm and the LM head, on the last position only.
 Left padding: pad keys are masked out, and positions count real tokens only (position = number of real tokens
@@ -18,19 +19,21 @@ before it), as `generate` derives `position_ids` from the attention mask; so a r
 unpadded sequence (`binac_core.update.sequence_logprobs`, which runs right-padded from position 0).
 
 The LoRA adapter is merged, per call, into copies of the projection weights (`LinearWeights.of`: base weight +
-peft's `get_delta_weight` of each active adapter; nothing when adapters are disabled). The base weights are never
-modified. q/k/v and gate/up are concatenated into one matrix each (one matmul instead of three / two). Merged and
+peft's `get_delta_weight` of each active adapter; nothing added when adapters are disabled). The base weights are
+never modified. q/k/v and gate/up are concatenated into one matrix each (one matmul instead of three / two), so a
+call holds a copy of the decoder's projection weights (SmolLM2-135M: about 0.4 GB of float32) until it returns. Merged and
 unmerged LoRA differ in float rounding only (W x + s B A x vs (W + s B A) x).
 
 Not supported (`supports` says False and the backend uses transformers' `generate`): other architectures, dtypes
 other than float32 (a bf16 merge would round the adapter into the weights), dynamic/longrope RoPE (their
 frequencies depend on the sequence length), DoRA or merged peft layers, models with a bias on the LM head.
 
-Sampling (`sample`): softmax(logits / T) drawn with `torch.multinomial` from the call's own `torch.Generator` (the
-global RNG is neither read nor moved), T = 0 greedy argmax; the stored log-prob of each token is the log-softmax of
-the distribution it was drawn from. A row stops at its first end-of-turn id; the loop ends when every row has
-stopped or after `max_new_tokens` steps. Finished rows keep being computed (their tokens are discarded), so the
-draws of the other rows, and their random numbers, do not depend on when a row finished.
+Sampling (`sample`): softmax(logits / T) drawn by inverting its cumulative distribution with one uniform number
+per row from the call's own `torch.Generator` (`_draw`; the global RNG is neither read nor moved), T = 0 greedy
+argmax; the stored log-prob of each token is the log-softmax of the distribution it was drawn from. A row stops at
+its first end-of-turn id; the loop ends when every row has stopped or after `max_new_tokens` steps. Finished rows
+keep being computed (their tokens are discarded), so the draws of the other rows, and their random numbers, do not
+depend on when a row finished.
 """
 
 from __future__ import annotations
