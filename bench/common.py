@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,8 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Settings that could not be matched, measurements that failed (with their error text)."""
+    sections: list[str] = field(default_factory=list)
+    """Markdown sections after the table and notes (the pipeline's per-task breakdown)."""
 
 
 def timed(fn: Callable, *args, **kwargs) -> tuple[float, object]:
@@ -196,3 +199,31 @@ def collect(proc: subprocess.Popen, timeout: int = 900) -> dict:
         if line.startswith(CHILD_TAG):
             return json.loads(line[len(CHILD_TAG) :])
     return {"error": f"exit {proc.returncode}, no result: {out[-1500:]}"}
+
+
+# ------------------------------------------------- marked sections of the results file (one writer per section)
+
+
+_SECTION = re.compile(r"<!-- bench:(?P<key>[\w.-]+) -->\n.*?<!-- /bench:(?P=key) -->\n?", re.DOTALL)
+
+
+def marked(key: str, body: str) -> str:
+    return f"<!-- bench:{key} -->\n{body.rstrip()}\n<!-- /bench:{key} -->\n"
+
+
+def write_section(path: Path, key: str, body: str) -> None:
+    """Put `body` into `path` as the section `key`: replacing that section where there is one, else appended."""
+    old = path.read_text() if path.exists() else ""
+    block = marked(key, body)
+    for m in _SECTION.finditer(old):
+        if m.group("key") == key:
+            path.write_text(old[: m.start()] + block + old[m.end() :])
+            return
+    path.write_text((old.rstrip() + "\n\n" if old.strip() else "") + block)
+
+
+def kept_sections(path: Path) -> str:
+    """The marked sections of `path` (what a full rewrite of the file by a micro/tiny run keeps), or ''."""
+    if not path.exists():
+        return ""
+    return "".join("\n" + m.group(0) for m in _SECTION.finditer(path.read_text()))

@@ -8,7 +8,9 @@ What it measures (each module's docstring says exactly what is and is not inside
 2. HFBackend generation throughput, batch 8 vs 64 and actor adapter vs adapters disabled, optionally 1 vs 2
    torch threads (`bench.throughput`);
 3. Prefect's per-call overhead of a cached task vs a plain call, against one GRPO iteration (`bench.orchestration`);
-4. fresh-process import/setup time and peak RSS of one binac vs one TRL iteration (`bench.memory`).
+4. fresh-process import/setup time and peak RSS of one binac vs one TRL iteration (`bench.memory`);
+5. one GRPO iteration inside `binac train` vs the bare loop of 1., and the pipeline's time per task, optionally
+   also on an older checkout's code (`bench.pipeline`, `--before-tree`).
 Ratios, not absolute seconds, are the result: the machines are shared, and seconds move with everyone's load.
 Every variant runs with the same torch thread count: the pipeline's (`BINAC_TORCH_THREADS`, default 1) unless
 `--threads` says otherwise.
@@ -33,10 +35,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Report, Row, collect, load_average, machine, median, paired_ratio, run_child, stop
+from bench.common import (
+    Report,
+    Row,
+    collect,
+    kept_sections,
+    load_average,
+    machine,
+    median,
+    paired_ratio,
+    run_child,
+    stop,
+    write_section,
+)
 
-PIPELINE_TASKS_PER_GRPO_ITERATION = 6
-"""sample-batch, generate-rollouts, score, update-actor, store-train-step, log-metrics (flows/train.py)."""
+PIPELINE_TASKS_PER_GRPO_ITERATION = 4
+"""generate-rollouts, score-rewards, update-actor, store-train-step (flows/train.py)."""
 
 
 CACHE = Path(tempfile.gettempdir()) / "binac-bench"
@@ -81,6 +95,16 @@ def measure_throughput(cfg, binac_loop, repeats: int, compare_threads: bool, log
         log("throughput: thread counts, interleaved")
         out |= interleave(throughput.thread_variants(*args), repeats)
     return out
+
+
+def measure_pipeline(cfg, base_dir: Path, work: Path, threads: int, bare_loop, repeats: int, iterations: int,
+                     before_tree: str | None, log) -> dict | None:
+    """The pipeline-vs-bare-loop comparison (`bench.pipeline`), or None with `iterations` 0."""
+    if not iterations:
+        return None
+    from bench import pipeline
+
+    return pipeline.compare(cfg, base_dir, work, threads, bare_loop, repeats, iterations, log, before_tree)
 
 
 def child_args(cfg, base_dir: Path, work: Path, threads: int) -> list[str]:
@@ -145,6 +169,20 @@ def grpo_rows(g: dict, cfg) -> tuple[list[Row], list[str]]:
     if g["trl_error"]:
         notes.append(f"TRL GRPOTrainer could not be measured: {g['trl_error']}")
     return rows, notes
+
+
+def pipeline_rows(p: dict | None, cfg) -> list[Row]:
+    if p is None:
+        return []
+    t = cfg.train
+    what = (f"pipeline iteration (`binac train`, grpo, B×G = {t.batch_problems}×{t.group_size}: tasks, stage files, "
+            "shard, MLflow, adapter save) vs the bare loop")
+    if "error" in p:
+        return [Row("pipeline_iter", what, "s", "bare loop", None, "pipeline", None, "pipeline / bare loop", None,
+                    f"failed: {p['error'][:300]}")]
+    return [Row("pipeline_iter", what, "s", "bare loop", median(p["bare"]), "pipeline", median(p["pipeline"]),
+                "pipeline / bare loop", paired_ratio(p["pipeline"], p["bare"]),
+                "goal ≤ 1.10 (issue 12); per-task breakdown below")]
 
 
 def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
@@ -238,7 +276,8 @@ def default_threads() -> int:
 
 def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 50, threads: int | None = None,
               memory: bool = True, compare_threads: bool = False, prefect_home: Path | None = None,
-              overlap_children: bool = False, log=None) -> Report:
+              overlap_children: bool = False, pipeline_iterations: int = 12, before_tree: str | None = None,
+              log=None) -> Report:
     """Run every measurement for `cfg` and return the report (rows in table order, notes, machine meta).
 
     `overlap_children` starts the child processes as soon as they can start instead of after the in-process
@@ -268,6 +307,8 @@ def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 
                 early |= start_children(mem)
             g = measure_grpo(cfg, base_dir, Path(tmp), repeats, threads, log)
             tp = measure_throughput(cfg, g["binac_obj"], repeats, compare_threads, log)
+            pipe = measure_pipeline(cfg, base_dir, Path(tmp), threads, g["binac_obj"], repeats, pipeline_iterations,
+                                    before_tree, log)
             ch = {n: collect(p) for n, p in early.items()} if overlap_children else run_children(prefect | mem, log)
     except BaseException:
         for proc in early.values():
@@ -275,7 +316,11 @@ def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 
         raise
     rows, notes = grpo_rows(g, cfg)
     iter_s = median(g["binac"])
-    report.rows = rows + throughput_rows(tp, threads) + prefect_rows(ch["prefect"], iter_s)
+    report.rows = rows + pipeline_rows(pipe, cfg) + throughput_rows(tp, threads) + prefect_rows(ch["prefect"], iter_s)
+    if pipe:
+        from bench.pipeline import markdown as pipeline_markdown
+
+        report.sections.append(pipeline_markdown(pipe, pipeline_iterations, before_tree))
     if memory:
         report.rows += memory_rows(ch["binac"], ch["trl"])
     from bench.grpo import UNMATCHED
@@ -366,7 +411,8 @@ def markdown(report: Report) -> str:
         "",
     ]
     notes = ["## Not matched or not measured", ""] + [f"- {n}" for n in report.notes]
-    return "\n".join(head) + "\n" + table(report.rows) + "\n\n" + "\n".join(notes) + "\n"
+    sections = "".join("\n" + s for s in report.sections)
+    return "\n".join(head) + "\n" + table(report.rows) + "\n\n" + "\n".join(notes) + "\n" + sections
 
 
 # -------------------------------------------------------------------------------------------------- entry point
@@ -381,6 +427,11 @@ def child_main(args) -> None:
             from bench.orchestration import measure
 
             emit(measure(args.calls, args.repeats, Path(args.prefect_home)))
+            return
+        if args.child == "pipeline":
+            from bench.pipeline import child
+
+            emit(child(Path(args.config_json), Path(args.base_dir), args.threads, args.iterations))
             return
         from bench import memory
         from binac_core.config import Config
@@ -412,7 +463,13 @@ def parse_args(argv=None):
     p.add_argument("--no-memory", action="store_true", help="skip the fresh-process import/memory children")
     p.add_argument("--compare-threads", action="store_true",
                    help="also compare generation at 1 vs 2 torch threads (slow on a busy machine)")
-    p.add_argument("--child", choices=["prefect", "binac", "trl", "update"], help=argparse.SUPPRESS)
+    p.add_argument("--pipeline-iterations", type=int, default=12,
+                   help="iterations of each pipeline run of the pipeline-vs-bare-loop row (0: skip the row)")
+    p.add_argument("--before-tree", help="also break a pipeline iteration down on this checkout's code (e.g. a "
+                   "`git worktree` of an older commit), beside this checkout's")
+    p.add_argument("--child", choices=["prefect", "binac", "trl", "update", "pipeline"], help=argparse.SUPPRESS)
+    p.add_argument("--iterations", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--code-tree", help=argparse.SUPPRESS)
     p.add_argument("--config-json", help=argparse.SUPPRESS)
     p.add_argument("--samples-json", help=argparse.SUPPRESS)
     p.add_argument("--variant", help=argparse.SUPPRESS)
@@ -425,6 +482,8 @@ def main(argv=None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.child:
+        if args.code_tree:  # before anything imports binac_core, tasks or flows
+            sys.path.insert(0, str(Path(args.code_tree).resolve()))
         child_main(args)
         return
     from bench import smol
@@ -436,15 +495,16 @@ def main(argv=None) -> None:
         text = smol.markdown(report)
         print(text)
         if args.out != "-":
-            smol.write_section(Path(args.out), cfg.name, text)
+            write_section(Path(args.out), cfg.name, text)
             print(f"written to {args.out} (section {cfg.name})", file=sys.stderr)
         return
     report = run_bench(cfg, args.repeats or DEFAULT_REPEATS, args.base_dir, args.calls, args.threads,
-                       memory=not args.no_memory, compare_threads=args.compare_threads)
+                       memory=not args.no_memory, compare_threads=args.compare_threads,
+                       pipeline_iterations=args.pipeline_iterations, before_tree=args.before_tree)
     text = markdown(report)
     print(text)
     if args.out != "-":
-        Path(args.out).write_text(text + smol.kept_sections(Path(args.out)))
+        Path(args.out).write_text(text + kept_sections(Path(args.out)))
         print(f"written to {args.out}", file=sys.stderr)
 
 

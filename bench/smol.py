@@ -38,7 +38,6 @@ import dataclasses
 import datetime
 import json
 import os
-import re
 import statistics
 import tempfile
 import time
@@ -348,28 +347,3 @@ def markdown(report: Report) -> str:
     ]
     notes = ["### Not matched or not measured (smol)", ""] + [f"- {n}" for n in report.notes]
     return "\n".join(head) + "\n" + table(report.rows) + "\n\n" + "\n".join(notes) + "\n"
-
-
-_SECTION = re.compile(r"<!-- bench:(?P<key>[\w.-]+) -->\n.*?<!-- /bench:(?P=key) -->\n?", re.DOTALL)
-
-
-def marked(key: str, body: str) -> str:
-    return f"<!-- bench:{key} -->\n{body.rstrip()}\n<!-- /bench:{key} -->\n"
-
-
-def write_section(path: Path, key: str, body: str) -> None:
-    """Put `body` into `path` as the section `key`: replacing that section where there is one, else appended."""
-    old = path.read_text() if path.exists() else ""
-    block = marked(key, body)
-    for m in _SECTION.finditer(old):
-        if m.group("key") == key:
-            path.write_text(old[: m.start()] + block + old[m.end() :])
-            return
-    path.write_text((old.rstrip() + "\n\n" if old.strip() else "") + block)
-
-
-def kept_sections(path: Path) -> str:
-    """The marked sections of `path` (what a full rewrite of the file by a micro/tiny run keeps), or ''."""
-    if not path.exists():
-        return ""
-    return "".join("\n" + m.group(0) for m in _SECTION.finditer(path.read_text()))

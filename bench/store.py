@@ -12,15 +12,14 @@
   index is built once by the first query (every shard new to it: reported apart) and then only for shards that
   land; the timed queries find it current.
 
-The results are the `store` section of the results file, between markers (bench/smol.py's `write_section`
-convention), replaced by the next run; the rest of the file is left as it is.
+The results are the `store` section of the results file, between markers (`bench.common.write_section`),
+replaced by the next run; the rest of the file is left as it is.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import re
 import shutil
 import statistics
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import duckdb
 
+from bench.common import write_section
 from binac_core import sqlrun, storage
 from binac_core.files import atomic_path
 from binac_core.workspace import Workspace
@@ -193,20 +193,6 @@ def markdown(rows: list[tuple], args) -> str:
              "| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
-
-
-_SECTION = re.compile(r"<!-- bench:(?P<key>[\w.-]+) -->\n.*?<!-- /bench:(?P=key) -->\n?", re.DOTALL)
-
-
-def write_section(path: Path, key: str, body: str) -> None:
-    """Put `body` into `path` as the section `key` (as bench/smol.py does, without importing torch)."""
-    old = path.read_text() if path.exists() else ""
-    block = f"<!-- bench:{key} -->\n{body.rstrip()}\n<!-- /bench:{key} -->\n"
-    for m in _SECTION.finditer(old):
-        if m.group("key") == key:
-            path.write_text(old[: m.start()] + block + old[m.end():])
-            return
-    path.write_text((old.rstrip() + "\n\n" if old.strip() else "") + block)
 
 
 def main(argv: list[str] | None = None) -> None:

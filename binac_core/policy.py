@@ -11,6 +11,7 @@ different digest, so a resumed or cached run continues from exactly the saved st
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ import torch
 from peft import LoraConfig as PeftLoraConfig
 from peft import get_peft_model, set_peft_model_state_dict
 from peft.utils import get_peft_model_state_dict
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from binac_core.config import Config
@@ -131,19 +132,27 @@ class Policy:
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-{threading.get_ident()}-",
                                     dir=folder.parent))
         try:
-            self.model.save_pretrained(str(tmp), selected_adapters=[name])
-            # peft writes non-default adapters into a sub-folder named after the adapter: flatten it.
-            sub = tmp / name
-            if sub.is_dir():
-                for f in sub.iterdir():
-                    f.replace(tmp / f.name)
-                sub.rmdir()
+            self._write_adapter(name, tmp)
             if name in self.optimizers:
                 torch.save(self.optimizers[name].state_dict(), tmp / "optimizer.pt")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return tmp
+
+    def _write_adapter(self, name: str, folder: Path) -> None:
+        """`adapter_model.safetensors` and `adapter_config.json` of adapter `name`: the two files (same tensors,
+        same metadata, the config in inference mode) that peft's `PeftModel.save_pretrained(selected_adapters=
+        [name])` writes for a LoRA adapter, loadable by `PeftModel.from_pretrained` and vLLM alike. Not written:
+        peft's README model card, whose template rendering was 60 % of a save (issue 12)."""
+        state = get_peft_model_state_dict(self.model, adapter_name=name)
+        save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"),
+                  metadata={"format": "pt"})
+        config = copy.deepcopy(self.model.peft_config[name])
+        config.inference_mode = True
+        if config.base_model_name_or_path is None:
+            config.base_model_name_or_path = self.model.base_model.model.__dict__.get("name_or_path") or None
+        config.save_pretrained(str(folder))
 
     def _publish(self, name: str, tmp: Path, folder: Path) -> AdapterRef:
         """Rename the written `tmp` to `folder`. Where `folder` already exists with the same content (a

@@ -1,12 +1,13 @@
 """Storing every generated sample in the trajectory store and returning the step's metrics, computed from exactly
-the rows stored (`binac_core.step_records`). Not cached: a shard rewrite is idempotent."""
+the rows stored (`binac_core.step_records`). Not cached: a shard rewrite is idempotent, and so is logging a
+metric once per step (`tracking.log_metrics_once`)."""
 
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from binac_core import step_records
+from binac_core import step_records, tracking
 from binac_core.evaluation import read_evaluation
 from binac_core.files import StageFile, read_optional
 from binac_core.stage_io import read_scored_batch
@@ -18,12 +19,19 @@ def store_train_step(
     meta: dict, step: int, attempts: StageFile, first_rewards: StageFile, feedback: StageFile | None = None,
     refined: StageFile | None = None, refined_rewards: StageFile | None = None,
     critic_rewards: StageFile | None = None, batch: StageFile | None = None, alpha: float = 0.0,
+    extra: dict | None = None,
 ) -> dict:
-    """Write the iteration's rows; return its metrics (train/reward_first, train/reward_refined...)."""
+    """Write the iteration's rows, then log its metrics (train/reward_first, train/reward_refined..., and `extra`:
+    the updates' losses, timings) to the run's MLflow run at `step`; return them. Storing and logging are one
+    task, so that the flow can run it beside the next iteration (`flows/train.py`)."""
+    ws = workspace()
     scored = read_scored_batch(attempts, first_rewards, feedback=feedback, refined=refined,
                                refined_rewards=refined_rewards)
-    return step_records.store_train_step(workspace(), meta, step, scored, critic_rewards=read_optional(critic_rewards),
-                                         problems=read_optional(batch), alpha=alpha)
+    metrics = step_records.store_train_step(ws, meta, step, scored, critic_rewards=read_optional(critic_rewards),
+                                            problems=read_optional(batch), alpha=alpha)
+    metrics.update(extra or {})
+    tracking.log_metrics_once(ws, meta["run_id"], metrics, step)
+    return metrics
 
 
 @task(name="store-eval", cache_policy=NO_CACHE)

@@ -26,7 +26,7 @@ SMALL = {
 """micro with a 2-step pretraining and 2×2 completions of 8 tokens: the base model builds in seconds."""
 
 ROWS = [
-    "grpo_iter", "binac_save", "gen_batch", "gen_lora", "gen_loop", "prefect_miss", "prefect_hit",
+    "grpo_iter", "binac_save", "pipeline_iter", "gen_batch", "gen_lora", "gen_loop", "prefect_miss", "prefect_hit",
     "prefect_flow", "prefect_start", "import", "setup", "first_iter", "rss_peak", "rss_growth",
 ]
 
@@ -35,7 +35,7 @@ ROWS = [
 def test_bench_harness_smoke(tmp_path):
     cfg = load_config("micro", SMALL)
     report = run_bench(cfg, repeats=1, base_dir=tmp_path / "base", calls=2,
-                       overlap_children=True, log=lambda msg: None)
+                       overlap_children=True, pipeline_iterations=4, log=lambda msg: None)
 
     assert [r.key for r in report.rows] == ROWS
     failed = {r.key: r.note for r in report.rows if r.a is None}
@@ -44,21 +44,26 @@ def test_bench_harness_smoke(tmp_path):
     assert trl.b is not None, report.notes  # TRL's GRPOTrainer ran (it is in the dev extra)
 
     text = markdown(report)
-    assert text.count("\n| ") == len(ROWS) + 2  # header, separator, one line per row
+    assert text.split("\n## ")[0].count("\n| ") == len(ROWS) + 2  # header, separator, one line per row
     for row in report.rows:
         assert row.what in text
     for field in ("Load average", "Preset `micro`", "repeats", "Not matched"):
         assert field in text
+    # the pipeline's per-task breakdown: every task of a grpo iteration, once per iteration
+    breakdown = text.split("## Where a pipeline iteration goes")[1]
+    for task in ("generate-rollouts", "score-rewards", "update-actor", "store-train-step"):
+        assert f"| {task} | 1 |" in breakdown
 
 
 def test_bench_table_keeps_rows_when_measurements_fail():
     """A failed TRL run, Prefect child or memory child leaves its rows in the table, empty, with the error text."""
-    from bench.run import grpo_rows, memory_rows, prefect_rows, table, throughput_rows
+    from bench.run import grpo_rows, memory_rows, pipeline_rows, prefect_rows, table, throughput_rows
 
     cfg = load_config("micro")
     g = {"binac": [1.0, 2.0], "trl": [], "trl_error": "ValueError: no CPU today", "binac_tokens": [10.0],
          "trl_tokens": [], "save": [0.1], "layout_note": ""}
     rows, notes = grpo_rows(g, cfg)
+    rows += pipeline_rows({"error": "BinacError: no store today"}, cfg)
     tp = {k: [100.0, 200.0] for k in ("batch8_actor", "batch64_actor", "batch64_base", "batch64_actor_generate",
                                       "run_threads", "other_threads")}
     rows += throughput_rows(tp, threads=1)
@@ -66,11 +71,12 @@ def test_bench_table_keeps_rows_when_measurements_fail():
     rows += memory_rows({"error": "exit 1, no result"}, {"import_s": 1.0, "setup_s": 1.0, "first_iter_s": 1.0,
                                                          "rss_before_mib": 100.0, "rss_peak_mib": 150.0})
     keys = [r.key for r in rows]
-    assert keys == ROWS[:5] + ["gen_threads"] + ROWS[5:]
+    assert keys == ROWS[:6] + ["gen_threads"] + ROWS[6:]
     by_key = {r.key: r for r in rows}
     assert by_key["grpo_iter"].b is None and "no CPU today" in by_key["grpo_iter"].note
     assert any("no CPU today" in n for n in notes)
     assert "Timed out" in by_key["prefect_start"].note and by_key["prefect_miss"].b is None
     assert by_key["rss_growth"].b == 50.0 and by_key["rss_growth"].a is None
     assert "binac failed" in by_key["rss_peak"].note
+    assert by_key["pipeline_iter"].b is None and "no store today" in by_key["pipeline_iter"].note
     assert table(rows).count("\n") == len(rows) + 1

@@ -1,0 +1,192 @@
+"""One GRPO iteration inside `binac train` vs binac's bare loop, and where the pipeline's extra time goes.
+
+The pipeline side runs in a child process (`python -m bench.run --child pipeline`), set up as `binac train` sets
+itself up (`flows.cli._env_defaults`: WARNING logging, Prefect's temporary local API, cache records under a fresh
+`$BINAC_HOME`), and calls the train flow with method `grpo` on the bench's base model (a model cache folder that
+links to it) and config, `fresh`, so every stage computes. Everything a user's iteration does is inside: the
+Prefect tasks, stage files, the trajectory shard, MLflow, the adapter save.
+An iteration's time is the time between the progress lines of two consecutive iterations (each printed at the
+end of its iteration). `train.eval_every` is set past the run, so only iteration 0 (before the first line) and
+the last iteration evaluate, and the last interval is left out.
+Per task, the child also times each call from outside (`Task.__call__`: Prefect's engine included) and the task
+function inside; the difference is Prefect's part.
+
+The bare side is `BinacGRPO.iteration()` (`bench.grpo`: generate, grade, policy update, no Prefect, no files, no
+adapter save) in the parent process, same config, base model and torch thread count. Interleaved: per repeat, one
+pipeline child run, then as many bare iterations; the ratio is per repeat (each side the median of its
+iterations). Not measured: a real Prefect server and workers (`make serve`), methods with feedback.
+`tree` runs the pipeline child once more on another checkout's `binac_core`, `tasks` and `flows` (first on
+`sys.path`), e.g. a commit before a change: the same harness, so its stage breakdown is directly comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EVAL_NEVER = 10**6
+"""`train.eval_every` of the pipeline run: no evaluation between iteration 0 and the last."""
+
+
+def preset_file(cfg, work: Path) -> Path:
+    """`cfg` as a preset file for the pipeline child: only the fields that differ from the defaults (what older
+    code, `tree`, also understands when it has no newer fields set), `train.eval_every` past any run."""
+    raw = cfg.model_dump(mode="json", exclude_defaults=True)
+    raw.setdefault("train", {})["eval_every"] = EVAL_NEVER
+    path = work / "pipeline-preset.yaml"
+    path.write_text(json.dumps(raw))  # JSON is YAML
+    return path
+
+
+def child(preset: Path, base_dir: Path, threads: int, iterations: int) -> dict:
+    """Child side: {"iteration_s": [...], "tasks": {name: {"calls", "outer_ms", "inner_ms"}}, "code": where the
+    code came from}; per task, the calls per measured iteration and the medians of those calls."""
+    from binac_core.config import load_config
+
+    with tempfile.TemporaryDirectory(prefix="binac-bench-pipeline-") as tmp:
+        home, models = Path(tmp) / "home", Path(tmp) / "models"
+        models.mkdir()
+        (models / f"base-{load_config(str(preset)).base_digest()}").symlink_to(Path(base_dir).resolve())
+        os.environ.update(BINAC_HOME=str(home), BINAC_MODEL_CACHE=str(models), BINAC_TORCH_THREADS=str(threads))
+        os.environ.pop("PREFECT_API_URL", None)  # the temporary API, as a plain `binac train`
+        from flows.cli import _env_defaults
+
+        _env_defaults()
+        return _run(str(preset), iterations)
+
+
+def _run(preset: str, iterations: int) -> dict:
+    import prefect.tasks
+
+    import flows.train
+
+    ends: list[float] = []
+    progress = flows.train.progress
+
+    def stamped(message: str) -> None:
+        ends.append(time.perf_counter())
+        progress(message)
+
+    flows.train.progress = stamped
+    outer, inner = _instrument(prefect.tasks.Task, flows.train)
+    flows.train.train(preset=preset, method="grpo", steps=iterations, seed=0, fresh=f"bench-{time.time()}")
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)][:-1]  # the last iteration evaluates
+    lo, hi = ends[0], ends[-2]  # the measured iterations: the calls that ended between these two lines
+
+    def window(calls: list[tuple[float, float]]) -> list[float]:
+        return [d for t, d in calls if lo < t <= hi]
+
+    tasks = {}
+    for name in outer:
+        out_s, in_s = window(outer[name]), window(inner.get(name, []))
+        if out_s and in_s:
+            tasks[name] = {"calls": len(out_s) / len(gaps), "outer_ms": 1000 * statistics.median(out_s),
+                           "inner_ms": 1000 * statistics.median(in_s)}
+    return {"iteration_s": gaps, "tasks": tasks, "code": str(Path(flows.train.__file__).parent.parent)}
+
+
+def _instrument(task_cls, flow_module) -> tuple[dict, dict]:
+    """Time every task call from outside and every task function from inside: {name: [(end, seconds)]}."""
+    outer: dict[str, list[tuple[float, float]]] = {}
+    inner: dict[str, list[tuple[float, float]]] = {}
+    call = task_cls.__call__
+
+    def timed_call(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            t1 = time.perf_counter()
+            outer.setdefault(self.name, []).append((t1, t1 - t0))
+
+    task_cls.__call__ = timed_call
+    for obj in vars(flow_module).values():
+        if isinstance(obj, task_cls):
+            obj.fn = _timed_fn(obj.fn, obj.name, inner)
+    return outer, inner
+
+
+def _timed_fn(fn, name: str, inner: dict):
+    import functools
+
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            t1 = time.perf_counter()
+            inner.setdefault(name, []).append((t1, t1 - t0))
+
+    return timed
+
+
+def compare(cfg, base_dir: Path, work: Path, threads: int, bare_loop, repeats: int, iterations: int, log,
+            tree: str | None = None) -> dict:
+    """{"pipeline": [s per repeat], "bare": [...], "tasks": the last child's breakdown, "before": `tree`'s
+    breakdown (one child run of that code, after the interleaved repeats) or None, "error": ...}."""
+    from bench.common import collect, run_child
+
+    args = ["--config-json", str(preset_file(cfg, work)), "--base-dir", str(base_dir), "--threads", str(threads),
+            "--iterations", str(iterations)]
+    out = {"pipeline": [], "bare": [], "tasks": {}, "before": None}
+    for r in range(repeats):
+        log(f"pipeline vs bare loop: repeat {r + 1}/{repeats}")
+        res = collect(run_child("pipeline", args))
+        if "error" in res:
+            return out | {"error": res["error"]}
+        out["pipeline"].append(statistics.median(res["iteration_s"]))
+        out["tasks"] = res["tasks"]
+        out["bare"].append(statistics.median(_bare(bare_loop, iterations)))
+    if tree:
+        log(f"pipeline breakdown of the code in {tree}")
+        res = collect(run_child("pipeline", [*args, "--code-tree", tree]))
+        out["before"] = res if "error" in res else res | {"iteration": statistics.median(res["iteration_s"])}
+    return out
+
+
+def _bare(loop, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        loop.iteration()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def breakdown(tasks: dict) -> list[tuple[str, float, float, float, float]]:
+    """(task, calls per iteration, outside ms, inside ms, Prefect ms) per task of the measured iterations, the
+    task that takes most of an iteration first."""
+    rows = [(name, t["calls"], t["outer_ms"], t["inner_ms"], t["outer_ms"] - t["inner_ms"]) for name, t in tasks.items()]
+    return sorted(rows, key=lambda r: -r[2] * r[1])
+
+
+def markdown(p: dict, iterations: int, tree: str | None) -> str:
+    """The stage breakdown section of the results file (after, and before when `tree` ran)."""
+    lines = ["## Where a pipeline iteration goes (tiny `grpo`, per task, median ms per call)", "",
+             "Outside = the task call with Prefect's engine (`Task.__call__`); inside = the task function; "
+             "Prefect = the difference. The calls of the measured iterations of the last pipeline child of the "
+             f"comparison above ({iterations} iterations a run, the first and the last not measured).", ""]
+    for label, res in (("after (this checkout)", {"tasks": p["tasks"]}), (f"before (code of `{tree}`)", p["before"])):
+        if not res:
+            continue
+        if "error" in res:
+            lines += [f"{label}: failed: {res['error'][:300]}", ""]
+            continue
+        lines += [f"### {label}" + (f": iteration {res['iteration']:.3f} s" if "iteration" in res else ""), "",
+                  "| task | calls per iteration | outside | inside | Prefect |", "| --- | --- | --- | --- | --- |"]
+        for name, per, o, i, e in breakdown(res["tasks"]):
+            lines.append(f"| {name} | {per:.3g} | {o:.1f} | {i:.1f} | {e:.1f} |")
+        total = sum(per * o for _, per, o, _, _ in breakdown(res["tasks"]))
+        lines.append(f"| all tasks of an iteration | | {total:.1f} | | |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit("run through `python -m bench.run` (the pipeline row)")
