@@ -2,7 +2,8 @@
 
 For each trajectory shard `trajectories/<run>/<name>.parquet` the index holds two immutable Parquet files under
 `$BINAC_HOME/feedback_index/<run>/`, named after the shard and its identity (inode, mtime in ns, size), so a
-rewritten shard (a re-run) gets new index files and the old ones are simply no longer read:
+rewritten shard (a re-run) gets new index files and the old ones are no longer read (and deleted an hour later,
+`drop_stale`):
 - `<name>.<id>.docs.parquet`: one row per row of the shard whose feedback is not NULL: the shard (`run/name`),
   the row's position in it, the columns `sql/feedback_search.sql` shows and filters on, and `len`, the number of
   index terms of the feedback;
@@ -23,6 +24,7 @@ modified, so no reader or writer takes a lock, and readers racing to index one s
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import duckdb
@@ -90,8 +92,28 @@ def build(con: duckdb.DuckDBPyConnection, ws: Workspace, shard: Path) -> tuple[P
     return docs, terms
 
 
+STALE_AFTER_S = 3600
+"""Index files no current shard uses are deleted once this old (mtime): far longer than any query that may still
+be reading them, so a reader never loses a file it listed."""
+
+
+def drop_stale(ws: Workspace, current: set[Path], now: float) -> list[Path]:
+    """Delete the index files (and temporary files of killed writers) under the index folder that are not in
+    `current` and older than `STALE_AFTER_S` at time `now`: those of rewritten or deleted shards. Returns them."""
+    dropped = []
+    for path in root(ws).glob("*/*"):
+        try:
+            if path not in current and path.stat().st_mtime < now - STALE_AFTER_S:
+                path.unlink()
+                dropped.append(path)
+        except FileNotFoundError:  # another reader dropped it first
+            continue
+    return dropped
+
+
 def refresh(con: duckdb.DuckDBPyConnection, ws: Workspace) -> tuple[list[Path], list[Path]]:
-    """Index every shard not indexed in its current form; the current docs and terms files."""
+    """Index every shard not indexed in its current form, drop stale index files (`drop_stale`); the current
+    docs and terms files."""
     docs, terms = [], []
     for shard in _shards(ws):
         try:
@@ -102,6 +124,7 @@ def refresh(con: duckdb.DuckDBPyConnection, ws: Workspace) -> tuple[list[Path], 
             continue
         docs.append(d)
         terms.append(t)
+    drop_stale(ws, set(docs) | set(terms), time.time())
     return docs, terms
 
 

@@ -4,6 +4,7 @@ Layout:
     mlflow.db, mlartifacts/      MLflow sqlite store and artifacts (unless MLFLOW_TRACKING_URI is set)
     trajectories/                Parquet shards, one file per (run, split, step): atomic, idempotent writes
     trajectories.duckdb          DuckDB file holding the `trajectories` view over the shards
+    feedback_index/<run>/        full-text index of the shards' feedback, per shard (binac_core/feedback_index.py)
     data/<benchmark>-<digest>/   the problem splits of a task config, one JSON file per split
     models/base-<digest>/        tiny base models built here (shared by every run with the same model config;
                                  `BINAC_MODEL_CACHE` moves them to a folder shared by several workspaces)

@@ -20,27 +20,13 @@ from binac_core.workspace import Workspace
 
 SEARCH = (REPO / "sql" / "feedback_search.sql").read_text()
 
-# What sql/feedback_search.sql did before the index (an FTS index rebuilt over the selected rows at each query).
-OLD_SEARCH = """
-CREATE OR REPLACE TEMP TABLE feedback_docs_old AS
-SELECT row_number() OVER () AS doc_id, run_id, method, seed, step, split, protocol, problem_id, sample_idx,
-       feedback_idx, round, feedback, attempt_reward, refined_reward, parent_run_id
-FROM trajectories
-WHERE feedback IS NOT NULL AND method LIKE $method AND split LIKE $split
-  AND ($comparison = 'all' OR parent_run_id = $comparison);
+if str(REPO) not in sys.path:  # `bench` is a folder of the repository, not an installed package
+    sys.path.insert(0, str(REPO))
+from bench.store import OLD_SEARCH  # noqa: E402  (what the search did before the index: the bench's "old")
 
-PRAGMA create_fts_index('feedback_docs_old', 'doc_id', 'feedback', overwrite = 1);
-
-SELECT score AS bm25, method, seed, split, protocol, step, problem_id, sample_idx, feedback_idx,
-       feedback, attempt_reward, refined_reward, run_id, parent_run_id AS comparison
-FROM (SELECT *, fts_main_feedback_docs_old.match_bm25(doc_id, $query, conjunctive := $all_words) AS score
-      FROM feedback_docs_old)
-WHERE score IS NOT NULL
-ORDER BY score DESC, run_id, step, problem_id, sample_idx, feedback_idx
-LIMIT $k;
-"""
-OLD_PARAMS = "\n".join(line for line in SEARCH.splitlines() if line.startswith("-- @param"))
 UNROUNDED = SEARCH.replace("round(score, 4) AS bm25", "score AS bm25")
+OLD_UNROUNDED = OLD_SEARCH.replace("round(score, 4) AS bm25", "score AS bm25")
+assert UNROUNDED != SEARCH and OLD_UNROUNDED != OLD_SEARCH
 
 TEXTS = ["Step 3 is wrong.", "Looks correct.", "", "The the and of", "Naïve café résumé: step 2's sign is wrong!",
          "Check the sign in step 2; the carry was dropped before multiplying.", "wrong wrong wrong step",
@@ -73,7 +59,7 @@ def _store(ws: Workspace, seed: int = 0, runs: int = 3) -> None:
 
 
 def _old(ws: Workspace, params: dict):
-    return sqlrun.run(ws, OLD_PARAMS + "\n" + OLD_SEARCH, params)
+    return sqlrun.run(ws, OLD_UNROUNDED, params)
 
 
 def test_columnar_write_stores_the_rows_and_types_of_the_row_by_row_writer(tmp_path):
@@ -143,6 +129,29 @@ def test_index_follows_the_shards(tmp_path):
     storage.write_shard(ws, "late", "train", 7, [_row("late", 0, "no striped animal here")])  # a re-run
     assert sqlrun.run(ws, SEARCH, {"query": "zebras"}).empty
     assert sqlrun.run(ws, SEARCH, {"query": "animal"})["run_id"].tolist() == ["late"]
+
+
+def test_index_files_of_rewritten_shards_are_dropped_an_hour_later(tmp_path):
+    """The re-run shard's old index files stay while a query may still read them, and go once they are older than
+    `STALE_AFTER_S` (their mtime set back here; the current files are kept however old)."""
+    ws = Workspace(tmp_path / "home")
+    run_files = lambda: set((feedback_index.root(ws) / "r").iterdir())  # noqa: E731
+    storage.write_shard(ws, "r", "train", 1, [_row("r", 0, "zebra crossing")])
+    sqlrun.run(ws, SEARCH, {"query": "zebra"})
+    old = run_files()
+    storage.write_shard(ws, "r", "train", 1, [_row("r", 0, "giraffe crossing")])  # a re-run
+    assert sqlrun.run(ws, SEARCH, {"query": "giraffe"})["run_id"].tolist() == ["r"]
+    current = run_files() - old
+    assert len(old) == len(current) == 2 and old < run_files()  # docs + terms each; the old ones kept for now
+    leftover = feedback_index.root(ws) / "r" / ".train-step00001.docs.parquet.123.456.tmp"  # a killed indexer's
+    leftover.write_bytes(b"partial")
+    past = feedback_index.STALE_AFTER_S + 60
+    for path in old | current | {leftover}:
+        st = path.stat()
+        os.utime(path, (st.st_atime - past, st.st_mtime - past))
+    assert sqlrun.run(ws, SEARCH, {"query": "giraffe"})["run_id"].tolist() == ["r"]
+    assert sqlrun.run(ws, SEARCH, {"query": "zebra"}).empty
+    assert run_files() == current
 
 
 def test_shards_without_index_files_are_indexed_on_first_query(tmp_path):
