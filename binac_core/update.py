@@ -17,6 +17,8 @@ Log-probs are computed without materialising a [batch, length, vocabulary] tenso
 are sliced to the completion positions before the LM head, which then runs over chunks of `LOGPROB_CHUNK`
 positions, each token's log-prob being its logit minus the logsumexp of its row (`token_logprobs`); with
 gradients on, each chunk is checkpointed (its logits are recomputed in the backward pass instead of kept).
+The training forward computes a LoRA layer through its merged weight where that is cheaper
+(`binac_core.fused_lora`): the same values up to float rounding.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from binac_core.fused_lora import merged_lora_forward
 from binac_core.generation import AdapterRef
 from binac_core.losses import clipped_policy_loss
 from binac_core.memory import return_freed_memory
@@ -143,21 +146,22 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
     params = policy.params(name)
     policy.model.eval()  # no dropout: the same distribution as sampling (module docstring)
     total = {"loss": 0.0, "kl_sum": 0.0, "clip_sum": 0.0, "tokens": 0.0}
-    for _ in range(passes):
-        opt.zero_grad(set_to_none=True)
-        for chunk, ref in zip(chunks, refs, strict=True):
-            logp, mask = sequence_logprobs(policy.model, chunk, pad, temp)
-            old = _pad([s.logprobs for s in chunk], logp.shape[1])
-            adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
-            loss, st = clipped_policy_loss(
-                logp, old, adv, mask, cfg.train.clip_eps, ref, kl_coef, n_tokens=n_tokens
-            )
-            loss.backward()
-            total["loss"] += loss.item()
-            for k in ("kl_sum", "clip_sum", "tokens"):
-                total[k] += st[k]
-        torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
-        opt.step()
+    with merged_lora_forward(policy.model):  # one matmul per LoRA layer where cheaper (binac_core/fused_lora.py)
+        for _ in range(passes):
+            opt.zero_grad(set_to_none=True)
+            for chunk, ref in zip(chunks, refs, strict=True):
+                logp, mask = sequence_logprobs(policy.model, chunk, pad, temp)
+                old = _pad([s.logprobs for s in chunk], logp.shape[1])
+                adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
+                loss, st = clipped_policy_loss(
+                    logp, old, adv, mask, cfg.train.clip_eps, ref, kl_coef, n_tokens=n_tokens
+                )
+                loss.backward()
+                total["loss"] += loss.item()
+                for k in ("kl_sum", "clip_sum", "tokens"):
+                    total[k] += st[k]
+            torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
+            opt.step()
     policy.model.eval()
     for p in policy.model.parameters():
         p.requires_grad_(False)
