@@ -43,7 +43,7 @@ def preset_file(cfg, work: Path) -> Path:
     return path
 
 
-def child(preset: Path, base_dir: Path, threads: int, iterations: int) -> dict:
+def child(preset: Path, base_dir: Path, threads: int, iterations: int, method: str = "grpo") -> dict:
     """Child side: {"iteration_s": [...], "tasks": {name: {"calls", "outer_ms", "inner_ms"}}, "code": where the
     code came from}; per task, the calls per measured iteration and the medians of those calls."""
     from binac_core.config import load_config
@@ -57,10 +57,10 @@ def child(preset: Path, base_dir: Path, threads: int, iterations: int) -> dict:
         from flows.cli import _env_defaults
 
         _env_defaults()
-        return _run(str(preset), iterations)
+        return _run(str(preset), iterations, method)
 
 
-def _run(preset: str, iterations: int) -> dict:
+def _run(preset: str, iterations: int, method: str) -> dict:
     import prefect.tasks
 
     import flows.train
@@ -74,7 +74,7 @@ def _run(preset: str, iterations: int) -> dict:
 
     flows.train.progress = stamped
     outer, inner = _instrument(prefect.tasks.Task, flows.train)
-    flows.train.train(preset=preset, method="grpo", steps=iterations, seed=0, fresh=f"bench-{time.time()}")
+    flows.train.train(preset=preset, method=method, steps=iterations, seed=0, fresh=f"bench-{time.time()}")
     gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)][:-1]  # the last iteration evaluates
     lo, hi = ends[0], ends[-2]  # the measured iterations: the calls that ended between these two lines
 
@@ -128,13 +128,14 @@ def _timed_fn(fn, name: str, inner: dict):
 
 def compare(cfg, base_dir: Path, work: Path, threads: int, bare_loop, repeats: int, iterations: int, log,
             tree: str | None = None) -> dict:
-    """{"pipeline": [s per repeat], "bare": [...], "tasks": the last child's breakdown, "before": `tree`'s
-    breakdown (one child run of that code, after the interleaved repeats) or None, "error": ...}."""
+    """{"pipeline": [s per repeat], "bare": [...], "tasks": the last child's breakdown, "binac": the breakdown of
+    one `binac` run (not compared: the bare loop is GRPO's), "before": `tree`'s breakdown (one child run of that
+    code, after the interleaved repeats) or None, "error": ...}."""
     from bench.common import collect, run_child
 
     args = ["--config-json", str(preset_file(cfg, work)), "--base-dir", str(base_dir), "--threads", str(threads),
             "--iterations", str(iterations)]
-    out = {"pipeline": [], "bare": [], "tasks": {}, "before": None}
+    out = {"pipeline": [], "bare": [], "tasks": {}, "binac": None, "before": None}
     for r in range(repeats):
         log(f"pipeline vs bare loop: repeat {r + 1}/{repeats}")
         res = collect(run_child("pipeline", args))
@@ -143,11 +144,16 @@ def compare(cfg, base_dir: Path, work: Path, threads: int, bare_loop, repeats: i
         out["pipeline"].append(statistics.median(res["iteration_s"]))
         out["tasks"] = res["tasks"]
         out["bare"].append(statistics.median(_bare(bare_loop, iterations)))
+    log("pipeline breakdown of a binac iteration")
+    out["binac"] = _with_median(collect(run_child("pipeline", [*args, "--method", "binac"])))
     if tree:
         log(f"pipeline breakdown of the code in {tree}")
-        res = collect(run_child("pipeline", [*args, "--code-tree", tree]))
-        out["before"] = res if "error" in res else res | {"iteration": statistics.median(res["iteration_s"])}
+        out["before"] = _with_median(collect(run_child("pipeline", [*args, "--code-tree", tree])))
     return out
+
+
+def _with_median(res: dict) -> dict:
+    return res if "error" in res else res | {"iteration": statistics.median(res["iteration_s"])}
 
 
 def _bare(loop, n: int) -> list[float]:
@@ -167,12 +173,15 @@ def breakdown(tasks: dict) -> list[tuple[str, float, float, float, float]]:
 
 
 def markdown(p: dict, iterations: int, tree: str | None) -> str:
-    """The stage breakdown section of the results file (after, and before when `tree` ran)."""
-    lines = ["## Where a pipeline iteration goes (tiny `grpo`, per task, median ms per call)", "",
+    """The stage breakdown section of the results file: grpo (after, and before when `tree` ran), then binac."""
+    lines = ["## Where a pipeline iteration goes (per task, median ms per call)", "",
              "Outside = the task call with Prefect's engine (`Task.__call__`); inside = the task function; "
-             "Prefect = the difference. The calls of the measured iterations of the last pipeline child of the "
-             f"comparison above ({iterations} iterations a run, the first and the last not measured).", ""]
-    for label, res in (("after (this checkout)", {"tasks": p["tasks"]}), (f"before (code of `{tree}`)", p["before"])):
+             "Prefect = the difference. grpo: the calls of the measured iterations of the last pipeline child of the "
+             f"comparison above ({iterations} iterations a run, the first and the last not measured); the other "
+             "runs are one child each, after the comparison, measured alike.", ""]
+    runs = (("grpo, after (this checkout)", {"tasks": p["tasks"], "iteration": statistics.median(p["pipeline"])}),
+            (f"grpo, before (code of `{tree}`)", p["before"]), ("binac, after (this checkout)", p["binac"]))
+    for label, res in runs:
         if not res:
             continue
         if "error" in res:

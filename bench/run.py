@@ -431,7 +431,7 @@ def child_main(args) -> None:
         if args.child == "pipeline":
             from bench.pipeline import child
 
-            emit(child(Path(args.config_json), Path(args.base_dir), args.threads, args.iterations))
+            emit(child(Path(args.config_json), Path(args.base_dir), args.threads, args.iterations, args.method))
             return
         from bench import memory
         from binac_core.config import Config
@@ -469,6 +469,7 @@ def parse_args(argv=None):
                    "`git worktree` of an older commit), beside this checkout's")
     p.add_argument("--child", choices=["prefect", "binac", "trl", "update", "pipeline"], help=argparse.SUPPRESS)
     p.add_argument("--iterations", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--method", default="grpo", help=argparse.SUPPRESS)
     p.add_argument("--code-tree", help=argparse.SUPPRESS)
     p.add_argument("--config-json", help=argparse.SUPPRESS)
     p.add_argument("--samples-json", help=argparse.SUPPRESS)

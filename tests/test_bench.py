@@ -50,9 +50,11 @@ def test_bench_harness_smoke(tmp_path):
     for field in ("Load average", "Preset `micro`", "repeats", "Not matched"):
         assert field in text
     # the pipeline's per-task breakdown: every task of a grpo iteration, once per iteration
-    breakdown = text.split("## Where a pipeline iteration goes")[1]
+    grpo, binac = text.split("## Where a pipeline iteration goes")[1].split("### binac")
     for task in ("generate-rollouts", "score-rewards", "update-actor", "store-train-step"):
-        assert f"| {task} | 1 |" in breakdown
+        assert f"| {task} | 1 |" in grpo and f"| {task} | " in binac
+    for task in ("sample-feedback", "refine", "update-critic"):
+        assert f"| {task} | " in binac
 
 
 def test_bench_table_keeps_rows_when_measurements_fail():
