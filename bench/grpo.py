@@ -152,8 +152,9 @@ class Probe:
         trainer.accelerator.clip_grad_norm_ = self.wrap("optimizer", trainer.accelerator.clip_grad_norm_)
 
     def hook_binac(self, loop: BinacGRPO) -> None:
-        model = loop.policy.model
-        model.generate = self.wrap("generate", model.generate)
+        """binac's generation: its backend's per-batch sampling (`HFBackend._generate_ids`), whichever path
+        (`decode.sample` or transformers' `generate`) it takes."""
+        loop.backend._generate_ids = self.wrap("generate", loop.backend._generate_ids)
 
 
 class BinacGRPO:

@@ -274,7 +274,7 @@ def throughput_rows(tp: dict[str, list[float]]) -> list[Row]:
             f"batch 64 / batch 32: {_fmt(r64_32[0]) if r64_32 else '–'}"),
         Row("gen_lora", "HFBackend generation, batch 32: adapters disabled vs actor adapter", "tok/s",
             "disabled", median(base), "actor", median(b32), "time per token, actor / disabled",
-            paired_ratio(base, b32), "LoRA overhead (unmerged adapter, 7 target modules × 30 layers)"),
+            paired_ratio(base, b32), "LoRA overhead (7 target modules × 30 layers, merged per call: binac_core.decode)"),
     ]
 
 
