@@ -189,9 +189,10 @@ def markdown(p: dict, iterations: int, tree: str | None) -> str:
             continue
         lines += [f"### {label}" + (f": iteration {res['iteration']:.3f} s" if "iteration" in res else ""), "",
                   "| task | calls per iteration | outside | inside | Prefect |", "| --- | --- | --- | --- | --- |"]
-        for name, per, o, i, e in breakdown(res["tasks"]):
+        rows = breakdown(res["tasks"])
+        for name, per, o, i, e in rows:
             lines.append(f"| {name} | {per:.3g} | {o:.1f} | {i:.1f} | {e:.1f} |")
-        total = sum(per * o for _, per, o, _, _ in breakdown(res["tasks"]))
+        total = sum(per * o for _, per, o, _, _ in rows)
         lines.append(f"| all tasks of an iteration | | {total:.1f} | | |")
         lines.append("")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 
 from binac_core import benchmarks
 from binac_core.errors import BinacError
@@ -24,7 +25,7 @@ def stage_seed(*parts) -> int:
     return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:8], 16)
 
 
-def sample_problems(rows: list[dict], n: int, seed: int, step: int) -> list[dict]:
+def sample_problems(rows: Sequence[dict], n: int, seed: int, step: int) -> list[dict]:
     """n problems for this iteration: a fresh permutation per epoch, deterministic in (seed, step)."""
     per_epoch = max(len(rows) // n, 1)
     epoch, offset = divmod(step, per_epoch)

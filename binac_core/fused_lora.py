@@ -10,7 +10,8 @@ batches (the tiny preset: a policy update ~17 % faster, issue 12), not for a 135
 which keeps peft's forward. So does every module with another layout (fan-in-fan-out weights), a LoRA variant
 (DoRA...), several active adapters, adapters disabled (the KL reference pass) or another dtype.
 
-Not used for generation: `binac_core.decode` merges once per call, without gradients.
+The merge is the decode loop's (`decode.LinearWeights.of`: the base weight plus peft's `get_delta_weight`); there
+it runs once per batch without gradients, here once per forward with them.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import types
 from collections.abc import Iterator
 
 import torch
-import torch.nn.functional as F
 from peft.tuners.lora.layer import Linear as LoraLinear
+
+from binac_core.decode import LinearWeights
 
 
 @contextlib.contextmanager
@@ -42,10 +44,7 @@ def merged_forward(self: LoraLinear, x: torch.Tensor, *args, **kwargs) -> torch.
     """x (W + s · B A)ᵀ + bias for the one active adapter, when `mergeable`; else peft's forward."""
     if args or kwargs or not mergeable(self, x):
         return LoraLinear.forward(self, x, *args, **kwargs)
-    name = self.active_adapters[0]
-    base = self.base_layer
-    weight = torch.addmm(base.weight, self.lora_B[name].weight, self.lora_A[name].weight, alpha=self.scaling[name])
-    return F.linear(x, weight, base.bias)
+    return LinearWeights.of(self)(x)  # base + peft's `get_delta_weight`: the merge the decode loop makes
 
 
 def mergeable(layer: LoraLinear, x: torch.Tensor) -> bool:

@@ -22,7 +22,7 @@ def generate_rollouts(
     """(`batch.json`, `attempts.json`): the iteration's `batch_problems` problems drawn from the train split
     (`sample_problems`, deterministic in seed and step) and `group_size` attempts at each."""
     cfg = config(cfg_d)
-    problems = [dict(r) for r in sample_problems(list(_split_rows(train)), cfg.train.batch_problems, seed, step)]
+    problems = [dict(r) for r in sample_problems(_split_rows(train), cfg.train.batch_problems, seed, step)]
     batch = write_json(Path(out_dir) / "batch.json", problems)
     _, backend = loaded(cfg_d, base, seed)
     g = cfg.generation
