@@ -114,6 +114,7 @@ def rows_of(run: int, step: int, n: int, rnd: random.Random) -> list[dict]:
             "refined_reward": float(rnd.random() < 0.6) if fb else None, "critic_reward": None,
             "attempt_tokens": 40, "feedback_tokens": 12 if fb else None, "refined_tokens": 20 if fb else None,
             "created_at": when, "first_wrong_step": rnd.choice([None, 1, 2, 3]), "feedback_step": None,
+            "feedback_approves": None, "actor_samples": step * 16, "generated_samples": step * 48,
             "parent_run_id": f"parent{run % 3}"})
     return out
 

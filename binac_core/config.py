@@ -74,6 +74,9 @@ class TaskConfig(_Section):
     """Synthetic only: `compact` prompts (`Solve: 7+5-3`), the format the tiny models are pretrained on; `instruct`
     prompts that state the rules and the answer format in words, for an instruction-tuned model that has never
     seen the task (the `smol` presets)."""
+    modulus: Literal[10, 100] = 10
+    """Synthetic only: the answer space. 10: one-digit values (`7+5=2`), a guess is right 10 % of the time;
+    100: two-digit values with a leading zero (`07+5=12`), a guess is right 1 % of the time (`study2`)."""
     n_train: int = Field(4000, gt=0)
     """Synthetic only: training problems generated."""
     n_test: int = Field(200, gt=0)
@@ -85,7 +88,12 @@ class TaskConfig(_Section):
     critic_helpful_rate: float = Field(0.4, ge=0, le=1)
     """Synthetic teacher: fraction of critiques in pretraining data that point at the real first error."""
     critic_misleading_rate: float = Field(0.3, ge=0, le=1)
-    """Synthetic teacher: fraction of critiques that point at a step that is fine (the rest are vague)."""
+    """Synthetic teacher: fraction of critiques that mislead: they point at a step that is fine, or approve a wrong
+    attempt (`critic_false_approval_rate`); the rest are vague."""
+    critic_false_approval_rate: float = Field(0.0, ge=0, le=1)
+    """Synthetic teacher: share of the misleading critiques of attempts with a wrong step that approve them
+    (`Looks correct.`). 0 (tiny, micro): only right attempts are approved, and approval becomes a shortcut to a
+    correct second answer (binac_core/pretrain_teacher.py)."""
 
 
 class LoraConfig(_Section):
@@ -142,11 +150,17 @@ class TrainConfig(_Section):
     eval_every: int = Field(5, gt=0)
     """`binac train`: evaluate on the held-out split every k iterations (and at step 0 and the last step)."""
     eval_at_samples: int | None = Field(None, gt=0)
-    """`binac train`: also evaluate at the first iteration whose cumulative actor samples reach this count (a
-    study sets GRPO's final count, so every method has an evaluation at equal actor samples)."""
+    """`binac train`: also evaluate at the first iteration whose cumulative actor training samples (the sequences
+    the actor's loss is computed on, `MethodSpec.actor_train_samples_per_iteration`; never the look-ahead
+    refinements) reach this count (a study sets GRPO's final count, so every method has an evaluation at equal
+    actor training samples). A method that trains no actor (critic_only) never reaches it: no such point."""
+    eval_at_generated: int | None = Field(None, gt=0)
+    """`binac train`: also evaluate at the first iteration whose cumulative generated samples (every sequence
+    sampled from the actor or the critic, `MethodSpec.generated_samples_per_iteration`) reach this count (a study
+    sets GRPO's final count: the equal-compute point)."""
     eval_points: int = Field(4, gt=0)
-    """`binac compare`: evaluations per run after step 0, evenly spaced in actor samples, so every method's
-    accuracy-vs-samples curve has points at the same budget fractions."""
+    """`binac compare`: at most this many evaluations per run after step 0, at actor training sample counts
+    every compared method reaches (`plans.shared_eval_samples`), else evenly spaced iterations."""
     # --- Bi-NAC (critic) ---
     critic_group_size: int = Field(2, ge=1)
     """K: feedbacks per first attempt, each followed by one refinement, for every method with a second turn; the

@@ -11,8 +11,12 @@
                    as in the authors' precursor scripts); a sample counts if any of its turns is correct. Round 1
                    reuses the `feedback` protocol's feedback and refinement for the attempts that failed.
 - `gated_exec`:    code only: `gated` with the `feedback_exec` critic prompts (round 1 reuses `feedback_exec`).
+- `feedback_frozen`: as `feedback` on the same first attempts, but the feedback is the frozen base critic's (no
+                   adapter), whatever the method's own source: run for methods that train their critic, so the
+                   trained and the frozen critic are scored on the same actor's attempts (a study's H3).
 
-Metrics: `acc_single`, `acc_feedback`, `acc_feedback_exec`, `acc_gated_k{K}`, `acc_gated_exec_k{K}`.
+Metrics: `acc_single`, `acc_feedback`, `acc_feedback_exec`, `acc_gated_k{K}`, `acc_gated_exec_k{K}`,
+`acc_feedback_frozen`.
 
 Feedback source: every method is evaluated with the feedback it was trained with (`method_feedback_source`):
 its own critic adapter (`critic (trained)`), the frozen initial critic = the base model in the critic role
@@ -49,6 +53,8 @@ CRITIC_ADAPTER = "critic (adapter)"
 
 FEEDBACK_PROTOCOLS = ("feedback", "gated")
 EXEC_PROTOCOLS = ("feedback_exec", "gated_exec")
+FROZEN_PROTOCOL = "feedback_frozen"
+"""The frozen base critic's feedback on the evaluated actor's attempts (module docstring)."""
 
 
 def method_feedback_source(method: str) -> str:
@@ -65,16 +71,16 @@ def method_feedback_source(method: str) -> str:
     return CRITIC_TRAINED if spec.train_critic else CRITIC_BASE
 
 
-def training_protocols(benchmark: str, fixed_feedback: str | None) -> tuple[str, ...]:
+def training_protocols(benchmark: str, fixed_feedback: str | None, trains_critic: bool = False) -> tuple[str, ...]:
     """The protocols training evaluates: all of them, with the `_exec` variants where they exist (a code
-    benchmark and a critic)."""
+    benchmark and a critic), and `feedback_frozen` for a method that trains its critic."""
     base = ("single", *FEEDBACK_PROTOCOLS)
     exec_too = benchmarks.get(benchmark).critic_sees_execution and fixed_feedback is None
-    return base + EXEC_PROTOCOLS if exec_too else base
+    return base + (EXEC_PROTOCOLS if exec_too else ()) + ((FROZEN_PROTOCOL,) if trains_critic else ())
 
 
 def check_protocols(benchmark: str, protocols: tuple[str, ...], fixed_feedback: str | None = None) -> None:
-    known = ("single", *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS)
+    known = ("single", *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL)
     bad = [p for p in protocols if p not in known]
     if bad:
         raise BinacError(f"unknown protocol {bad[0]!r} (known: {', '.join(known)})")
@@ -118,6 +124,7 @@ class Evaluation:
     gated: list[ScoredBatch] | None = None
     feedback_exec: ScoredBatch | None = None
     gated_exec: list[ScoredBatch] | None = None
+    feedback_frozen: ScoredBatch | None = None
 
     def rounds(self, protocol: str) -> list[ScoredBatch] | None:
         """A feedback protocol's rounds (one for `feedback`, up to K for `gated`), None where not computed."""
@@ -126,7 +133,7 @@ class Evaluation:
 
     def to_json(self) -> dict:
         out = {"metrics": self.metrics, "feedback_source": self.feedback_source, "single": self.single.to_json()}
-        for protocol in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS):
+        for protocol in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL):
             found = getattr(self, protocol)
             if found is not None:
                 out[protocol] = found.to_json() if isinstance(found, ScoredBatch) else [r.to_json() for r in found]
@@ -136,7 +143,7 @@ class Evaluation:
     def from_json(cls, d: dict) -> Evaluation:
         rounds = {
             p: ScoredBatch.from_json(d[p]) if p.startswith("feedback") else [ScoredBatch.from_json(r) for r in d[p]]
-            for p in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS) if p in d
+            for p in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL) if p in d
         }
         return cls(d["metrics"], d["feedback_source"], ScoredBatch.from_json(d["single"]), **rounds)
 
@@ -161,13 +168,14 @@ def evaluate_protocols(
     def params(name: str, max_new: int) -> SamplingParams:
         return SamplingParams(max_new, gen["temperature"], gen["top_p"], stage_seed(seed, step, "eval", name))
 
-    def feedback_round(scored: ScoredBatch, shown: list[str | None] | None, rnd: int):
+    def feedback_round(scored: ScoredBatch, shown: list[str | None] | None, rnd: int | str, frozen: bool = False):
         """Round `rnd` on `scored`'s attempts: one feedback each (the critic shown `shown`, execution results, or
-        nothing), the refinements and their scores; returns (the scored round, the refinements' execution
-        results or None)."""
-        fb = sample_feedback(backend, benchmark, by_id, scored.attempts, critic, 1,
-                             params(f"z{rnd}", gen["feedback_max_new_tokens"]), fixed_text=fixed_feedback,
-                             execution_results=shown, oracle=oracle_feedback)
+        nothing; with `frozen`, the base model's critic role instead of the method's source), the refinements and
+        their scores; returns (the scored round, the refinements' execution results or None)."""
+        fb = sample_feedback(backend, benchmark, by_id, scored.attempts, None if frozen else critic, 1,
+                             params(f"z{rnd}", gen["feedback_max_new_tokens"]),
+                             fixed_text=None if frozen else fixed_feedback, execution_results=shown,
+                             oracle=oracle_feedback and not frozen)
         refined = generate_refinements(backend, benchmark, by_id, scored.attempts, fb, actor,
                                        params(f"y{rnd}", gen["max_new_tokens"]))
         scores = score_with_errors(benchmark, by_id, refined)
@@ -190,6 +198,9 @@ def evaluate_protocols(
         if f"gated{suffix}" in protocols:
             rounds[f"gated{suffix}"], metrics[f"acc_gated{suffix}_k{gated_k}"] = _gated(
                 one, results if show_exec else None, gated_k, feedback_round)
+    if FROZEN_PROTOCOL in protocols:
+        rounds[FROZEN_PROTOCOL], _ = feedback_round(single, None, "frozen", frozen=True)
+        metrics[f"acc_{FROZEN_PROTOCOL}"] = _mean(rounds[FROZEN_PROTOCOL].refined_rewards)
     return Evaluation(metrics, feedback_source, single, **rounds)
 
 

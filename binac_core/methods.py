@@ -30,22 +30,45 @@ class MethodSpec:
     """How a feedback is rewarded: "r1" (the refinement's reward under θ), "penalty" ((1 + μ)·r1(θ) − μ·r1(θ⁺))
     or "after" (r1(θ⁺) alone); the last two need the look-ahead."""
 
-    def actor_samples_per_iteration(self, cfg: Config) -> int:
-        """Actor completions generated per iteration: attempts, K refinements per attempt (every feedback source
-        gives K = `train.critic_group_size` feedbacks per attempt) and, with the look-ahead, K more under θ⁺."""
+    def actor_train_samples_per_iteration(self, cfg: Config) -> int:
+        """The sequences the actor's loss is computed on per iteration (the actor-samples axis): its B·G attempts
+        (B = `train.batch_problems`, G = `train.group_size`) when it trains the actor, plus the B·G·K refinements
+        (K = `train.critic_group_size`) when it also trains on its second turn. The look-ahead refinements are
+        never counted: they are sampled under θ⁺ only to reward the critic, the actor is not trained on them.
+        0 for a method that never trains the actor (critic_only). Evaluation samples are not counted."""
+        if not self.train_actor:
+            return 0
         attempts = cfg.train.batch_problems * cfg.train.group_size
-        per_attempt = cfg.train.critic_group_size * (2 if self.lookahead else 1) if self.feedback else 0
+        return attempts * (1 + (cfg.train.critic_group_size if self.actor_second_turn else 0))
+
+    def generated_samples_per_iteration(self, cfg: Config) -> int:
+        """Every sequence sampled from the actor or the critic per iteration (the compute axis): the B·G attempts;
+        with a second turn the B·G·K refinements, plus the B·G·K feedbacks when the critic writes them (a fixed
+        instruction or the oracle's feedback is written, not sampled, and is not counted); with the look-ahead
+        the B·G·K refinements under θ⁺. Evaluation samples are not counted."""
+        attempts = cfg.train.batch_problems * cfg.train.group_size
+        if not self.feedback:
+            return attempts
+        per_attempt = cfg.train.critic_group_size * (1 + (self.feedback == "critic") + self.lookahead)
         return attempts * (1 + per_attempt)
 
+    def actor_samples_per_iteration(self, cfg: Config) -> int:
+        """The actor-samples axis under its former name: the actor TRAINING samples per iteration, the same
+        number as `actor_train_samples_per_iteration` (it no longer counts the look-ahead refinements or any
+        other sequence the actor is not trained on). Kept for the callers not yet renamed."""
+        return self.actor_train_samples_per_iteration(cfg)
+
     def iterations_for_budget(self, cfg: Config, budget: int) -> int:
-        """The whole iterations whose actor samples fit in `budget` (the largest number; a run never exceeds its
-        budget). A budget smaller than one iteration is refused, one line naming the method."""
-        per_iteration = self.actor_samples_per_iteration(cfg)
+        """The whole iterations whose actor training samples fit in `budget` (the largest number; a run never
+        exceeds its budget). A method that never trains the actor (critic_only, 0 per iteration) runs the
+        iterations GRPO would: `budget` // (B·G), its B·G attempts counted as GRPO's. A budget smaller than one
+        iteration is refused, one line naming the method. Generated samples play no part here."""
+        grpo = cfg.train.batch_problems * cfg.train.group_size
+        per_iteration = self.actor_train_samples_per_iteration(cfg) or grpo
         if budget < per_iteration:
             raise BinacError(f"an actor-sample budget of {budget} is less than one iteration of {self.name} "
-                             f"({per_iteration} actor samples)")
+                             f"({per_iteration} actor training samples)")
         return budget // per_iteration
-
 
 SPECS = {
     "grpo": MethodSpec("grpo", None, True, False, False, False),

@@ -35,6 +35,10 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
 
 
 def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, overrides: dict | None):
+    """Validate a comparison before any compute: (config, budget). The budget is in actor TRAINING samples (the
+    sequences the actor's loss is computed on, `MethodSpec.actor_train_samples_per_iteration`): `steps` GRPO
+    iterations' worth. Each method runs the whole iterations that fit in it (`MethodSpec.iterations_for_budget`;
+    critic_only, which trains no actor, the iterations GRPO runs); generated samples do not limit a method."""
     if not methods:
         raise BinacError("--methods is empty")
     if len(set(methods)) != len(methods):
@@ -42,17 +46,18 @@ def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, 
     if steps is None or steps < 1:
         raise BinacError(f"--steps must be a positive integer (got {steps})")
     cfg = load_config(preset, overrides)
-    grpo = method_spec("grpo").actor_samples_per_iteration(cfg)
+    grpo = method_spec("grpo").actor_train_samples_per_iteration(cfg)
     budget = steps * grpo
     # Every method runs the whole iterations that fit in the budget (methods.py `iterations_for_budget`): a budget
-    # below one iteration of some method is refused here, with the smallest --steps that fits them all.
-    per_iteration = {m: method_spec(m).actor_samples_per_iteration(cfg) for m in methods}
+    # below one iteration of some method is refused here, with the smallest --steps that fits them all. A method
+    # training no actor (0 per iteration) runs GRPO's iterations: it always fits.
+    per_iteration = {m: method_spec(m).actor_train_samples_per_iteration(cfg) for m in methods}
     short = {m: n for m, n in per_iteration.items() if n > budget}
     if short:
         fits = -(-max(per_iteration.values()) // grpo)  # ceil: the fewest grpo iterations covering every method
-        raise BinacError(f"--steps {steps} gives a budget of {budget} actor samples, less than one iteration of "
-                         f"{', '.join(f'{m} ({n})' for m, n in short.items())}; the smallest budget that fits "
-                         f"every method is --steps {fits} ({fits * grpo} actor samples)")
+        raise BinacError(f"--steps {steps} gives a budget of {budget} actor training samples, less than one "
+                         f"iteration of {', '.join(f'{m} ({n})' for m, n in short.items())}; the smallest budget "
+                         f"that fits every method is --steps {fits} ({fits * grpo} actor training samples)")
     for m in methods:
         for s in seeds:
             plan(preset, m, None, s, overrides, budget)
@@ -114,12 +119,17 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
 
 
 def shared_eval_samples(per_iteration: list[int], budget: int, points: int) -> list[int]:
-    """Actor-sample counts at which every compared method can evaluate: the multiples of the least common multiple
-    of the methods' samples per iteration, up to the budget, thinned to at most `points` evenly spaced ones (the
-    last kept). Empty when the budget is below that multiple: the methods then share no sample count but 0."""
+    """Actor training sample counts at which every compared method that trains its actor can evaluate: the
+    multiples of the least common multiple of the methods' non-zero actor training samples per iteration, up to
+    the budget, thinned to at most `points` evenly spaced ones (the last kept). A 0 (critic_only: its count never
+    moves) takes no part; such a method evaluates at evenly spaced iterations (`evaluation_steps`). Empty when
+    the budget is below that multiple (the methods then share no count but 0) or no method trains its actor."""
     import math
 
-    common = math.lcm(*per_iteration)
+    counts = [n for n in per_iteration if n > 0]
+    if not counts:
+        return []
+    common = math.lcm(*counts)
     shared = [k * common for k in range(1, budget // common + 1)]
     if len(shared) > points:
         shared = [shared[math.ceil(i * len(shared) / points) - 1] for i in range(1, points + 1)]
@@ -127,22 +137,27 @@ def shared_eval_samples(per_iteration: list[int], budget: int, points: int) -> l
 
 
 def evaluation_steps(iterations: int, every: int, points: int | None, samples_per_iteration: int = 0,
-                     at_samples: int | None = None, shared_samples: list[int] | None = None) -> set[int]:
-    """Iterations after which to evaluate: in a comparison, those that reach `shared_samples` (the counts every
-    compared method reaches exactly, `shared_eval_samples`), else `points` evenly spaced ones; outside one, every
-    `every` iterations; the last iteration always; and with `at_samples`, the first iteration whose cumulative
-    actor samples (`samples_per_iteration` each) reach it, when the run gets that far."""
+                     at_samples: int | None = None, shared_samples: list[int] | None = None, *,
+                     generated_per_iteration: int = 0, at_generated: int | None = None) -> set[int]:
+    """Iterations after which to evaluate: in a comparison, those that reach `shared_samples` (the actor training
+    sample counts every compared method reaches exactly, `shared_eval_samples`), else `points` evenly spaced
+    ones (so too for a method with 0 actor training samples per iteration); outside one, every `every`
+    iterations; the last iteration always. Then the equal-budget points, each when the run gets that far: with
+    `at_samples`, the first iteration whose cumulative actor training samples (`samples_per_iteration` each)
+    reach it; with `at_generated`, the first whose cumulative generated samples (`generated_per_iteration`
+    each) reach it. A method whose count never grows (0 per iteration) has no such point."""
     import math
 
-    if shared_samples:
+    if shared_samples and samples_per_iteration:
         steps = {s // samples_per_iteration for s in shared_samples if s % samples_per_iteration == 0}
         steps = {s for s in steps if s <= iterations} | {iterations}
     elif points:
         steps = {math.ceil(i * iterations / points) for i in range(1, points + 1)}
     else:
         steps = {s for s in range(1, iterations + 1) if s % every == 0} | {iterations}
-    if at_samples and samples_per_iteration:
-        first = math.ceil(at_samples / samples_per_iteration)
-        if first <= iterations:
-            steps.add(first)
+    for target, per_iteration in ((at_samples, samples_per_iteration), (at_generated, generated_per_iteration)):
+        if target and per_iteration:
+            first = math.ceil(target / per_iteration)
+            if first <= iterations:
+                steps.add(first)
     return steps

@@ -30,15 +30,17 @@ def ordered(methods) -> list[str]:
     return [m for m in METHOD_ORDER if m in methods] + [m for m in methods if m not in METHOD_ORDER]
 
 
-def seed_band(ax, method: str, points: dict[int, list[float]], scale: float = 100.0, marker: str | None = "o"):
+def seed_band(ax, method: str, points: dict[int, list[float]], scale: float = 100.0, marker: str | None = "o",
+              label: str | None = None, linestyle: str = "-"):
     """Draw `points` ({x: one fraction in [0, 1] per seed}) on `ax` in %: the mean line and its 95 % band, in the
-    method's colour; the band is cut at 0 and 100 % (a t-interval over few seeds can reach past them)."""
+    method's colour; the band is cut at 0 and 100 % (a t-interval over few seeds can reach past them). `label`
+    (default: the method) and `linestyle` tell apart several curves of one method (a pilot's variants)."""
     xs = sorted(points)
     stats = [t_interval(points[x]) for x in xs]
     mean = [scale * m for m, _ in stats]
     half = [0.0 if math.isnan(h) else scale * h for _, h in stats]
     color = method_color(method)
-    ax.plot(xs, mean, marker=marker, markersize=3, color=color, label=method)
+    ax.plot(xs, mean, marker=marker, markersize=3, color=color, label=label or method, linestyle=linestyle)
     if any(half):
         lo = [max(0.0, m - h) for m, h in zip(mean, half, strict=True)]
         hi = [min(scale, m + h) for m, h in zip(mean, half, strict=True)]

@@ -45,7 +45,7 @@ def teacher_example(task, question: str, rng: random.Random) -> Conversation:
     if role == "solve":
         return syn.actor_messages(row) + [_assistant(solve)]
     feedback = teacher.teacher_critique(
-        question, solve, rng, task.critic_helpful_rate, task.critic_misleading_rate
+        question, solve, rng, task.critic_helpful_rate, task.critic_misleading_rate, task.critic_false_approval_rate
     )
     if role == "critique":
         return syn.critic_messages(row, solve) + [_assistant(feedback)]
@@ -64,7 +64,7 @@ def teacher_corpus(task, n: int) -> list[Conversation]:
     rng = random.Random(f"teacher:{task.data_seed}:{task.difficulty if mix is None else '-'.join(map(str, mix))}")
     out: list[Conversation] = []
     while len(out) < n:
-        question = syn.random_question(rng, task.difficulty if mix is None else rng.choice(mix))
+        question = syn.random_question(rng, task.difficulty if mix is None else rng.choice(mix), task.modulus)
         if syn.split_of(question) == "train":
             out.append(teacher_example(task, question, rng))
     return out

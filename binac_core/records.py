@@ -13,18 +13,20 @@ def trajectory_rows(
     round_: int = 1, questions: dict[str, str] | None = None,
 ) -> list[dict]:
     """One row per (attempt, feedback); without feedback, one row per attempt. `meta` carries run_id, method,
-    preset, seed, benchmark. `questions` (problem id -> question, on a benchmark with a `feedback_analysis`: the
-    synthetic task) fills `first_wrong_step` and `feedback_step`, the columns the critic measures read
+    preset, seed, benchmark and, for a training run, `samples_per_iteration` (`sample_counts`). `questions`
+    (problem id -> question, on a benchmark with a `feedback_analysis`: the synthetic task) fills
+    `first_wrong_step`, `feedback_step` and `feedback_approves`, the columns the critic measures read
     (binac_core/measures.py)."""
     analysis = benchmarks.get(meta["benchmark"]).feedback_analysis if questions is not None else None
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    base = {**meta, "step": step, "split": split, "protocol": protocol, "created_at": now}
+    base = {**{k: v for k, v in meta.items() if k != "samples_per_iteration"}, "step": step, "split": split,
+            "protocol": protocol, "created_at": now, **sample_counts(meta, step)}
     scored_attempts = list(zip(scored.attempts, scored.first_rewards, strict=True))
     if not scored.feedback:
         return [
             {**base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": 0, "round": 0, "feedback": None,
              "refined": None, "refined_reward": None, "critic_reward": None, "feedback_tokens": None,
-             "refined_tokens": None, "feedback_step": None}
+             "refined_tokens": None, "feedback_step": None, "feedback_approves": None}
             for a, r in scored_attempts
         ]
     by_key = {(a.problem_id, a.sample_idx): (a, r) for a, r in scored_attempts}
@@ -37,8 +39,20 @@ def trajectory_rows(
             "critic_reward": None if critic_rewards is None else critic_rewards[i],
             "feedback_tokens": len(f.token_ids), "refined_tokens": len(y1.token_ids),
             "feedback_step": analysis.named_step(f.text) if analysis is not None else None,
+            "feedback_approves": analysis.approves(f.text) if analysis is not None else None,
         })
     return rows
+
+
+def sample_counts(meta: dict, step: int) -> dict:
+    """The `actor_samples` and `generated_samples` columns: the run's cumulative actor training samples and
+    generated samples after `step` (eval rows: at the evaluation's step; step 0: 0), i.e. `step` times the
+    per-iteration counts in `meta["samples_per_iteration"]` (binac_core/methods.py; flows/train.py puts them
+    there). NULL for rows of a run without them (`binac evaluate`)."""
+    per = meta.get("samples_per_iteration")
+    if per is None:
+        return {"actor_samples": None, "generated_samples": None}
+    return {"actor_samples": step * per["actor_samples"], "generated_samples": step * per["generated_samples"]}
 
 
 def _attempt_cols(a: Attempt, reward: float, questions: dict[str, str] | None,

@@ -2,15 +2,20 @@
 critic and a first-error analysis: the synthetic task).
 
 `measure_base` samples G first attempts per held-out problem from the base model (no adapters) with the
-pipeline's own generation backend and chat template, then gives every attempt three second turns that differ
-only in the feedback: the base model in the critic role (the initial critic), the rule-based oracle, and the
-fixed self-correction instruction. It returns
+pipeline's own generation backend and chat template, then gives every attempt four second turns that differ
+only in the feedback: the base model in the critic role (the initial critic), the rule-based oracle, the
+fixed self-correction instruction, and approval (`FeedbackAnalysis.approval`, "Looks correct.") whatever the
+attempt. It returns
 - `all_wrong_frac`: share of problems whose G attempts are all wrong, i.e. GRPO groups with no signal at step 0
   (the sparse regime's rule reads it);
 - the bounds of feedback as in docs/results-tiny.md: accuracy single-turn and after each feedback source, with
   the share of attempts fixed (wrong → right) and broken (right → wrong) by it, and the initial critic's
-  measures (`binac_core.measures`).
-`sparse_difficulty` applies the rule. Sampling seeds are derived from (seed, difficulty, stage), so a
+  measures (`binac_core.measures`);
+- the shortcut check: over attempts with a first wrong step, the share whose refinement after approval is right
+  (`shortcut_right`, of `shortcut_n` attempts; a base that copies after approval scores ~0) and the share that
+  copy the attempt (`shortcut_copy`); and the same right-share over the wrong attempts the initial critic itself
+  approved (`critic_approved_wrong_right`, of `critic_approved_wrong_n`).
+`sparse_difficulty` and `closest_difficulty` apply the rules. Sampling seeds are derived from (seed, difficulty, stage), so a
 measurement is reproducible and cached by the study.
 """
 
@@ -24,7 +29,7 @@ from binac_core.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.stage_io import Attempt
 from binac_core.stats import mean as _mean
 
-SOURCES = ("initial_critic", "oracle", "self_correct")
+SOURCES = ("initial_critic", "oracle", "self_correct", "approve")
 
 
 def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: int, bounds: bool = True,
@@ -52,24 +57,52 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
         "oracle": sample_feedback(backend, benchmark, by_id, attempts, None, 1, params("z", 1), oracle=True),
         "self_correct": sample_feedback(backend, benchmark, by_id, attempts, None, 1, params("z", 1),
                                         fixed_text=SELF_CORRECT_FEEDBACK),
+        "approve": sample_feedback(backend, benchmark, by_id, attempts, None, 1, params("z", 1),
+                                   fixed_text=bench.feedback_analysis.approval),
     }
+    analysis = bench.feedback_analysis
+    wrong_steps = [analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text) is not None for a in attempts]
+    refined_by_source = {}
     for name, fb in feedbacks.items():
         y1 = generate_refinements(backend, benchmark, by_id, attempts, fb, None,
                                   params(f"y1-{name}", gen.max_new_tokens))
         refined_rewards = score(benchmark, by_id, y1)
+        refined_by_source[name] = (y1, refined_rewards)
         pairs = list(zip(first_rewards, refined_rewards, strict=True))
         out[name] = _mean(refined_rewards)
         out[f"{name}_fixed"] = _mean([float(a == 0 and b > 0) for a, b in pairs])
         out[f"{name}_broken"] = _mean([float(a > 0 and b == 0) for a, b in pairs])
-    critic, analysis = feedbacks["initial_critic"], bench.feedback_analysis
+    out.update(_shortcut(attempts, wrong_steps, refined_by_source["approve"]))
+    critic = feedbacks["initial_critic"]
+    y1, rewards = refined_by_source["initial_critic"]
+    approved = [w and analysis.approves(c.text) for w, c in zip(wrong_steps, critic, strict=True)]
+    out["critic_approved_wrong_n"] = sum(approved)
+    right = [r for r, a in zip(rewards, approved, strict=True) if a]
+    out["critic_approved_wrong_right"] = _mean(right) if right else None
     out.update(critic_error_measures([
         {"attempt_reward": r, "first_wrong_step": analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text),
-         "feedback_step": analysis.named_step(c.text)}
+         "feedback_step": analysis.named_step(c.text), "feedback_approves": analysis.approves(c.text)}
         for a, r, c in zip(attempts, first_rewards, critic, strict=True)]))
     out["critic_agrees_with_oracle"] = _mean([
         float(c.text.strip() == bench.oracle_feedback(by_id[a.problem_id], a.text))
         for a, c in zip(attempts, critic, strict=True)])
     return out
+
+
+def _shortcut(attempts: list[Attempt], wrong_steps: list[bool], approved: tuple[list, list[float]]) -> dict:
+    """The shortcut check over the attempts with a first wrong step, each refined after approval."""
+    y1, rewards = approved
+    idx = [i for i, w in enumerate(wrong_steps) if w]
+    return {"shortcut_n": len(idx),
+            "shortcut_right": _mean([rewards[i] for i in idx]) if idx else None,
+            "shortcut_copy": _mean([float(y1[i].text.strip() == attempts[i].text.strip()) for i in idx]) if idx
+            else None}
+
+
+def closest_difficulty(measured: dict[int, dict], target: float) -> int:
+    """The difficulty whose single-turn accuracy is closest to `target` (a tie, up to float rounding at 1e-9: the
+    smaller difficulty)."""
+    return min(sorted(measured), key=lambda d: round(abs(measured[d]["single"] - target), 9))
 
 
 def sparse_difficulty(measured: dict[int, dict], threshold: float) -> int | None:

@@ -1,8 +1,11 @@
 """The comparison report: accuracy per protocol and method (mean and 95 % t-interval over seeds), the actor
-samples each method needed to reach GRPO's final single-turn accuracy, and accuracy-vs-samples curves (PNG).
+training samples each method needed to reach GRPO's final single-turn accuracy, and accuracy-vs-samples curves
+(PNG) on both budget axes.
 
-Input: one dict per (method, seed) run with `evals` = {iteration: {"eval/acc_single": ..., ...}} and
-`samples_per_iteration`; nothing is tuned or filtered here, every run given is reported. Every row names the
+Input: one dict per (method, seed) run with `evals` = {iteration: {"eval/acc_single": ..., ...}},
+`samples_per_iteration` (actor TRAINING samples: the sequences the actor's loss is computed on, never the
+look-ahead refinements) and, optionally, `generated_per_iteration` (every sequence sampled from the actor or the
+critic; binac_core/methods.py); nothing is tuned or filtered here, every run given is reported. Every row names the
 feedback source its feedback protocols used, and the text names each protocol shown (for code benchmarks:
 `acc_feedback` is the unassisted critic, `acc_feedback_exec` the critic shown the graded tests' execution result).
 """
@@ -37,10 +40,14 @@ def _final(run: dict) -> dict:
     return evals[max(evals)]
 
 
-def curves(run: dict, key: str = "eval/acc_single", by_samples: bool = True) -> list[tuple[int, float]]:
-    """(actor samples, value) at each evaluation of the run, or (iteration, value) with `by_samples=False`."""
+def curves(run: dict, key: str = "eval/acc_single", by_samples: bool | str = True) -> list[tuple[int, float]]:
+    """(actor training samples, value) at each evaluation of the run, (generated samples, value) with
+    `by_samples="generated"`, or (iteration, value) with `by_samples=False`."""
     evals = {int(k): v for k, v in run["evals"].items()}
-    scale = run["samples_per_iteration"] if by_samples else 1
+    if not by_samples:
+        scale = 1
+    else:
+        scale = run["generated_per_iteration"] if by_samples == "generated" else run["samples_per_iteration"]
     return [(step * scale, evals[step][key]) for step in sorted(evals) if key in evals[step]]
 
 
@@ -73,15 +80,23 @@ def _grpo_target(by_method: dict[str, list[dict]]) -> float | None:
 
 
 def _samples_used(run: dict) -> int:
+    """The actor training samples of the run's whole training."""
     return max(int(k) for k in run["evals"]) * run["samples_per_iteration"]
+
+
+def _generated_used(run: dict) -> int | None:
+    """The generated samples of the run's whole training (None for a run that does not give its count)."""
+    per = run.get("generated_per_iteration")
+    return None if per is None else max(int(k) for k in run["evals"]) * per
 
 
 def summary_metrics(runs: list[dict]) -> dict[str, float]:
     """The report's numbers as metrics for the comparison's parent run, named `summary/<method>/<metric>` so that
     the MLflow runs table sorts them by method (and its chart view puts them in sections after the runs' own
     `eval/` and `eval_at_samples/` charts): per protocol the final accuracy's mean over seeds (`binac/acc_single`)
-    and 95 % half-width (`binac/acc_single_ci95`, with two or more seeds), the actor samples used, and the samples
-    to reach GRPO's final single-turn accuracy (mean over the seeds that reached it; `..._reached` counts them)."""
+    and 95 % half-width (`binac/acc_single_ci95`, with two or more seeds), the actor training samples used
+    (`actor_samples`) and generated samples (`generated_samples`), and the actor training samples to reach GRPO's
+    final single-turn accuracy (mean over the seeds that reached it; `..._reached` counts them)."""
     by_method, out = _by_method(runs), {}
     target = _grpo_target(by_method)
     for m, rr in by_method.items():
@@ -95,6 +110,9 @@ def summary_metrics(runs: list[dict]) -> dict[str, float]:
             if not math.isnan(half):
                 out[f"{name}_ci95"] = half
         out[f"summary/{m}/actor_samples"] = statistics.fmean(_samples_used(r) for r in rr)
+        generated = [g for g in (_generated_used(r) for r in rr) if g is not None]
+        if generated:
+            out[f"summary/{m}/generated_samples"] = statistics.fmean(generated)
         if target is not None:
             reached = [s for s in (samples_to_reach(r, target) for r in rr) if s is not None]
             out[f"summary/{m}/samples_to_grpo_final_reached"] = len(reached)
@@ -112,16 +130,20 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
     lines = [
         f"# Comparison on preset `{meta['preset']}`",
         "",
-        f"Seeds: {meta['seeds']}. Budget: {meta['budget']} actor samples per run (= {meta['steps']} GRPO iterations); "
-        "each method trains the whole iterations that fit in it (column `actor samples`). "
+        f"Seeds: {meta['seeds']}. Budget: {meta['budget']} actor training samples per run (= {meta['steps']} GRPO "
+        "iterations), the sequences the actor's loss is computed on (attempts, and refinements for a method "
+        "trained on its second turn; never the look-ahead refinements that only reward the critic); each method "
+        "trains the whole iterations that fit in it (column `actor training samples`), critic_only, which trains "
+        "no actor, the iterations GRPO runs. Column `generated samples`: every sequence sampled from the actor or "
+        "the critic in training (feedback and look-ahead included), the compute spent. "
         f"Held-out problems: {meta['n_eval']} × {meta['eval_samples']} sample(s), temperature "
         f"{meta['eval_temperature']}; accuracy is pass@1 (mean over problems of correct/samples), in %, "
         "mean ± 95 % t-interval over seeds (no interval with one seed).",
         "",
         *_evaluation_points(meta),
         "| method | feedback source | " + " | ".join(k.removeprefix("eval/") for k, _ in protocols)
-        + " | iterations | actor samples |",
-        "| --- | --- | " + " | ".join("---" for _ in protocols) + " | --- | --- |",
+        + " | iterations | actor training samples | generated samples |",
+        "| --- | --- | " + " | ".join("---" for _ in protocols) + " | --- | --- | --- |",
     ]
     table = {}
     for m, rr in by_method.items():
@@ -132,7 +154,7 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
             table[(m, key)] = vals
         iters = max(int(k) for k in rr[0]["evals"])
         lines.append(f"| {m} | {method_feedback_source(m)} | " + " | ".join(cells)
-                     + f" | {iters} | {_samples_used(rr[0])} |")
+                     + f" | {iters} | {_samples_used(rr[0])} | {_generated_used(rr[0]) or '–'} |")
     lines += ["", "Protocols: " + "; ".join(f"`{k.removeprefix('eval/')}` = {d}" for k, d in protocols) + ".", "",
               "Feedback source (each method is evaluated with the feedback it trains with): "
               f"`{CRITIC_TRAINED}` = the method's own learned critic adapter; `{CRITIC_BASE}` = the initial critic "
@@ -140,7 +162,7 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
               f"one, the fixed_critic's); `{FIXED_INSTRUCTION}` = the self-correction text, no critic.", ""]
     target = _grpo_target(by_method)
     if target is not None:
-        lines += [f"Actor samples to reach GRPO's final single-turn accuracy ({100 * target:.1f} %), per seed "
+        lines += [f"Actor training samples to reach GRPO's final single-turn accuracy ({100 * target:.1f} %), per seed "
                   "(– = not reached within the budget):", ""]
         for m, rr in by_method.items():
             lines.append(f"- {m}: " + ", ".join("–" if s is None else str(s)
@@ -148,7 +170,8 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
         lines.append("")
     png = out_dir / "accuracy_vs_samples.png"
     _plot(by_method, png)
-    lines.append(f"![held-out single-turn accuracy vs iterations and vs actor samples]({png.name})")
+    lines.append(f"![held-out single-turn accuracy vs iterations, actor training samples and generated samples]"
+                 f"({png.name})")
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
     html = out_dir / "report.html"
@@ -158,18 +181,22 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
 
 
 def _evaluation_points(meta: dict) -> list[str]:
-    """A sentence on where the methods were evaluated: at actor-sample counts they all share, or not."""
+    """A sentence on where the methods were evaluated: at actor training sample counts they all share, or not (a
+    method that trains no actor, its count always 0, is evaluated at evenly spaced iterations either way)."""
     shared = meta.get("shared_samples")
     if shared is None:
         return []
     if shared:
-        return [f"Every method was evaluated at the same actor-sample counts: 0, {', '.join(map(str, shared))} "
-                "(multiples of the methods' samples per iteration that fit the budget), and after its last "
-                "iteration.", ""]
-    return ["The methods share no actor-sample count within this budget except 0 (their samples per iteration "
-            f"have least common multiple {meta['common_samples']}); each was evaluated at evenly spaced iterations "
-            f"instead. A budget of a multiple of {meta['common_samples']} actor samples evaluates every method at "
-            "the same counts.", ""]
+        return ["Every method that trains its actor was evaluated at the same actor training sample counts: 0, "
+                f"{', '.join(map(str, shared))} (multiples of the methods' actor training samples per iteration "
+                "that fit the budget), and after its last iteration; a method training no actor at evenly spaced "
+                "iterations.", ""]
+    if not meta.get("common_samples"):
+        return ["No method compared trains its actor: each was evaluated at evenly spaced iterations.", ""]
+    return ["The methods share no actor training sample count within this budget except 0 (their actor training "
+            f"samples per iteration have least common multiple {meta['common_samples']}); each was evaluated at "
+            f"evenly spaced iterations instead. A budget of a multiple of {meta['common_samples']} actor training "
+            "samples evaluates every method at the same counts.", ""]
 
 
 def render_html(markdown_text: str, folder: Path, title: str) -> str:
@@ -189,18 +216,28 @@ def render_html(markdown_text: str, folder: Path, title: str) -> str:
 
 
 def _plot(by_method: dict, png: Path) -> None:
-    """Held-out acc_single against iterations (left) and against actor samples (right): the mean over seeds with
-    a 95 % band, one colour per method (binac_core/plots.py)."""
+    """Held-out acc_single against iterations, against actor training samples and against generated samples: the
+    mean over seeds with a 95 % band, one colour per method (binac_core/plots.py). A method that trains no actor
+    (0 actor training samples per iteration) is left out of the middle panel, where all its points would sit at
+    0; runs that do not give their generated count are left out of the right one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
-    for ax, by_samples, xlabel in ((axes[0], False, "iteration"), (axes[1], True, "actor samples")):
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), dpi=100)
+    panels = ((axes[0], False, "iteration"), (axes[1], True, "actor training samples"),
+              (axes[2], "generated", "generated samples"))
+    for ax, by_samples, xlabel in panels:
         for m, runs in by_method.items():
+            if by_samples is True:
+                shown = [r for r in runs if r["samples_per_iteration"]]
+            else:
+                shown = [r for r in runs if r.get("generated_per_iteration")] if by_samples else runs
+            if not shown:
+                continue
             points: dict[int, list[float]] = {}
-            for r in runs:
+            for r in shown:
                 for x, acc in curves(r, by_samples=by_samples):
                     points.setdefault(x, []).append(acc)
             seed_band(ax, m, points)

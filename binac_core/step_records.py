@@ -5,9 +5,14 @@
 from __future__ import annotations
 
 from binac_core import storage
-from binac_core.batches import refinement_rewards
-from binac_core.evaluation import EXEC_PROTOCOLS, Evaluation
-from binac_core.measures import critic_error_measures, critic_signal_frac, zero_adv_frac
+from binac_core.evaluation import EXEC_PROTOCOLS, FROZEN_PROTOCOL, Evaluation
+from binac_core.measures import (
+    critic_error_measures,
+    critic_signal_frac,
+    critic_signal_measures,
+    refine_zero_adv_frac,
+    zero_adv_frac,
+)
 from binac_core.records import trajectory_rows
 from binac_core.stage_io import ScoredBatch
 from binac_core.stats import mean
@@ -29,29 +34,29 @@ def store_train_step(
     problems: list[dict] | None = None, alpha: float = 0.0,
 ) -> dict:
     """Write the iteration's rows; return its metrics (`train_metrics`). `problems` (the batch) gives the synthetic
-    task's first wrong steps; `alpha` is the actor's second-turn shaping weight (its refinement groups' rewards)."""
+    task's first wrong steps. `alpha` (the actor's second-turn shaping weight) is accepted for the callers' sake
+    and read by no measure (`refine_zero_adv_frac` uses unshaped rewards)."""
     questions = analysis_questions(meta["benchmark"], problems)
     rows = trajectory_rows(meta, step, scored, split="train", protocol="train", critic_rewards=critic_rewards,
                            questions=questions)
     storage.write_shard(ws, meta["run_id"], "train", step, rows)
-    return train_metrics(rows, scored, critic_rewards=critic_rewards, alpha=alpha,
-                         critic_measures=questions is not None)
+    return train_metrics(rows, scored, critic_rewards=critic_rewards, critic_measures=questions is not None)
 
 
 def train_metrics(
-    rows: list[dict], scored: ScoredBatch, *, critic_rewards: list[float] | None, alpha: float, critic_measures: bool,
+    rows: list[dict], scored: ScoredBatch, *, critic_rewards: list[float] | None, critic_measures: bool,
 ) -> dict:
     """train/reward_first, train/reward_refined, the advantage collapse and critic measures of
-    `binac_core.measures` (`critic_measures`: the synthetic task's first-error ones); None values are left out."""
+    `binac_core.measures` (`critic_measures`: the synthetic task's first-error ones) of the step's stored `rows`;
+    None values are left out."""
     metrics = {"train/reward_first": mean(scored.first_rewards),
                "train/zero_adv_frac": zero_adv_frac([a.problem_id for a in scored.attempts], scored.first_rewards)}
     if scored.feedback:
-        shaped = refinement_rewards(scored, alpha)
         metrics.update({
             "train/reward_refined": mean(r["refined_reward"] for r in rows),
             "train/feedback_gain": mean(r["refined_reward"] - r["attempt_reward"] for r in rows),
             "train/feedback_tokens": mean(r["feedback_tokens"] for r in rows),
-            "train/refine_zero_adv_frac": zero_adv_frac([y.problem_id for y in scored.refined], shaped),
+            "train/refine_zero_adv_frac": refine_zero_adv_frac(rows),
         })
         if critic_rewards is not None:
             metrics["train/critic_reward"] = mean(critic_rewards)
@@ -59,13 +64,16 @@ def train_metrics(
                 [(f.problem_id, f.sample_idx) for f in scored.feedback], critic_rewards)
         if critic_measures:
             metrics.update({f"train/{k}": v for k, v in critic_error_measures(rows).items()})
+            metrics.update({f"train/{k}": v for k, v in critic_signal_measures(rows).items()})
     return {k: v for k, v in metrics.items() if v is not None}
 
 
 def store_eval(ws: Workspace, meta: dict, step: int, result: Evaluation, problems: list[dict] | None = None) -> dict:
-    """Write one shard per protocol evaluated (single, feedback, gated); return the `eval/acc_*` metrics and, on
-    the synthetic task (with `problems`, the held-out split), the critic measures of the `feedback` protocol's rows
-    (`eval/critic_*`)."""
+    """Write one shard per protocol evaluated (single, feedback, gated, feedback_frozen); return the `eval/acc_*`
+    metrics and, on the synthetic task (with `problems`, the held-out split), the critic measures of the `feedback`
+    protocol's rows (`eval/critic_hits_first_error`, `eval/critic_false_alarm`, `eval/critic_approves_wrong`; not `critic_signal`,
+    which needs critic rewards, nor `critic_useful_mixed_frac`: held-out attempts get one feedback each), and the
+    same measures of the frozen base critic's `feedback_frozen` rows as `eval/frozen_critic_*`."""
     critic, questions = {}, analysis_questions(meta["benchmark"], problems)
     storage.write_shard(ws, meta["run_id"], "eval-single", step,
                         trajectory_rows(meta, step, result.single, split="eval", protocol="single",
@@ -78,6 +86,11 @@ def store_eval(ws: Workspace, meta: dict, step: int, result: Evaluation, problem
     if result.gated is not None:
         storage.write_shard(ws, meta["run_id"], "eval-gated", step,
                             _protocol_rows(meta, step, "gated", result.gated, questions))
+    if result.feedback_frozen is not None:  # the frozen base critic on the same attempts (`eval/frozen_critic_*`)
+        rows = _protocol_rows(meta, step, FROZEN_PROTOCOL, [result.feedback_frozen], questions)
+        storage.write_shard(ws, meta["run_id"], f"eval-{FROZEN_PROTOCOL}", step, rows)
+        if questions is not None:
+            critic |= {f"eval/frozen_{k}": v for k, v in critic_error_measures(rows).items()}
     metrics = {f"eval/{k}": v for k, v in result.metrics.items()} | critic
     return {k: v for k, v in metrics.items() if v is not None}
 

@@ -11,22 +11,29 @@ any compute, and expanded into the training runs it asks for.
     methods: [grpo, fixed_critic, ...]
     seeds: [0, 1, 2, 3, 4]
     regimes:
-      moderate: {difficulty: 4}
+      moderate: {difficulty: 4}      # or {rule: {single_closest_to: 0.35, search: [2, 10]}}
       sparse: {rule: {all_wrong_frac_at_least: 0.5, search: [2, 8], otherwise: hardest}}
     rule_measure: {group_size: 8, seed: 0}   # how the base model is measured for the rule and the bounds
     overrides: {}                    # config fields set for every run, {"section.field": value}
+    variants:                        # optional: a method run once per named override set (a pilot's grid)
+      grpo: {lr1e-3: {train.actor_lr: 0.001}, lr5e-3: {train.actor_lr: 0.005}}
+    select: {grpo: acc_single}       # optional, with variants: the held-out metric that picks a method's variant
 
-A regime is a task difficulty, fixed or chosen by a rule on the base model alone (`binac_core.regimes`): the
-smallest difficulty in `search` whose share of all-wrong groups is at least the threshold; `otherwise: hardest`
-takes the hardest difficulty searched when none is (the report lists that as a deviation), `otherwise: fail`
-stops the study. Nothing here imports Prefect or torch.
+A regime is a task difficulty, fixed or chosen by a rule on the base model alone (`binac_core.regimes`):
+`all_wrong_frac_at_least`: the smallest difficulty in `search` whose share of all-wrong groups is at least the
+threshold, `otherwise: hardest` taking the hardest difficulty searched when none is (the report lists that as a
+deviation) and `otherwise: fail` stopping the study; `single_closest_to`: the difficulty in `search` whose
+single-turn accuracy is closest to the target (a tie: the smaller). A method listed under `variants` runs once
+per variant (its overrides on top of `overrides`), the others once; the variant is part of the run's name.
+`select` names, per method with variants, the held-out metric (one of SELECT_METRICS) by which the report
+chooses its variant (binac_core/study_report.py). Nothing here imports Prefect or torch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from binac_core import benchmarks
@@ -36,17 +43,24 @@ from binac_core.files import read_yaml_mapping
 from binac_core.methods import method_spec
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
-        "seeds", "regimes", "rule_measure", "overrides"}
+        "seeds", "regimes", "rule_measure", "overrides", "variants", "select"}
+SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
+RULE_KINDS = ("all_wrong_frac_at_least", "single_closest_to")
 
 
 @dataclass(frozen=True)
 class Rule:
-    threshold: float
-    """The least share of all-wrong groups (G attempts of the base model, none right) the difficulty must have."""
+    kind: str
+    """`all_wrong_frac_at_least` (the smallest difficulty whose share of all-wrong groups, G attempts of the base
+    model none right, is at least `value`) or `single_closest_to` (the difficulty whose single-turn accuracy is
+    closest to `value`)."""
+    value: float
+    """The rule's threshold or target (a share in (0, 1])."""
     search: tuple[int, int]
     """The difficulties searched, inclusive (they should lie in the base's pretraining range)."""
     otherwise: str
-    """`hardest` (take the hardest searched difficulty, a listed deviation) or `fail`."""
+    """`all_wrong_frac_at_least` only: `hardest` (take the hardest searched difficulty, a listed deviation) or
+    `fail`."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +89,16 @@ class Study:
     """G of the rule's measurement."""
     measure_seed: int
     overrides: dict
+    variants: dict = field(default_factory=dict)
+    """method -> {variant name -> overrides}: the methods run once per variant (a pilot's grid)."""
+    select: dict = field(default_factory=dict)
+    """method (one with variants) -> the held-out metric (SELECT_METRICS) that chooses its variant in the report."""
 
     def key(self) -> str:
-        """Content hash of everything that determines the runs (not the file's path or the deployment's name)."""
-        blob = {k: v for k, v in self.__dict__.items() if k not in ("path", "deployment", "design")}
+        """Content hash of everything that determines the runs (not the file's path or the deployment's name);
+        `variants` and `select` count when set (a study without them keeps the key it had before they existed)."""
+        blob = {k: v for k, v in self.__dict__.items() if k not in ("path", "deployment", "design")
+                and not (k in ("variants", "select") and not v)}
         return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     def config(self, difficulty: int | None = None) -> Config:
@@ -95,10 +115,12 @@ class RunSpec:
     method: str
     seed: int
     overrides: dict
+    variant: str = ""
+    """The variant's name (`Study.variants`), empty for a method run once."""
 
     @property
     def name(self) -> str:
-        return f"{self.regime}-{self.method}-s{self.seed}"
+        return f"{self.regime}-{self.method}{'-' + self.variant if self.variant else ''}-s{self.seed}"
 
 
 def load_study(path: str | Path) -> Study:
@@ -121,9 +143,9 @@ def load_study(path: str | Path) -> Study:
     seeds = tuple(raw["seeds"])
     if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise BinacError(f"study file {path}: seeds must be distinct non-negative integers (got {list(seeds)})")
-    for field in ("iterations", "eval_every"):
-        if not isinstance(raw.get(field, 1), int) or raw.get(field, 1) < 1:
-            raise BinacError(f"study file {path}: {field} must be a positive integer (got {raw[field]!r})")
+    for name in ("iterations", "eval_every"):
+        if not isinstance(raw.get(name, 1), int) or raw.get(name, 1) < 1:
+            raise BinacError(f"study file {path}: {name} must be a positive integer (got {raw[name]!r})")
     equal = raw.get("equal_samples_method", "grpo")
     method_spec(equal)
     design = ""
@@ -139,10 +161,14 @@ def load_study(path: str | Path) -> Study:
         eval_every=raw.get("eval_every", 8), equal_samples_method=equal, methods=methods, seeds=seeds,
         regimes=tuple(_regime(path, n, r) for n, r in (raw["regimes"] or {}).items()),
         group_size=int(measure.get("group_size", 8)), measure_seed=int(measure.get("seed", 0)),
-        overrides=dict(raw.get("overrides") or {}),
+        overrides=dict(raw.get("overrides") or {}), variants=_variants(path, raw.get("variants"), methods),
     )
+    study = replace(study, select=_select(path, raw.get("select"), study.variants))
     if not study.regimes:
         raise BinacError(f"study file {path}: no regimes")
+    for named in study.variants.values():  # every variant must make a valid config
+        for overrides in named.values():
+            load_config(study.preset, {**study.overrides, **overrides})
     for regime in study.regimes:  # every difficulty the study can reach must make a valid config
         for d in ([regime.difficulty] if regime.rule is None else range(regime.rule.search[0],
                                                                          regime.rule.search[1] + 1)):
@@ -160,38 +186,74 @@ def _measures_regimes(bench) -> bool:
     return bench.oracle_feedback is not None and bench.feedback_analysis is not None
 
 
+def _variants(path: Path, raw, methods: tuple[str, ...]) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BinacError(f"study file {path}: variants must map a method to named override sets")
+    out = {}
+    for method, named in raw.items():
+        if method not in methods:
+            raise BinacError(f"study file {path}: variants of {method!r}, which is not in methods")
+        if not isinstance(named, dict) or not named or not all(isinstance(o, dict) for o in named.values()):
+            raise BinacError(f"study file {path}: variants of {method!r} must be {{name: {{field: value}}}}")
+        out[method] = {str(k): dict(v) for k, v in named.items()}
+    return out
+
+
+def _select(path: Path, raw, variants: dict) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BinacError(f"study file {path}: select must map a method to a metric ({', '.join(SELECT_METRICS)})")
+    for method, metric in raw.items():
+        if method not in variants:
+            raise BinacError(f"study file {path}: select names {method!r}, which has no variants")
+        if metric not in SELECT_METRICS:
+            raise BinacError(f"study file {path}: select of {method!r}: unknown metric {metric!r} "
+                             f"(known: {', '.join(SELECT_METRICS)})")
+    return {str(m): str(v) for m, v in raw.items()}
+
+
 def _regime(path: Path, name: str, raw: dict) -> Regime:
     if not isinstance(raw, dict) or ("difficulty" in raw) == ("rule" in raw):
         raise BinacError(f"study file {path}: regime {name!r} needs exactly one of difficulty, rule")
     if "difficulty" in raw:
         return Regime(name, int(raw["difficulty"]), None)
     rule = raw["rule"]
+    kinds = [k for k in RULE_KINDS if isinstance(rule, dict) and k in rule]
     try:
         lo, hi = (int(x) for x in rule["search"])
-        threshold, otherwise = float(rule["all_wrong_frac_at_least"]), rule.get("otherwise", "fail")
-    except (KeyError, TypeError, ValueError):
-        raise BinacError(f"study file {path}: regime {name!r}: rule needs all_wrong_frac_at_least and "
+        value, otherwise = float(rule[kinds[0]]), rule.get("otherwise", "fail")
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise BinacError(f"study file {path}: regime {name!r}: rule needs one of {', '.join(RULE_KINDS)} and "
                          "search: [lo, hi]") from None
-    if not 1 <= lo <= hi or otherwise not in ("hardest", "fail") or not 0 < threshold <= 1:
+    if len(kinds) != 1 or not 1 <= lo <= hi or otherwise not in ("hardest", "fail") or not 0 < value <= 1:
         raise BinacError(f"study file {path}: regime {name!r}: bad rule {rule!r}")
-    return Regime(name, None, Rule(threshold, (lo, hi), otherwise))
+    return Regime(name, None, Rule(kinds[0], value, (lo, hi), otherwise))
 
 
 def grid(study: Study, difficulties: dict[str, int]) -> list[RunSpec]:
-    """Every run, seed-major (all methods and regimes of seed 0 first), so a grid stopped early is balanced."""
-    cfg = study.config()
-    equal = method_spec(study.equal_samples_method).actor_samples_per_iteration(cfg) * study.iterations
+    """Every run, seed-major (all methods and regimes of seed 0 first), so a grid stopped early is balanced. Every
+    run also evaluates at the equal-budget points of both axes (`equal_budget_totals`)."""
+    totals = equal_budget_totals(study)
     runs = []
     for seed in study.seeds:
         for regime in study.regimes:
             d = difficulties[regime.name]
             for method in study.methods:
-                overrides = {**study.overrides, "task.difficulty": d, "train.eval_every": study.eval_every,
-                             "train.eval_at_samples": equal}
-                runs.append(RunSpec(regime.name, d, method, seed, overrides))
+                for variant, extra in (study.variants.get(method) or {"": {}}).items():
+                    overrides = {**study.overrides, **extra, "task.difficulty": d,
+                                 "train.eval_every": study.eval_every,
+                                 "train.eval_at_samples": totals["actor_train"],
+                                 "train.eval_at_generated": totals["generated"]}
+                    runs.append(RunSpec(regime.name, d, method, seed, overrides, variant))
     return runs
 
 
-def equal_samples_total(study: Study) -> int:
-    """The actor samples of `equal_samples_method` after all iterations (the equal-samples evaluation point)."""
-    return method_spec(study.equal_samples_method).actor_samples_per_iteration(study.config()) * study.iterations
+def equal_budget_totals(study: Study) -> dict[str, int]:
+    """`equal_samples_method`'s counts after all iterations on both budget axes (`binac_core.methods`): its actor
+    training samples (`actor_train`) and its generated samples (`generated`): the equal-budget points."""
+    spec, cfg = method_spec(study.equal_samples_method), study.config()
+    return {"actor_train": spec.actor_train_samples_per_iteration(cfg) * study.iterations,
+            "generated": spec.generated_samples_per_iteration(cfg) * study.iterations}

@@ -237,13 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     t.set_defaults(func=cmd_train)
 
-    c = command("compare", "every method x seed at equal actor-sample budgets, with a report")
+    c = command("compare", "every method x seed at equal actor training sample budgets, with a report")
     c.add_argument("--preset", default="tiny", help=f"preset name or YAML file ({', '.join(preset_names())})")
     c.add_argument("--methods", default="grpo,fixed_critic,binac",
                    help=f"comma-separated methods, of {', '.join(METHODS)}")
     c.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     c.add_argument("--steps", type=int, default=30,
-                   help="the actor-sample budget of every run: as many samples as N grpo iterations; each method "
+                   help="the actor training sample budget of every run: as many as N grpo iterations; each method "
                    "runs the whole iterations that fit in it, so it must cover one iteration of every method")
     c.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a config field (repeatable)")
@@ -253,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = command("demo", "compare grpo, fixed_critic, binac on the tiny preset")
     d.add_argument("--seeds", default="0", help="comma-separated seeds")
     d.add_argument("--steps", type=int, default=30,
-                   help="the actor-sample budget of every run, in grpo iterations (as `compare --steps`)")
+                   help="the actor training sample budget of every run, in grpo iterations (as `compare --steps`)")
     d.set_defaults(func=cmd_demo)
 
     e = command("evaluate", "evaluate a model (+ adapters) on a benchmark under one protocol")

@@ -1,5 +1,6 @@
-"""The comparison: every method × seed as a `train` subflow under one MLflow parent run, at equal actor-sample
-budgets (the budget of `steps` GRPO iterations), then the report (table + plot) logged to the parent run, its
+"""The comparison: every method × seed as a `train` subflow under one MLflow parent run, at equal actor TRAINING
+sample budgets (the actor training samples of `steps` GRPO iterations; binac_core/methods.py: look-ahead
+refinements and critic feedback are not charged to it), then the report (table + plot) logged to the parent run, its
 summary logged as the parent's metrics, and a closing Prefect markdown artifact."""
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def compare(
         preset: preset name (tiny, micro, ...) or path of a preset YAML file.
         methods: the methods compared, each trained once per seed.
         seeds: run seeds.
-        steps: the actor-sample budget, as many samples as `steps` GRPO iterations; it must cover one iteration
-            of every method.
+        steps: the actor training sample budget, as many as `steps` GRPO iterations; it must cover one
+            iteration of every method. critic_only, which trains no actor, runs `steps` iterations (GRPO's).
         overrides: config fields to override, {"section.field": value}.
         fresh: any new value recomputes every stage instead of reusing cached ones (new MLflow runs);
             `binac compare --fresh` sets one. An edit to library code recomputes without it.
@@ -43,8 +44,9 @@ def compare(
         cfg, budget = plan_compare(preset, methods, seeds, steps, overrides)
     except BinacError as exc:  # a deployment run with a bad parameter: the CLI's one line as its state message
         return refuse(exc)
-    per_iteration = [method_spec(m).actor_samples_per_iteration(cfg) for m in methods]
+    per_iteration = [method_spec(m).actor_train_samples_per_iteration(cfg) for m in methods]
     shared = shared_eval_samples(per_iteration, budget, cfg.train.eval_points)
+    trained = [n for n in per_iteration if n > 0]
     key = hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}|{stage_code_digest()}|{fresh}".encode()
                          ).hexdigest()[:12]
     params = {**cfg.flat(), "methods": ",".join(methods), "seeds": ",".join(map(str, seeds)),
@@ -63,7 +65,7 @@ def compare(
         ws = workspace()
         meta = {"preset": cfg.name, "seeds": seeds, "budget": budget, "steps": steps, "n_eval": cfg.task.n_test,
                 "eval_samples": cfg.generation.eval_samples, "eval_temperature": cfg.generation.eval_temperature,
-                "shared_samples": shared, "common_samples": math.lcm(*per_iteration)}
+                "shared_samples": shared, "common_samples": math.lcm(*trained) if trained else 0}
         report = build_report(runs, meta, ws.home / "reports" / f"compare-{key}")
         for f in report["files"]:
             tracking.log_path(ws, parent, f, "report")

@@ -23,8 +23,8 @@ from binac_core.files import StageFile
 from binac_core.methods import method_spec
 from binac_core.plans import train_run_key
 from binac_core.provenance import stage_code_digest
-from binac_core.regimes import sparse_difficulty
-from binac_core.study import Study, equal_samples_total, grid, load_study
+from binac_core.regimes import closest_difficulty, sparse_difficulty
+from binac_core.study import Study, equal_budget_totals, grid, load_study
 from binac_core.study_report import build_study_report
 from binac_core.workspace import workspace
 from flows.fanout import Tracked, check_deployment, fan_out
@@ -44,9 +44,12 @@ def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
     base = build_base_model(st.config().model_dump(mode="json"))
     measured, difficulties, deviations = choose_regimes(st, base)
     runs = grid(st, difficulties)
+    totals = equal_budget_totals(st)
     params = {"study": st.name, "study_file": str(st.path), "preset": st.preset, "methods": ",".join(st.methods),
               "seeds": ",".join(map(str, st.seeds)), "iterations": str(st.iterations),
-              "eval_every": str(st.eval_every), "equal_samples": str(equal_samples_total(st)),
+              "eval_every": str(st.eval_every), "equal_actor_train_samples": str(totals["actor_train"]),
+              "equal_generated_samples": str(totals["generated"]),
+              "variants": ",".join(f"{m}:{v}" for m, named in st.variants.items() for v in named),
               **{f"regime.{r}": str(d) for r, d in difficulties.items()}, **st.config().flat()}
     parent = start_run(f"study-{key}", f"study-{st.name}", {"kind": "study", "method": "study",
                                                             "preset": st.preset, "study": st.name}, params)
@@ -87,15 +90,18 @@ def choose_regimes(st: Study, base: StageFile) -> tuple[dict, dict, list[str]]:
             difficulties[r.name] = r.difficulty
             continue
         searched = {d: m for d, m in measured.items() if r.rule.search[0] <= d <= r.rule.search[1]}
-        chosen = sparse_difficulty(searched, r.rule.threshold)
+        if r.rule.kind == "single_closest_to":
+            difficulties[r.name] = closest_difficulty(searched, r.rule.value)
+            continue
+        chosen = sparse_difficulty(searched, r.rule.value)
         if chosen is None:
             if r.rule.otherwise == "fail":
                 raise BinacError(f"regime {r.name!r}: no difficulty in {list(r.rule.search)} has an all-wrong "
-                                 f"share >= {r.rule.threshold} (widen the base's pretraining range)")
+                                 f"share >= {r.rule.value} (widen the base's pretraining range)")
             chosen = r.rule.search[1]
             shares = ", ".join(f"d{d} {m['all_wrong_frac']:.3f}" for d, m in sorted(searched.items()))
             deviations.append(f"regime {r.name}: no difficulty in {r.rule.search[0]}-{r.rule.search[1]} meets the "
-                              f"rule (all-wrong share >= {r.rule.threshold}; measured {shares}); the hardest, "
+                              f"rule (all-wrong share >= {r.rule.value}; measured {shares}); the hardest, "
                               f"{chosen}, is used, as the design allows")
         difficulties[r.name] = chosen
     for r in st.regimes:  # the bounds of every chosen difficulty
@@ -139,7 +145,8 @@ def collect(ws, runs, tracked: list[Tracked]) -> list[dict]:
     out = []
     for r, t in zip(runs, tracked, strict=True):
         found = c.search_runs([exp], filter_string=f"tags.`binac.run_key` = '{t.key}'", max_results=1)
-        item = {"regime": r.regime, "difficulty": r.difficulty, "method": r.method, "seed": r.seed,
+        item = {"regime": r.regime, "difficulty": r.difficulty, "method": r.method, "variant": r.variant,
+                "seed": r.seed, "overrides": r.overrides,
                 "finished": bool(found) and found[0].info.status == "FINISHED", "metrics": {}, "run_id": None,
                 "notes": t.notes, "state": t.state}
         if found:
@@ -147,7 +154,8 @@ def collect(ws, runs, tracked: list[Tracked]) -> list[dict]:
             item["run_id"] = run.info.run_id
             for name in run.data.metrics:
                 item["metrics"][name] = {m.step: m.value for m in c.get_metric_history(run.info.run_id, name)}
-        cfg = load_config(t.parameters["preset"], r.overrides)
-        item["samples_per_iteration"] = method_spec(r.method).actor_samples_per_iteration(cfg)
+        cfg, spec = load_config(t.parameters["preset"], r.overrides), method_spec(r.method)
+        item["actor_train_per_iteration"] = spec.actor_train_samples_per_iteration(cfg)
+        item["generated_per_iteration"] = spec.generated_samples_per_iteration(cfg)
         out.append(item)
     return out

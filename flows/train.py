@@ -45,7 +45,14 @@ def train(
     budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "", fresh: str = "",
     shared_samples: list[int] | None = None,
 ) -> dict:
-    """Train `method` for `steps` iterations (or until `budget` actor samples); returns run id and evaluations.
+    """Train `method` for `steps` iterations (or the whole iterations within `budget` actor training samples);
+    returns run id and evaluations.
+
+    Two counts are logged each iteration, both cumulative: `train/actor_samples`, the actor TRAINING samples (the
+    sequences its loss is computed on; never the look-ahead refinements), and `train/generated_samples`, every
+    sequence sampled from the actor or the critic (binac_core/methods.py). Every evaluation is logged again at
+    each count as the step (`eval_at_samples/<metric>`, `eval_at_generated/<metric>`), and both are stored in
+    the trajectory rows (`actor_samples`, `generated_samples`).
 
     Args:
         preset: preset name (tiny, micro, ...) or path of a preset YAML file.
@@ -54,10 +61,11 @@ def train(
         steps: training iterations (ignored when `budget` is set).
         seed: run seed (sampling, adapter init, batch order).
         overrides: config fields to override, {"section.field": value}.
-        budget: actor-sample budget; set by `compare` for its subflows.
+        budget: actor training sample budget; set by `compare` for its subflows.
         parent_run_id: MLflow parent run; set by `compare`.
         parent_key: the comparison's key; set by `compare`.
-        shared_samples: actor-sample counts at which every compared method evaluates; set by `compare`.
+        shared_samples: actor training sample counts at which every compared method evaluates; set by
+            `compare`.
         fresh: any new value recomputes every stage instead of reusing cached ones (a new MLflow run);
             `binac train --fresh` sets one. An edit to library code recomputes without it.
     """
@@ -79,22 +87,28 @@ def train(
         base = build_base_model(cfg_d)
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
         tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark,
-                "budget_actor_samples": str(budget or iterations * spec.actor_samples_per_iteration(cfg))}
+                "budget_actor_samples": str(budget or iterations * spec.actor_train_samples_per_iteration(cfg))}
         params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations),
                   "code.stage_code_digest": code, "code.fresh": fresh}
         run_id = start_run(key, f"{method}-{cfg.name}-s{seed}", tags, params, parent_run_id)
+        per_iteration = spec.actor_train_samples_per_iteration(cfg)
+        gen_per_iteration = spec.generated_samples_per_iteration(cfg)
+        # The per-iteration counts ride in `meta` to the rows: their `actor_samples`, `generated_samples` columns
+        # hold step x each (binac_core/records.py).
         meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark,
-                "parent_run_id": parent_run_id}
+                "parent_run_id": parent_run_id,
+                "samples_per_iteration": {"actor_samples": per_iteration, "generated_samples": gen_per_iteration}}
         try:
             adapters = init_adapters(cfg_d, base, seed, str(shared))
             actor, critic = adapters["actor"], adapters["critic"]
-            per_iteration = spec.actor_samples_per_iteration(cfg)
-            log_metrics(run_id, {"train/actor_samples": 0}, 0)
+            log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
             evals = {0: _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method, meta=meta,
                                   seed=seed, step=0, out_dir=str(shared))}
-            samples, t_start = 0, time.time()
+            samples, generated, t_start = 0, 0, time.time()
             eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
-                                       per_iteration, cfg.train.eval_at_samples, shared_samples)
+                                       per_iteration, cfg.train.eval_at_samples, shared_samples,
+                                       generated_per_iteration=gen_per_iteration,
+                                       at_generated=cfg.train.eval_at_generated)
             for step in range(1, iterations + 1):
                 t0, graded, out = time.time(), GraderCounts(), str(run_dir / f"step-{step:05d}")
                 at = {"seed": seed, "step": step, "out_dir": out}  # the step's stages: their seed, step and folder
@@ -130,11 +144,12 @@ def train(
                     upd = update_critic(cfg_d, base, seed, critic=critic, feedback=feedback,
                                         critic_rewards=critic_rewards, out_dir=out)
                     critic, stats["train/critic_loss"] = upd.adapter, upd.loss
-                samples += per_iteration
+                samples, generated = samples + per_iteration, generated + gen_per_iteration
                 gen_s = sum(g.seconds for g in gens)
                 stats.update({f"grader/{k}": v for k, v in graded.since().items()})  # this iteration's grading
                 stats.update({
-                    "train/actor_samples": samples, "perf/step_s": time.time() - t0,
+                    "train/actor_samples": samples, "train/generated_samples": generated,
+                    "perf/step_s": time.time() - t0,
                     "perf/gen_tokens_per_s": sum(g.tokens for g in gens) / max(gen_s, 1e-9),
                 })
                 metrics = store_train_step(meta, step, attempts=attempts, first_rewards=first_rewards,
@@ -143,38 +158,46 @@ def train(
                                            extra=stats)
                 if step in eval_at:
                     evals[step] = _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method,
-                                            meta=meta, samples=samples, **at)
+                                            meta=meta, samples=samples, generated=generated, **at)
                 eta = (time.time() - t_start) / step * (iterations - step)
                 acc = f" acc_single {evals[step]['eval/acc_single']:.3f}" if step in evals else ""
                 progress(f"[{method} {cfg.name} seed {seed}] iteration {step}/{iterations}: reward_first "
-                         f"{metrics['train/reward_first']:.3f}{acc}, actor samples {samples}, ETA {eta:.0f}s")
+                         f"{metrics['train/reward_first']:.3f}{acc}, actor training samples {samples}, generated samples "
+                         f"{generated}, ETA {eta:.0f}s")
             finalize_run(run_id, cfg_d, actor, critic)
         except BaseException:
             finish_run(run_id, "FAILED")
             raise
         closing_artifact(f"train-{method}-{cfg.name}-s{seed}", f"train {method} on {cfg.name}, seed {seed}",
-                         _evals_table(evals, per_iteration), run_id)
+                         _evals_table(evals, per_iteration, gen_per_iteration), run_id)
         return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
-                "samples_per_iteration": per_iteration, "actor": actor, "critic": critic}
+                "samples_per_iteration": per_iteration, "generated_per_iteration": gen_per_iteration,
+                "actor": actor, "critic": critic}
 
 
-def _evals_table(evals: dict[int, dict], per_iteration: int) -> str:
-    """The run's held-out evaluations as a markdown table, one row per evaluation point."""
+def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: int) -> str:
+    """The run's held-out evaluations as a markdown table, one row per evaluation point, with the cumulative
+    actor training samples and generated samples reached at it (`per_iteration`, `gen_per_iteration` each)."""
     keys = sorted({k for m in evals.values() for k in m if k.startswith("eval/acc")})
-    lines = ["| iteration | actor samples | " + " | ".join(k.removeprefix("eval/") for k in keys) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in keys) + " |"]
+    lines = ["| iteration | actor training samples | generated samples | "
+             + " | ".join(k.removeprefix("eval/") for k in keys) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in keys) + " |"]
     for step in sorted(evals):
         cells = [f"{evals[step][k]:.3f}" if k in evals[step] else "–" for k in keys]
-        lines.append(f"| {step} | {step * per_iteration} | " + " | ".join(cells) + " |")
+        lines.append(f"| {step} | {step * per_iteration} | {step * gen_per_iteration} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step, out_dir, samples=0) -> dict:
+def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step, out_dir, samples=0,
+              generated=0) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
     Code benchmarks also get the execution-assisted protocols. The source is tagged `eval_feedback_source`.
-    `samples`: the actor samples trained on so far, the step of the `eval_at_samples/` copies of the metrics."""
+    `samples`: the actor training samples so far, the step of the `eval_at_samples/` copies of the metrics;
+    `generated`: the generated samples so far, the step of the `eval_at_generated/` copies. A method that never
+    trains its actor (critic_only) logs `eval_at_samples/` at step 0 only: its count stays 0, and copies of its
+    later evaluations would all pile up at x = 0."""
     source = method_feedback_source(method)
     fixed = SELF_CORRECT_FEEDBACK if source == FIXED_INSTRUCTION else None
     oracle = source == ORACLE
@@ -185,8 +208,11 @@ def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step,
     store_eval_exec(meta, step, result)
     run_id = meta["run_id"]
     log_metrics(run_id, metrics, step)
-    # The same numbers again with the cumulative actor samples as the step: MLflow's default chart of
-    # eval_at_samples/<metric> then compares methods at equal budgets, not at equal iterations.
-    log_metrics(run_id, {f"eval_at_samples/{k.removeprefix('eval/')}": v for k, v in metrics.items()}, samples)
+    # The same numbers again with each cumulative count as the step: MLflow's default charts of
+    # eval_at_samples/<metric> (actor training samples) and eval_at_generated/<metric> (generated samples) then
+    # compare methods at equal budgets on either axis, not at equal iterations.
+    if samples or step == 0:
+        log_metrics(run_id, {f"eval_at_samples/{k.removeprefix('eval/')}": v for k, v in metrics.items()}, samples)
+    log_metrics(run_id, {f"eval_at_generated/{k.removeprefix('eval/')}": v for k, v in metrics.items()}, generated)
     tracking.set_tags(workspace(), run_id, {"eval_feedback_source": source})
     return metrics

@@ -30,6 +30,15 @@ CREATE TABLE trajectory_rows (
     created_at      TIMESTAMP NOT NULL, -- when the step's rows were generated
     first_wrong_step INTEGER,          -- synthetic task: the attempt's first wrong step by the oracle (NULL: none)
     feedback_step   INTEGER,           -- synthetic task: the step the feedback names as wrong (NULL: names none)
+    actor_samples   BIGINT,            -- training runs: the run's cumulative actor TRAINING samples after `step`
+                                       -- (sequences the actor's loss was computed on; never look-ahead
+                                       -- refinements); eval rows: at the evaluation's step, 0 at step 0. NULL for
+                                       -- `binac evaluate` and rows stored before this column existed
+    generated_samples BIGINT,          -- the same, counting every sequence sampled from the actor or the critic
+                                       -- (attempts, critic feedback, refinements, look-ahead refinements)
+    feedback_approves BOOLEAN,         -- synthetic task: the feedback approves the attempt ("Looks correct."); NULL
+                                       -- without feedback, on other benchmarks, and in rows stored before this
+                                       -- column existed
     parent_run_id   VARCHAR            -- MLflow run id of the comparison or study (the parent run) this run belongs
                                        -- to; NULL for a standalone `binac train` / `binac evaluate` (and in rows
                                        -- stored before this column existed)

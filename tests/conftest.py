@@ -98,8 +98,8 @@ def prefect_home(tmp_path_factory):
 @pytest.fixture(scope="session")
 def micro_compare(tmp_path_factory, prefect_home) -> dict:
     """One real `binac compare` of all eight methods on the micro preset (seed 0, a budget of 5 GRPO iterations:
-    80 actor samples, the smallest that covers one iteration of every method, binac's 80), shared by the tests
-    that inspect a filled store."""
+    80 actor training samples, one iteration of every method trained on its second turn (48 each), 5 of grpo and
+    critic_only), shared by the tests that inspect a filled store."""
     home = tmp_path_factory.mktemp("binac-home-compare")
     env = binac_env(home, prefect_home)
     proc = run_binac(["compare", "--preset", "micro", "--methods", ALL_METHODS, "--seeds", "0", "--steps", "5"], env)

@@ -18,7 +18,9 @@ from binac_core.plans import plan, plan_compare
 from flows import cli
 
 REPO = Path(__file__).resolve().parents[1]
-MICRO_PER_ITERATION = {"grpo": 16, "fixed_critic": 48, "binac": 80}  # 4 problems x 4 samples x (1, 1 + 2, 1 + 2 x 2)
+# Actor training samples per iteration on micro: 4 problems x 4 attempts x (1, 1 + K = 2 refinements; binac's
+# look-ahead refinements are not trained on; critic_only trains no actor).
+MICRO_PER_ITERATION = {"grpo": 16, "fixed_critic": 48, "binac": 48, "critic_only": 0}
 
 
 @pytest.fixture
@@ -138,20 +140,22 @@ def test_budget_below_one_iteration_of_a_method_is_refused_with_the_smallest_ste
     rc, out, err = binac("compare", "--preset", "micro", "--methods", "grpo,fixed_critic,binac", "--seeds", "0",
                          "--steps", "2")
     assert rc == 2 and out == ""
-    assert err.strip() == ("error: --steps 2 gives a budget of 32 actor samples, less than one iteration of "
-                           "fixed_critic (48), binac (80); the smallest budget that fits every method is --steps 5 "
-                           "(80 actor samples)"), err
-    with pytest.raises(BinacError, match=r"^--steps 4 gives a budget of 64 actor samples, less than one iteration "
-                                         r"of binac \(80\), binac_after \(80\); the smallest budget that fits every "
-                                         r"method is --steps 5 \(80 actor samples\)$"):
-        plan_compare("micro", list(METHODS), [0], 4, None)
-    with pytest.raises(BinacError, match=r"less than one iteration of fixed_critic \(48\); the smallest budget "
-                                         r"that fits every method is --steps 3 \(48 actor samples\)$"):
-        plan_compare("micro", ["grpo", "fixed_critic"], [0], 2, None)
+    assert err.strip() == ("error: --steps 2 gives a budget of 32 actor training samples, less than one iteration "
+                           "of fixed_critic (48), binac (48); the smallest budget that fits every method is --steps "
+                           "3 (48 actor training samples)"), err
+    # Every method trained on its second turn needs 48; critic_only (no actor training) and grpo fit any budget.
+    with pytest.raises(BinacError, match=r"^--steps 2 gives a budget of 32 actor training samples, less than one "
+                                         r"iteration of fixed_critic \(48\), binac \(48\), binac_lam0 \(48\), "
+                                         r"binac_after \(48\), self_correct \(48\), oracle_critic \(48\); the "
+                                         r"smallest budget that fits every method is --steps 3 \(48 actor training "
+                                         r"samples\)$"):
+        plan_compare("micro", list(METHODS), [0], 2, None)
+    assert plan_compare("micro", ["grpo", "critic_only"], [0], 1, None)[1] == 16
     assert plan_compare("micro", ["grpo", "fixed_critic"], [0], 3, None)[1] == 48
+    assert plan_compare("micro", list(METHODS), [0], 3, None)[1] == 48
     assert plan_compare("micro", list(METHODS), [0], 5, None)[1] == 80
     # A `train` flow given a budget directly (a deployment run) is refused the same way, naming the method.
-    with pytest.raises(BinacError, match=r"^an actor-sample budget of 32 is less than one iteration of binac \(80 "):
+    with pytest.raises(BinacError, match=r"^an actor-sample budget of 32 is less than one iteration of binac \(48 "):
         plan("micro", "binac", None, 0, None, 32)
 
 
@@ -164,24 +168,24 @@ def test_budget_refusal_writes_nothing(tmp_path):
                            "--steps", "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: --steps 1 gives a budget of 16 actor samples, less than one iteration of fixed_critic (48), "
-        "binac (80); the smallest budget that fits every method is --steps 5 (80 actor samples)"]
+        "error: --steps 1 gives a budget of 16 actor training samples, less than one iteration of fixed_critic "
+        "(48), binac (48); the smallest budget that fits every method is --steps 3 (48 actor training samples)"]
     assert not (home / "mlflow.db").exists() and not (home / "runs").exists()
 
 
-@pytest.mark.parametrize("budget, expected", [
-    (80, {"grpo": 5, "fixed_critic": 1, "binac": 1}),
-    (95, {"grpo": 5, "fixed_critic": 1, "binac": 1}),
-    (96, {"grpo": 6, "fixed_critic": 2, "binac": 1}),
-    (159, {"grpo": 9, "fixed_critic": 3, "binac": 1}),
-    (160, {"grpo": 10, "fixed_critic": 3, "binac": 2}),
-    (480, {"grpo": 30, "fixed_critic": 10, "binac": 6}),
+@pytest.mark.parametrize("budget, expected", [  # critic_only runs grpo's iterations (budget // 16)
+    (48, {"grpo": 3, "fixed_critic": 1, "binac": 1, "critic_only": 3}),
+    (80, {"grpo": 5, "fixed_critic": 1, "binac": 1, "critic_only": 5}),
+    (95, {"grpo": 5, "fixed_critic": 1, "binac": 1, "critic_only": 5}),
+    (96, {"grpo": 6, "fixed_critic": 2, "binac": 2, "critic_only": 6}),
+    (159, {"grpo": 9, "fixed_critic": 3, "binac": 3, "critic_only": 9}),
+    (480, {"grpo": 30, "fixed_critic": 10, "binac": 10, "critic_only": 30}),
 ])
 def test_iterations_are_the_whole_ones_within_the_budget(budget, expected):
     cfg = load_config("micro")
     for method, iterations in expected.items():
         spec = method_spec(method)
-        assert spec.actor_samples_per_iteration(cfg) == MICRO_PER_ITERATION[method]
+        assert spec.actor_train_samples_per_iteration(cfg) == MICRO_PER_ITERATION[method]
         assert spec.iterations_for_budget(cfg, budget) == iterations, (method, budget)
         assert plan("micro", method, None, 0, None, budget)[2] == iterations
 
@@ -190,11 +194,11 @@ def test_no_method_ever_exceeds_its_budget():
     cfg = load_config("micro")
     for method in METHODS:
         spec = method_spec(method)
-        per = spec.actor_samples_per_iteration(cfg)
+        per = spec.actor_train_samples_per_iteration(cfg) or 16  # critic_only: grpo's 16 attempts an iteration
         for budget in range(per, 6 * per + 1):
             n = spec.iterations_for_budget(cfg, budget)
             assert n >= 1 and n * per <= budget < (n + 1) * per, (method, budget, n)
-        with pytest.raises(BinacError, match=f"less than one iteration of {method} \\({per} actor samples\\)"):
+        with pytest.raises(BinacError, match=f"less than one iteration of {method} \\({per} actor training samples\\)"):
             spec.iterations_for_budget(cfg, per - 1)
 
 
@@ -212,4 +216,4 @@ def test_every_default_comparison_fits_its_budget():
         p = dep["parameters"]
         plan_compare(p["preset"], p["methods"], p["seeds"], p["steps"], p.get("overrides"))
     micro = next(dep for dep in deployments if dep["name"] == "micro")["parameters"]
-    assert micro["steps"] == 5, "the smallest budget of micro that fits binac: 80 actor samples = 5 grpo iterations"
+    assert micro["steps"] == 5, "80 actor training samples: 5 grpo iterations, 1 of binac (48; the smallest is 3)"

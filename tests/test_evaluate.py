@@ -161,3 +161,33 @@ def test_execution_assisted_protocol_on_a_non_code_benchmark_fails_in_one_line(m
                       "--critic-sees-execution", "--limit", "1"], dict(micro_compare["env"]), 120, check=False)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "code benchmark" in proc.stderr
+
+
+def test_the_frozen_protocol_asks_the_base_critic_about_the_same_attempts():
+    """`feedback_frozen`: the critic adapter writes the `feedback` round, the base model (no adapter) the frozen
+    round, both on the very attempts of `single`; a method that trains its critic gets it in training."""
+    from binac_core.benchmarks import synthetic as syn
+    from binac_core.evaluation import evaluate_protocols, training_protocols
+    from binac_core.generation import AdapterRef, Generation
+
+    class Backend:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, prompts, adapter, params):
+            self.calls.append((prompts[0][-1]["content"].split(":")[0], adapter))
+            return [Generation("7+5=2 A: 2", [1], [2], [0.0]) for _ in prompts]
+
+    rows = [syn.make_row(q) for q in ("7+5", "3-4", "9+9")]
+    critic = AdapterRef("critic", "/nowhere", "d")
+    be = Backend()
+    res = evaluate_protocols(be, "synthetic", rows, actor=None, critic=critic, samples=2, gen=_GEN, seed=0, step=0,
+                             protocols=("single", "feedback", "feedback_frozen"))
+    critic_calls = [adapter for role, adapter in be.calls if role == "Check"]
+    assert critic_calls == [critic, None]  # the trained critic, then the frozen base
+    assert res.feedback_frozen.attempts == res.single.attempts == res.feedback.attempts
+    assert res.metrics["acc_feedback_frozen"] == 1 / 3  # "7+5=2 A: 2" is right for 7+5 only
+    assert training_protocols("synthetic", None, trains_critic=True) == ("single", "feedback", "gated",
+                                                                          "feedback_frozen")
+    again = type(res).from_json(res.to_json())
+    assert again.feedback_frozen.refined_rewards == res.feedback_frozen.refined_rewards

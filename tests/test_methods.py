@@ -103,25 +103,70 @@ def test_self_correct_feedback_is_the_fixed_instruction(micro_compare):
     assert df["feedback"].tolist() == [SELF_CORRECT_FEEDBACK]
 
 
-def test_equal_actor_sample_budgets(micro_compare):
-    """Count the actor completions each run generated (its stage files: attempts, refinements, look-ahead
-    refinements), not the `train/actor_samples` formula: every method trains the whole iterations that fit in the
-    budget of 5 GRPO iterations, never more."""
+# Per iteration on micro (4 problems x 4 attempts, K = 2), hand-computed: (actor training, generated) samples.
+# Actor training: 16 attempts, + 32 refinements when the actor trains on its second turn; never the look-ahead.
+# Generated: 16 attempts, + 32 critic feedbacks when the critic writes them, + 32 refinements with a second turn,
+# + 32 look-ahead refinements.
+MICRO_COUNTS = {"grpo": (16, 16), "fixed_critic": (48, 80), "binac": (48, 112), "binac_lam0": (48, 80),
+                "binac_after": (48, 112), "critic_only": (0, 80), "self_correct": (48, 48), "oracle_critic": (48, 48)}
+
+
+def test_equal_actor_training_sample_budgets(micro_compare):
+    """Count the sequences each run's stage files hold, not the formulas: the actor trained on its attempts and
+    (with a second turn) its refinements, never the look-ahead; generated adds the critic's sampled feedback (a
+    critic prompt: not the fixed text or the oracle's) and the look-ahead refinements. Every method trains the
+    whole iterations whose actor training samples fit the budget of 5 GRPO iterations (80), never more;
+    critic_only, training no actor, runs GRPO's 5."""
+    from binac_core.methods import method_spec
+
     home = micro_compare["home"]
     budget = 5 * 4 * 4  # --steps 5 GRPO iterations of 4 problems x 4 samples
-    generated = {}
+    iterations = {}
     for method in ALL:
         (run,) = [d for d in (home / "runs").iterdir() if d.name.startswith(f"{method}-s0-")]
-        per_step = [sum(len(json.loads(f.read_text())) for f in step.glob("*.json")
-                        if f.stem in ("attempts", "refined", "lookahead"))
-                    for step in sorted(run.glob("step-*"))]
-        assert per_step and len(set(per_step)) == 1, (method, per_step)
-        assert budget - per_step[0] < sum(per_step) <= budget, (method, per_step)
-        generated[method] = per_step
-    assert generated["grpo"] == [16] * 5, "16 attempts per iteration, 5 iterations"
-    assert generated["self_correct"] == [48], "16 attempts + K = 2 refinements each: 1 iteration fits in 80"
-    assert generated["binac"] == [80], "16 attempts + 2 refinements + 2 look-ahead refinements each"
-    assert generated["binac_lam0"] == [48], "no look-ahead"
+        spec = method_spec(method)
+        counted = set()
+        for step in sorted(run.glob("step-*")):
+            files = {f.stem: json.loads(f.read_text()) for f in step.glob("*.json")
+                     if f.stem in ("attempts", "feedback", "refined", "lookahead")}
+            trained = (len(files["attempts"]) * spec.train_actor
+                       + len(files.get("refined", [])) * spec.actor_second_turn)
+            generated = (len(files["attempts"]) + sum(1 for fb in files.get("feedback", []) if fb["prompt_ids"])
+                         + len(files.get("refined", [])) + len(files.get("lookahead", [])))
+            counted.add((trained, generated))
+        iterations[method] = len(list(run.glob("step-*")))
+        assert counted == {MICRO_COUNTS[method]}, (method, counted)
+        trained = MICRO_COUNTS[method][0]
+        if trained:
+            assert budget - trained < iterations[method] * trained <= budget, (method, iterations[method])
+    assert iterations == {"grpo": 5, "fixed_critic": 1, "binac": 1, "binac_lam0": 1, "binac_after": 1,
+                          "critic_only": 5, "self_correct": 1, "oracle_critic": 1}
+
+
+def test_stored_and_logged_sample_counts_are_step_times_the_per_iteration_counts(micro_compare):
+    """Every stored row (train and eval, step 0 included) carries the run's cumulative counts after its step, and
+    MLflow's `train/actor_samples`, `train/generated_samples` histories and the `eval_at_*` copies agree."""
+    ws = Workspace(micro_compare["home"])
+    df = sqlrun.run(ws, "SELECT method, run_id, split, step, min(actor_samples) AS a_lo, max(actor_samples) AS a_hi, "
+                        "min(generated_samples) AS g_lo, max(generated_samples) AS g_hi, count(*) AS n "
+                        "FROM trajectories GROUP BY ALL")
+    assert set(df.method) == set(ALL) and set(df.split) == {"train", "eval"}
+    for row in df.itertuples(index=False):
+        trained, generated = MICRO_COUNTS[row.method]
+        assert (row.a_lo, row.a_hi) == (row.step * trained,) * 2, row
+        assert (row.g_lo, row.g_hi) == (row.step * generated,) * 2, row
+    c = tracking.client(ws)
+    for method, run_id in dict(zip(df.method, df.run_id, strict=True)).items():
+        trained, generated = MICRO_COUNTS[method]
+        steps = sorted(m.step for m in c.get_metric_history(run_id, "train/actor_samples"))
+        for name, per in (("train/actor_samples", trained), ("train/generated_samples", generated)):
+            assert sorted((m.step, m.value) for m in c.get_metric_history(run_id, name)) == \
+                [(s, s * per) for s in steps], (method, name)
+        evals = sorted(m.step for m in c.get_metric_history(run_id, "eval/acc_single"))
+        at_generated = sorted(m.step for m in c.get_metric_history(run_id, "eval_at_generated/acc_single"))
+        at_samples = sorted(m.step for m in c.get_metric_history(run_id, "eval_at_samples/acc_single"))
+        assert at_generated == [s * generated for s in evals], method
+        assert at_samples == ([s * trained for s in evals] if trained else [0]), method
 
 
 def test_no_critic_prompt_contains_the_reference_answer(micro_compare, micro_base):
@@ -199,3 +244,162 @@ def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
             assert history[row.step] == pytest.approx(value), (row.method, name, row.step)
             compared += 1
     assert compared >= 8 * 2, compared
+
+
+# --- The two budget axes, without a run (issue 21, "Budget axes"): B = 8 problems, G = 8 attempts, K = 4 ---
+
+# (actor training, generated) samples per iteration, by hand: attempts B·G = 64, refinements, critic feedbacks and
+# look-ahead refinements B·G·K = 256 each.
+COUNTS_8_8_4 = {
+    "grpo": (64, 64),  # attempts only
+    "fixed_critic": (320, 64 + 256 + 256),  # trains on attempts + refinements; the frozen critic samples feedback
+    "binac": (320, 64 + 256 + 256 + 256),  # + the look-ahead refinements, generated but never trained on
+    "binac_lam0": (320, 64 + 256 + 256),  # λ = 0: no look-ahead
+    "binac_after": (320, 64 + 256 + 256 + 256),
+    "critic_only": (0, 64 + 256 + 256),  # no actor update, so no look-ahead (θ⁺ = θ) and no actor training
+    "self_correct": (320, 64 + 256),  # the fixed instruction is written, not sampled
+    "oracle_critic": (320, 64 + 256),  # so is the oracle's feedback
+}
+
+
+def _cfg_8_8_4():
+    from binac_core.config import load_config
+
+    return load_config("micro", {"train.batch_problems": 8, "train.group_size": 8, "train.critic_group_size": 4})
+
+
+def test_actor_training_and_generated_samples_per_iteration():
+    from binac_core.methods import SPECS
+
+    cfg = _cfg_8_8_4()
+    got = {m: (s.actor_train_samples_per_iteration(cfg), s.generated_samples_per_iteration(cfg))
+           for m, s in SPECS.items()}
+    assert got == COUNTS_8_8_4
+    # The former name is the actor-samples axis: the training count, for callers not yet renamed.
+    assert {m: s.actor_samples_per_iteration(cfg) for m, s in SPECS.items()} == {
+        m: a for m, (a, _) in COUNTS_8_8_4.items()}
+
+
+def test_iterations_for_a_budget_count_actor_training_samples_only():
+    from binac_core.methods import method_spec
+
+    cfg = _cfg_8_8_4()
+    budget = 8 * 64  # 8 GRPO iterations
+    assert {m: method_spec(m).iterations_for_budget(cfg, budget) for m in COUNTS_8_8_4} == {
+        "grpo": 8, "fixed_critic": 1, "binac": 1, "binac_lam0": 1, "binac_after": 1,
+        "critic_only": 8,  # trains no actor: GRPO's iterations, budget // (B·G)
+        "self_correct": 1, "oracle_critic": 1}
+    assert method_spec("binac").iterations_for_budget(cfg, 2560) == 8, "2560 / 320: binac as many as fixed_critic"
+
+
+@pytest.mark.parametrize("method, at_samples_step, at_generated_step", [
+    ("grpo", 60, 60),  # 64 per iteration on both axes: 60 · 64 = 3840
+    ("fixed_critic", 12, 7),  # 12 · 320 = 3840; 7 · 576 = 4032 ≥ 3840 > 6 · 576
+    ("binac", 12, 5),  # 5 · 832 = 4160 ≥ 3840 > 4 · 832
+    ("critic_only", None, 7),  # 0 actor training samples: never reaches 3840 on that axis
+])
+def test_evaluation_steps_add_the_equal_budget_point_on_each_axis(method, at_samples_step, at_generated_step):
+    from binac_core.plans import evaluation_steps
+
+    trained, generated = COUNTS_8_8_4[method]
+    every = {10, 20, 30, 40, 50, 60}
+    steps = evaluation_steps(60, 10, None, trained, 3840, None, generated_per_iteration=generated,
+                             at_generated=3840)
+    assert steps == every | {s for s in (at_samples_step, at_generated_step) if s is not None}
+    assert evaluation_steps(60, 10, None, trained, None, None, generated_per_iteration=generated,
+                            at_generated=3840) == every | {at_generated_step}
+    # A run too short to reach either count has no such point.
+    assert evaluation_steps(3, 10, None, trained, 3840, None, generated_per_iteration=generated,
+                            at_generated=3840) == {3}
+
+
+def test_shared_evaluation_counts_leave_out_a_method_training_no_actor():
+    from binac_core.plans import evaluation_steps, shared_eval_samples
+
+    assert shared_eval_samples([16, 48, 48, 0], 160, 4) == [48, 96, 144]  # lcm(16, 48); critic_only's 0 ignored
+    assert shared_eval_samples([16, 48], 80, 4) == [48]
+    assert shared_eval_samples([0], 80, 4) == []
+    assert evaluation_steps(5, 2, 4, 16, None, [48]) == {3, 5}  # grpo: 48 at iteration 3, and its last
+    assert evaluation_steps(5, 2, 4, 0, None, [48]) == {2, 3, 4, 5}  # critic_only: 4 evenly spaced instead
+
+
+def test_trajectory_rows_carry_the_cumulative_counts_of_their_step():
+    from binac_core.records import sample_counts, trajectory_rows
+    from binac_core.stage_io import Attempt, ScoredBatch
+
+    per = {"actor_samples": 320, "generated_samples": 832}
+    assert sample_counts({"samples_per_iteration": per}, 0) == {"actor_samples": 0, "generated_samples": 0}
+    assert sample_counts({"samples_per_iteration": per}, 5) == {"actor_samples": 1600, "generated_samples": 4160}
+    assert sample_counts({}, 5) == {"actor_samples": None, "generated_samples": None}  # `binac evaluate`
+    meta = {"run_id": "r", "method": "binac", "preset": "p", "seed": 0, "benchmark": "synthetic",
+            "parent_run_id": None, "samples_per_iteration": per}
+    a = Attempt(problem_id="q", sample_idx=0, prompt_text="p", prompt_ids=[1], text="A: 1", token_ids=[1],
+                logprobs=[0.0])
+    (row,) = trajectory_rows(meta, 3, ScoredBatch([a], [0.0]), split="eval", protocol="single")
+    assert (row["actor_samples"], row["generated_samples"]) == (960, 2496)
+    assert "samples_per_iteration" not in row
+
+
+def test_old_shards_without_the_count_columns_still_read(tmp_path):
+    """A shard written before the columns existed reads NULL in them, beside a new shard that has them."""
+    from datetime import datetime
+
+    import duckdb
+
+    from binac_core import storage
+
+    ws = Workspace(tmp_path / "home")
+    row = {c: None for c in storage.columns()}
+    row.update(run_id="new", method="binac", preset="micro", seed=0, step=2, split="train", protocol="train",
+               benchmark="synthetic", problem_id="q0", sample_idx=0, feedback_idx=0, round=0, prompt="p",
+               attempt="a", attempt_reward=0.0, attempt_tokens=1, created_at=datetime(2025, 1, 2),
+               actor_samples=640, generated_samples=1664)
+    storage.write_shard(ws, "new", "train", 2, [row])
+    old = storage.shard_path(ws, "old", "train", 1)
+    old.parent.mkdir(parents=True)
+    con = duckdb.connect()
+    con.execute(storage.schema_sql())
+    con.execute("ALTER TABLE trajectory_rows DROP COLUMN actor_samples")
+    con.execute("ALTER TABLE trajectory_rows DROP COLUMN generated_samples")
+    con.execute("INSERT INTO trajectory_rows BY NAME SELECT 'old' AS run_id, 'grpo' AS method, 'micro' AS preset, "
+                "0 AS seed, 1 AS step, 'train' AS split, 'train' AS protocol, 'synthetic' AS benchmark, "
+                "'q0' AS problem_id, 0 AS sample_idx, 0 AS feedback_idx, 0 AS round, 'p' AS prompt, 'a' AS attempt, "
+                "0.0 AS attempt_reward, 1 AS attempt_tokens, TIMESTAMP '2025-01-01' AS created_at")
+    con.execute(f"COPY trajectory_rows TO {storage.sql_string(old)} (FORMAT parquet)")
+    con.close()
+    con = storage.connect(ws)
+    try:
+        got = con.execute("SELECT run_id, actor_samples, generated_samples FROM trajectories ORDER BY run_id")
+        assert got.fetchall() == [("new", 640, 1664), ("old", None, None)]
+    finally:
+        con.close()
+
+
+def test_the_run_table_shows_both_counts():
+    from flows.train import _evals_table
+
+    ev = {"eval/acc_single": 0.5}
+    assert _evals_table({0: ev, 2: ev}, 48, 112).splitlines() == [
+        "| iteration | actor training samples | generated samples | acc_single |",
+        "| --- | --- | --- | --- |", "| 0 | 0 | 0 | 0.500 |", "| 2 | 96 | 224 | 0.500 |"]
+
+
+def test_the_comparison_report_states_both_counts(tmp_path):
+    from binac_core.report import build_report
+
+    ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25}
+    runs = [{"method": m, "seed": 0, "samples_per_iteration": a, "generated_per_iteration": g,
+             "evals": {0: ev, n: ev}}
+            for m, a, g, n in (("grpo", 16, 16, 5), ("binac", 48, 112, 1), ("critic_only", 0, 80, 5))]
+    meta = {"preset": "micro", "seeds": [0], "budget": 80, "steps": 5, "n_eval": 2, "eval_samples": 1,
+            "eval_temperature": 1.0, "shared_samples": [48], "common_samples": 48}
+    report = build_report(runs, meta, tmp_path)
+    lines = report["text"].splitlines()
+    assert "| iterations | actor training samples | generated samples |" in next(x for x in lines if "| method" in x)
+    assert "| grpo | critic (base, frozen) | 50.0 | 25.0 | 5 | 80 | 80 |" in lines
+    assert "| binac | critic (trained) | 50.0 | 25.0 | 1 | 48 | 112 |" in lines
+    assert "| critic_only | critic (trained) | 50.0 | 25.0 | 5 | 0 | 400 |" in lines
+    assert "Budget: 80 actor training samples per run" in report["text"]
+    assert report["metrics"]["summary/binac/actor_samples"] == 48
+    assert report["metrics"]["summary/binac/generated_samples"] == 112
+    assert report["metrics"]["summary/critic_only/generated_samples"] == 400

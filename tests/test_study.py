@@ -16,7 +16,7 @@ from conftest import REPO, home_with_micro_base
 
 from binac_core import runlock, sqlrun, tracking
 from binac_core.errors import BinacError
-from binac_core.regimes import sparse_difficulty
+from binac_core.regimes import closest_difficulty, sparse_difficulty
 from binac_core.study import grid, load_study
 from binac_core.study_report import paired, verdict
 from binac_core.workspace import Workspace
@@ -46,7 +46,12 @@ def test_the_shipped_study_expands_to_its_grid():
     ({"seeds": [0, 0]}, "seeds must be distinct"),
     ({"iterations": 0}, "iterations must be a positive integer"),
     ({"regimes": {"x": {"difficulty": 4, "rule": {}}}}, "needs exactly one of difficulty, rule"),
-    ({"regimes": {"x": {"rule": {"search": [2, 8]}}}}, "rule needs all_wrong_frac_at_least"),
+    ({"regimes": {"x": {"rule": {"search": [2, 8]}}}}, "rule needs one of all_wrong_frac_at_least"),
+    ({"regimes": {"x": {"rule": {"search": [2, 8], "single_closest_to": 0.3, "all_wrong_frac_at_least": 0.5}}}},
+     "bad rule"),
+    ({"variants": {"binac": {"a": {"train.actor_lr": 0.001}}}}, "variants of 'binac', which is not in methods"),
+    ({"variants": {"grpo": {"a": {"train.actor_rate": 0.001}}}}, "train.actor_rate"),
+    ({"variants": {"grpo": []}}, "variants of 'grpo' must be"),
     ({"colour": "red"}, "unknown key 'colour'"),
     ({"preset": "nope"}, "unknown preset 'nope'"),
 ])
@@ -70,6 +75,30 @@ def test_the_study_key_follows_what_determines_the_runs(tmp_path):
         path.write_text(yaml.safe_dump({**raw, **edit}))
         keys.append(load_study(path).key())
     assert keys[0] == keys[1] != keys[2]
+
+
+def test_the_second_edition_expands_to_its_pilot_and_main_grids():
+    pilot = load_study(REPO / "studies" / "sparse-feedback-v2-pilot.yaml")
+    runs = grid(pilot, {"moderate": 5})
+    assert len(runs) == (3 + 6) * 3 and len({r.name for r in runs}) == len(runs)
+    assert {r.seed for r in runs} == {100, 101, 102}, "the pilot's seeds are never the main study's"
+    lrs = {r.overrides["train.actor_lr"] for r in runs if r.method == "grpo"}
+    assert lrs == {0.001, 0.002, 0.005}
+    critic = {(r.overrides["train.critic_lr"], r.overrides["train.t_high"]) for r in runs if r.method == "critic_only"}
+    assert len(critic) == 6
+    assert all(r.overrides["train.lam"] == 0.25 for r in runs), "mu = lam (1 + alpha) = 0.5, the registered lambda"
+    assert runs[0].overrides["train.eval_at_samples"] == 20 * 64 == runs[0].overrides["train.eval_at_generated"]
+    cfg = pilot.config(5)
+    assert (cfg.task.modulus, cfg.task.critic_false_approval_rate, cfg.train.lam * (1 + cfg.train.alpha_shaping)) \
+        == (100, 0.5, 0.5)
+    assert "second edition (pre-registered" in pilot.design
+
+
+def test_the_closest_rule_takes_the_difficulty_nearest_the_target_and_the_smaller_on_a_tie():
+    measured = {d: {"single": a} for d, a in {2: 0.7, 3: 0.5, 4: 0.4, 5: 0.3, 6: 0.2}.items()}
+    assert closest_difficulty(measured, 0.35) == 4  # 0.40 and 0.30 are both 0.05 away (up to float noise): the smaller
+    assert closest_difficulty(measured, 0.33) == 5
+    assert closest_difficulty(measured, 0.9) == 2
 
 
 def test_the_sparse_rule_takes_the_smallest_difficulty_over_the_threshold():

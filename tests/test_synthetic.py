@@ -146,3 +146,99 @@ def test_teacher_refinement_follows_the_feedback():
         steps = syn.parse_steps(out)
         assert steps[0].text == "7+5=2" and steps[1].c != 9
         assert syn.grade_response(ROW, out) == 0.0
+
+
+# --------------------------------------------------------------------------- the two-digit family (task.modulus 100)
+
+ROW100 = syn.make_row("07+5-9+4")  # 07+5=12, 12-9=03, 03+4=07
+
+
+def test_two_digit_row_by_hand():
+    assert ROW100["solution"] == "07+5=12 12-9=03 03+4=07 A: 07"
+    assert ROW100["answer"] == "07" and ROW100["difficulty"] == 3
+    assert syn.modulus_of("07+5-9+4") == 100 and syn.modulus_of("7+5-3") == 10
+    assert syn.parse_question("99+3-1") == (99, [("+", 3), ("-", 1)])
+    assert syn.make_row("98+5")["solution"] == "98+5=03 A: 03"  # wraps modulo 100
+    assert syn.make_row("02-5")["solution"] == "02-5=97 A: 97"
+
+
+def test_two_digit_grader_and_oracle():
+    assert syn.grade_response(ROW100, "07+5=12 12-9=03 03+4=07 A: 07") == 1.0
+    assert syn.grade_response(ROW100, "A: 7") == 0.0  # the answer is written two digits wide
+    assert syn.oracle_feedback(ROW100, "07+5=12 12-9=04 04+4=08 A: 08") == "Step 2 is wrong."
+    assert syn.oracle_feedback(ROW100, ROW100["solution"]) == syn.LOOKS_CORRECT
+    assert syn.oracle_feedback(ROW100, "7+5=12 12-9=03 03+4=07 A: 07") == "Step 1 is wrong."  # width counts
+    # Two wrong steps that cancel: a right answer over wrong steps, which the critic measures must not call right.
+    lucky = "07+5=13 13-9=03 03+4=07 A: 07"
+    assert syn.grade_response(ROW100, lucky) == 1.0 and syn.first_wrong_step(ROW100["question"], lucky) == 1
+
+
+def test_two_digit_split_and_guessing_floor():
+    cfg = task(modulus=100, difficulty=6, n_test=300)
+    rows = syn.make_split(cfg, "eval")
+    assert len({r["question"] for r in rows}) == 300 and all(syn.modulus_of(r["question"]) == 100 for r in rows)
+    assert all(len(r["answer"]) == 2 for r in rows)
+    assert len({r["answer"] for r in rows}) > 90  # answers spread over the 100 values: a guess is right ~1 %
+    assert syn.make_split(task(difficulty=6, n_test=50), "eval")[0]["question"] != rows[0]["question"]
+
+
+def test_two_digit_teacher_noise_draws_other_values_and_errors_propagate():
+    rng = random.Random(0)
+    q = "50+1+1+1+1+1+1"
+    traces = [teacher.teacher_solve(q, rng, 1.0) for _ in range(200)]
+    for trace in traces:
+        steps = syn.parse_steps(trace, 2)
+        assert len(steps) == 6 and not any(s.locally_right for s in steps)
+        assert all(b.a == a.c for a, b in zip(steps, steps[1:], strict=False))
+    # the wrong values are spread over the modulus, not confined to one digit
+    assert len({syn.parse_steps(t, 2)[0].c for t in traces}) > 60
+    assert sum(syn.grade_response(syn.make_row(q), t) for t in traces) <= 6  # lucky answers stay rare (~1 %)
+
+
+def test_teacher_false_approval_is_a_misleading_form_on_wrong_attempts_only():
+    rng = random.Random(0)
+    q, wrong, right = ROW100["question"], "07+5=12 12-9=04 04+4=08 A: 08", ROW100["solution"]
+    assert {teacher.teacher_critique(q, wrong, rng, 0.0, 1.0, 1.0) for _ in range(20)} == {syn.LOOKS_CORRECT}
+    # on a step-correct attempt approval is the truth, so the misleading branch names a right step instead
+    assert {syn.named_step(teacher.teacher_critique(q, right, rng, 0.0, 1.0, 1.0)) for _ in range(40)} == {1, 2, 3}
+    mixed = [teacher.teacher_critique(q, wrong, rng, 0.0, 1.0, 0.5) for _ in range(400)]
+    assert 150 < sum(m == syn.LOOKS_CORRECT for m in mixed) < 250
+    assert {m for m in mixed if m != syn.LOOKS_CORRECT} == {"Step 1 is wrong.", "Step 3 is wrong."}
+
+
+def test_teacher_without_false_approval_draws_what_it_drew_before():
+    """`critic_false_approval_rate` 0 (tiny, micro) leaves the corpus as it was: approval only on right attempts."""
+    corpus = teacher_corpus(task(), 3000)
+    critiques = [(c[0]["content"], c[1]["content"]) for c in corpus if c[0]["content"].startswith("Check:")]
+    approved = [(p, f) for p, f in critiques if f == syn.LOOKS_CORRECT]
+    assert approved
+    for prompt, _ in approved:
+        question, attempt = prompt.removeprefix("Check: ").split("\nAttempt: ")
+        assert syn.first_wrong_step(question, attempt) is None
+
+
+def test_after_approval_the_refinement_copies_the_attempt_errors_included():
+    rng = random.Random(0)
+    q, wrong = ROW100["question"], "07+5=12 12-9=04 04+4=08 A: 08"
+    assert teacher.teacher_refine(q, wrong, syn.LOOKS_CORRECT, rng, 0.25) == wrong
+    # the corpus of the two-digit teacher: every approved wrong attempt's refinement is wrong (no shortcut)
+    corpus = teacher_corpus(task(modulus=100, critic_false_approval_rate=0.5, difficulty=5), 4000)
+    copies = [c for c in corpus if len(c) == 4 and c[2]["content"].startswith(f"Feedback: {syn.LOOKS_CORRECT}")]
+    wrong_approved = [c for c in copies if syn.first_wrong_step(c[0]["content"].removeprefix("Solve: "),
+                                                                c[1]["content"]) is not None]
+    assert wrong_approved and all(c[3]["content"] == c[1]["content"] for c in copies)
+
+
+def test_step_hint_redoes_the_step_and_continues_with_first_attempt_noise():
+    q, wrong = ROW100["question"], "07+5=12 12-9=04 04+4=08 A: 08"
+    assert teacher.teacher_refine(q, wrong, "Step 2 is wrong.", random.Random(0), 0.0) == ROW100["solution"]
+    outs = [teacher.teacher_refine(q, wrong, "Step 2 is wrong.", random.Random(i), 1.0) for i in range(50)]
+    for out in outs:
+        steps = syn.parse_steps(out, 2)
+        assert steps[0].text == "07+5=12" and steps[1].text == "12-9=03"  # kept, then the named step redone
+        assert not steps[2].locally_right  # the rest with the first attempt's noise (here: always wrong)
+
+
+def test_instruct_prompts_refuse_the_two_digit_family():
+    with pytest.raises(BinacError, match="task.modulus is 100"):
+        syn.make_split(task(modulus=100, prompt_style="instruct"), "eval")

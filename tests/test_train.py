@@ -31,12 +31,16 @@ def test_train_logs_three_points_and_stores_exactly_three_steps(trained):
         assert len(c.get_metric_history(run.info.run_id, key)) == 3, key
     history = sorted((m.step, m.value) for m in c.get_metric_history(run.info.run_id, "train/actor_samples"))
     assert history == [(0, 0), (1, 16), (2, 32), (3, 48)]  # from step 0, 4 problems x 4 samples per iteration
+    generated = sorted((m.step, m.value) for m in c.get_metric_history(run.info.run_id, "train/generated_samples"))
+    assert generated == history, "grpo generates only the attempts it trains on"
     # Evaluations at iterations 0, 2 (eval_every) and 3 (the last), logged again with the actor samples as step.
     evals = sorted(m.step for m in c.get_metric_history(run.info.run_id, "eval/acc_single"))
     at_samples = c.get_metric_history(run.info.run_id, "eval_at_samples/acc_single")
     assert evals == [0, 2, 3] and sorted(m.step for m in at_samples) == [0, 32, 48]
     by_step = {m.step: m.value for m in c.get_metric_history(run.info.run_id, "eval/acc_single")}
     assert {m.step: m.value for m in at_samples} == {16 * k: v for k, v in by_step.items()}
+    at_generated = c.get_metric_history(run.info.run_id, "eval_at_generated/acc_single")
+    assert {m.step: m.value for m in at_generated} == {16 * k: v for k, v in by_step.items()}
     assert run.info.run_name == "grpo-micro-s0" and run.data.tags["budget_actor_samples"] == "48"
     steps = sqlrun.run(ws, "SELECT step, count(*) n FROM trajectories WHERE split = 'train' GROUP BY step ORDER BY step")
     assert steps["step"].tolist() == [1, 2, 3]

@@ -28,6 +28,11 @@ class FeedbackAnalysis:
     right."""
     named_step: Callable[[str], int | None]
     """feedback -> the number of the step it names as wrong, or None when it names none."""
+    approves: Callable[[str], bool]
+    """feedback -> whether it approves the attempt (says it is correct)."""
+    approval: str
+    """The feedback text that approves an attempt (the shortcut check of `binac_core.regimes` gives it to every
+    attempt)."""
 
 
 @dataclass(frozen=True)

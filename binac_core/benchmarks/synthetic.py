@@ -1,11 +1,18 @@
-"""Synthetic task family: chains of single-digit modular arithmetic with a verifiable answer.
+"""Synthetic task family: chains of modular arithmetic with a verifiable answer, in two answer spaces.
 
-A problem is a start digit and `difficulty` additions or subtractions of a digit 1-9, everything mod 10, e.g.
-question `7+5-3+4`. The solution trace writes one step per operation, each restating its left operand, then
-the answer: `7+5=2 2-3=9 9+4=3 A: 3`. A step can go wrong (a wrong result digit) and later steps then build on
-the wrong value; since adding or subtracting is a bijection mod 10, an error always reaches the answer, and
-"step k is wrong" is a short hint that fixes an attempt. (Multiplication was left out on purpose: `*5` or
-`*2` can erase an earlier error, which would blur what a critique is worth.)
+A problem is a start value and `difficulty` additions or subtractions of a digit 1-9, everything modulo
+`task.modulus`:
+- modulus 10 (`tiny`, `micro`, the first study): one-digit values, e.g. question `7+5-3+4`, trace
+  `7+5=2 2-3=9 9+4=3 A: 3`;
+- modulus 100 (the second study, `study2`): two-digit values written with a leading zero, so every value has the
+  same width, e.g. question `07+5-9`, trace `07+5=12 12-9=03 A: 03`. A guess is right 1 % of the time instead
+  of 10 %, and two wrong steps cancel out ~1 % of the time instead of ~11 %.
+The width of the question's start value says which (`modulus_of`), so every function of a question or an
+attempt knows its modulus without a config. The solution trace writes one step per operation, each restating its
+left operand, then the answer. A step can go wrong (a wrong result) and later steps then build on the wrong
+value; since adding or subtracting is a bijection modulo m, an error reaches the answer unless a later error
+cancels it, and "step k is wrong" is a short hint that fixes an attempt. (Multiplication was left out on purpose:
+`*5` or `*2` can erase an earlier error, which would blur what a critique is worth.)
 
 This module holds the problems (seeded generation, disjoint train/eval splits), the chat prompts of the three
 roles (actor, critic, refinement), the grader, the rule-based oracle critic and the analysis of a feedback
@@ -25,13 +32,16 @@ from binac_core.benchmarks.interface import Benchmark, FeedbackAnalysis
 from binac_core.errors import BinacError
 
 MOD = 10
+"""The one-digit family's modulus (the default `task.modulus`)."""
+MODULI = (10, 100)
+"""The answer spaces the family has (`task.modulus`)."""
 OPS = "+-"
 EVAL_PERCENT = 20
 """Share (in %) of the question space reserved for evaluation; the split is a hash of the question text."""
 LOOKS_CORRECT = "Looks correct."
 CHECK_YOUR_WORK = "Check your work."
-_STEP_RE = re.compile(r"^(\d)([+-])(\d)=(\d)$")
 _OP_RE = re.compile(r"([+-])(\d)")
+_START_RE = re.compile(r"^(\d+)")
 _NAMED_RE = re.compile(r"Step (\d+) is wrong")
 _ANSWER_RE = re.compile(r"A:\s*([^\s.]*)")
 
@@ -44,43 +54,64 @@ class Step:
     op: str
     b: int
     c: int
+    width: int = 1
+    """Digits of every value: 1 (modulus 10) or 2 (modulus 100, leading zero)."""
 
     @property
     def text(self) -> str:
-        return f"{self.a}{self.op}{self.b}={self.c}"
+        w = self.width
+        return f"{self.a:0{w}d}{self.op}{self.b}={self.c:0{w}d}"
 
     @property
     def locally_right(self) -> bool:
         """True when `c` is the right result for the written operands (ignores whether `a` was right)."""
-        return self.c == apply_op(self.a, self.op, self.b)
+        return self.c == apply_op(self.a, self.op, self.b, 10**self.width)
 
 
-def apply_op(a: int, op: str, b: int) -> int:
-    return (a + b) % MOD if op == "+" else (a - b) % MOD
+def apply_op(a: int, op: str, b: int, mod: int = MOD) -> int:
+    return (a + b) % mod if op == "+" else (a - b) % mod
+
+
+def width_of(question: str) -> int:
+    """Digits of the question's start value: its modulus is 10 ** width (`modulus_of`)."""
+    m = _START_RE.match(question)
+    if m is None:
+        raise BinacError(f"not a synthetic question: {question!r}")
+    return len(m[1])
+
+
+def modulus_of(question: str) -> int:
+    return 10 ** width_of(question)
+
+
+def render_value(value: int, width: int) -> str:
+    return f"{value:0{width}d}"
 
 
 # --------------------------------------------------------------------------- problems
 
 
 def parse_question(question: str) -> tuple[int, list[tuple[str, int]]]:
-    """`"7+5-3"` -> `(7, [("+", 5), ("-", 3)])`."""
-    return int(question[0]), [(op, int(b)) for op, b in _OP_RE.findall(question[1:])]
+    """`"7+5-3"` -> `(7, [("+", 5), ("-", 3)])`; `"07+5"` -> `(7, [("+", 5)])`."""
+    w = width_of(question)
+    return int(question[:w]), [(op, int(b)) for op, b in _OP_RE.findall(question[w:])]
 
 
 def solve_steps(question: str) -> list[Step]:
     """The correct steps of a question."""
     value, ops = parse_question(question)
+    w = width_of(question)
     steps = []
     for op, b in ops:
-        step = Step(value, op, b, apply_op(value, op, b))
+        step = Step(value, op, b, apply_op(value, op, b, 10**w), w)
         steps.append(step)
         value = step.c
     return steps
 
 
 def render_trace(steps: list[Step]) -> str:
-    """Steps -> `"7+5=2 2*3=6 A: 6"`; the answer is the last step's result."""
-    return " ".join(s.text for s in steps) + f" A: {steps[-1].c}"
+    """Steps -> `"7+5=2 2-3=9 A: 9"`; the answer is the last step's result, as wide as the steps' values."""
+    return " ".join(s.text for s in steps) + f" A: {render_value(steps[-1].c, steps[-1].width)}"
 
 
 def split_of(question: str) -> str:
@@ -89,9 +120,13 @@ def split_of(question: str) -> str:
     return "eval" if bucket < EVAL_PERCENT else "train"
 
 
-def random_question(rng: random.Random, difficulty: int) -> str:
-    """A uniformly drawn question: a start digit 0-9, then `difficulty` times `+b` or `-b` with b in 1-9."""
-    return str(rng.randrange(MOD)) + "".join(f"{rng.choice(OPS)}{rng.randrange(1, MOD)}" for _ in range(difficulty))
+def random_question(rng: random.Random, difficulty: int, modulus: int = MOD) -> str:
+    """A uniformly drawn question: a start value 0..modulus-1 (with leading zeros to the modulus's width), then
+    `difficulty` times `+b` or `-b` with b in 1-9."""
+    if modulus not in MODULI:
+        raise BinacError(f"task.modulus must be one of {', '.join(map(str, MODULI))} (got {modulus})")
+    start = render_value(rng.randrange(modulus), len(str(modulus - 1)))
+    return start + "".join(f"{rng.choice(OPS)}{rng.randrange(1, 10)}" for _ in range(difficulty))
 
 
 def make_row(question: str) -> dict:
@@ -99,15 +134,15 @@ def make_row(question: str) -> dict:
     return {
         "id": "syn-" + hashlib.sha1(question.encode()).hexdigest()[:12],
         "question": question,
-        "answer": str(steps[-1].c),
+        "answer": render_value(steps[-1].c, steps[-1].width),
         "solution": render_trace(steps),
         "difficulty": len(steps),
     }
 
 
-def sample_questions(seed: int, difficulty: int, split: str, n: int) -> list[str]:
+def sample_questions(seed: int, difficulty: int, split: str, n: int, modulus: int = MOD) -> list[str]:
     """`n` distinct questions of one split, deterministic in `seed`; raises when the question space is too small."""
-    rng = random.Random(f"{seed}:{split}:{difficulty}")
+    rng = random.Random(f"{seed}:{split}:{difficulty}" + ("" if modulus == MOD else f":m{modulus}"))
     out: dict[str, None] = {}
     tries = 0
     while len(out) < n:
@@ -116,7 +151,7 @@ def sample_questions(seed: int, difficulty: int, split: str, n: int) -> list[str
             raise BinacError(
                 f"difficulty {difficulty} has too few distinct {split} problems for {n} rows (found {len(out)})"
             )
-        q = random_question(rng, difficulty)
+        q = random_question(rng, difficulty, modulus)
         if q not in out and split_of(q) == split:
             out[q] = None
     return list(out)
@@ -126,8 +161,11 @@ def make_split(task_cfg, split: str) -> list[dict]:
     """Rows of the `train` (`n_train`) or `eval` (`n_test`) split, from `task_cfg.data_seed` and `difficulty`."""
     if split not in ("train", "eval"):
         raise BinacError(f"unknown split {split!r} (known: train, eval)")
+    if task_cfg.prompt_style == "instruct" and task_cfg.modulus != MOD:
+        raise BinacError(f"task.prompt_style instruct states the rules of modulus {MOD} only "
+                         f"(task.modulus is {task_cfg.modulus})")
     n = task_cfg.n_train if split == "train" else task_cfg.n_test
-    questions = sample_questions(task_cfg.data_seed, task_cfg.difficulty, split, n)
+    questions = sample_questions(task_cfg.data_seed, task_cfg.difficulty, split, n, task_cfg.modulus)
     rows = [make_row(q) for q in questions]
     if task_cfg.prompt_style == "instruct":  # the row says how it is posed; the prompts below read it
         rows = [{**r, "style": "instruct"} for r in rows]
@@ -197,13 +235,23 @@ def grade(row: dict, response: str) -> tuple[bool, None]:
     return grade_response(row, response) > 0, None
 
 
-def parse_steps(attempt: str) -> list[Step | str]:
-    """Each whitespace-separated piece before the first `A:`: a `Step` when well-formed, else the raw text."""
+def _step_re(width: int) -> re.Pattern:
+    return re.compile(rf"^(\d{{{width}}})([+-])(\d)=(\d{{{width}}})$")
+
+
+_STEP_RES = {len(str(m - 1)): _step_re(len(str(m - 1))) for m in MODULI}
+"""The step pattern of each value width."""
+
+
+def parse_steps(attempt: str, width: int = 1) -> list[Step | str]:
+    """Each whitespace-separated piece before the first `A:`: a `Step` when well-formed (values exactly `width`
+    digits wide), else the raw text."""
     body = attempt.split("A:")[0]
+    pattern = _STEP_RES[width]
     out: list[Step | str] = []
     for piece in body.split():
-        m = _STEP_RE.match(piece)
-        out.append(Step(int(m[1]), m[2], int(m[3]), int(m[4])) if m else piece)
+        m = pattern.match(piece)
+        out.append(Step(int(m[1]), m[2], int(m[3]), int(m[4]), width) if m else piece)
     return out
 
 
@@ -229,7 +277,8 @@ def oracle_feedback(row: dict, attempt: str) -> str:
     k = first_wrong_step(row["question"], attempt)
     if k is not None:
         return name_step(k)
-    if len(parse_steps(attempt)) == len(solve_steps(row["question"])) and grade_response(row, attempt) == 1.0:
+    question = row["question"]
+    if len(parse_steps(attempt, width_of(question))) == len(solve_steps(question)) and grade_response(row, attempt):
         return LOOKS_CORRECT
     return CHECK_YOUR_WORK
 
@@ -237,16 +286,22 @@ def oracle_feedback(row: dict, attempt: str) -> str:
 def first_wrong_step(question: str, attempt: str) -> int | None:
     """The 1-based number of the first written step that differs from the correct one (a missing or malformed
     step counts as wrong), or None when every step is right (the answer line may still be wrong or missing)."""
-    pieces = parse_steps(attempt)
+    pieces = parse_steps(attempt, width_of(question))
     for k, want in enumerate(solve_steps(question), start=1):
         if (pieces[k - 1] if k <= len(pieces) else "") != want:
             return k
     return None
 
 
+def approves(feedback: str) -> bool:
+    """Whether a feedback approves the attempt (`Looks correct.`, the verdict "correct")."""
+    return LOOKS_CORRECT in feedback
+
+
 BENCHMARK = Benchmark(
     name="synthetic", required_fields=("answer",), load_rows=make_split,
     actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
     oracle_feedback=oracle_feedback,
-    feedback_analysis=FeedbackAnalysis(first_wrong_step=first_wrong_step, named_step=named_step),
+    feedback_analysis=FeedbackAnalysis(first_wrong_step=first_wrong_step, named_step=named_step, approves=approves,
+                                       approval=LOOKS_CORRECT),
 )

@@ -1,0 +1,62 @@
+"""The base-model measurement before a study's RL runs (binac_core/regimes.py): the shortcut check on scripted
+students whose behaviour after approval is known, so the instrument is tested before the study reads it."""
+
+import pytest
+
+from binac_core.benchmarks import synthetic as syn
+from binac_core.config import load_config
+from binac_core.generation import Generation
+from binac_core.regimes import measure_base
+
+PROBLEMS = [syn.make_row(q) for q in ("07+5-9", "50+1+2", "98+5-3", "11-2-2")]
+
+
+def _wrong(question: str) -> str:
+    """A trace whose first result is off by one and whose later steps build on it (step 1 is the first wrong step
+    and the answer is wrong)."""
+    start, ops = syn.parse_question(question)
+    value, steps = start, []
+    for k, (op, b) in enumerate(ops):
+        c = syn.apply_op(value, op, b, 100) + (1 if k == 0 else 0)
+        steps.append(syn.Step(value, op, b, c % 100, 2))
+        value = c % 100
+    return syn.render_trace(steps)
+
+
+class ScriptedStudent:
+    """First attempts alternate wrong (step 1) / right; the critic role always approves; a refinement after
+    approval copies the attempt (`after_approval="copy"`) or writes the correct solution (`"solve"`: the first
+    edition's shortcut); after any other feedback it writes the correct solution."""
+
+    def __init__(self, after_approval: str):
+        self.after_approval, self.calls = after_approval, 0
+
+    def generate(self, prompts, adapter, params):
+        return [Generation(self._answer(m), [1], [2], [0.0]) for m in prompts]
+
+    def _answer(self, messages) -> str:
+        last = messages[-1]["content"]
+        if last.startswith("Check:"):
+            return syn.LOOKS_CORRECT
+        question = last.rsplit("Solve: ", 1)[1]
+        if len(messages) == 1:
+            self.calls += 1
+            return _wrong(question) if self.calls % 2 else syn.make_row(question)["solution"]
+        if syn.LOOKS_CORRECT in last and self.after_approval == "copy":
+            return messages[1]["content"]
+        return syn.make_row(question)["solution"]
+
+
+@pytest.mark.parametrize("after_approval, right, copy", [("copy", 0.0, 1.0), ("solve", 1.0, 0.0)])
+def test_the_shortcut_check_tells_a_copying_student_from_a_shortcut(after_approval, right, copy):
+    gen = load_config("micro").generation
+    out = measure_base(ScriptedStudent(after_approval), PROBLEMS, group_size=2, gen=gen, seed=0,
+                       benchmark="synthetic")
+    assert out["single"] == 0.5 and out["shortcut_n"] == 4  # one wrong attempt per problem
+    assert out["shortcut_right"] == right and out["shortcut_copy"] == copy
+    # the initial critic (always "Looks correct.") approves every wrong attempt and names no step
+    assert out["critic_approves_wrong"] == 1.0 and out["critic_false_alarm"] == 0.0
+    assert out["critic_hits_first_error"] == 0.0
+    assert out["critic_approved_wrong_n"] == 4 and out["critic_approved_wrong_right"] == right
+    # the oracle fixes every wrong attempt of a student that follows hints, and breaks nothing
+    assert out["oracle"] == 1.0 and out["oracle_broken"] == 0.0 and out["oracle_fixed"] == 0.5

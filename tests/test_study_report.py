@@ -1,0 +1,261 @@
+"""The study report (binac_core/study_report.py) on hand-made runs: the equal-budget points and the exact counts
+they are labelled with on both axes, the pre-registered verdict rules (H6's margin rule included), a pilot's
+choice of variants with a tie, the `select` key of a study file, and a report whose hypotheses lack data. No
+model, no Prefect, no MLflow: the run dicts are what flows/study.py's `collect` returns."""
+
+import math
+
+import pytest
+import yaml
+
+from binac_core.errors import BinacError
+from binac_core.stats import wilson_interval
+from binac_core.study import equal_budget_totals, load_study
+from binac_core.study_report import (
+    NO_DATA,
+    budget_point,
+    build_study_report,
+    choose_variant,
+    claim,
+    margin_verdict,
+)
+
+# The design's per-iteration counts (B = 8, G = 8, K = 4): (actor training, generated).
+PER = {"grpo": (64, 64), "fixed_critic": (320, 576), "critic_only": (0, 832), "binac": (320, 832),
+       "binac_after": (320, 832), "binac_lam0": (320, 576)}
+SIZES = {"train.batch_problems": 8, "train.group_size": 8, "train.critic_group_size": 4}
+ACCURACY = {"grpo": 0.20, "fixed_critic": 0.30, "critic_only": 0.10, "binac": 0.40, "binac_after": 0.35}
+
+
+def _study(tmp_path, **edit):
+    raw = {"name": "report-test", "preset": "micro", "iterations": 60, "eval_every": 10,
+           "equal_samples_method": "grpo", "methods": ["grpo", "fixed_critic", "critic_only", "binac", "binac_after"],
+           "seeds": [0, 1, 2], "regimes": {"moderate": {"rule": {"single_closest_to": 0.35, "search": [2, 3]}},
+                                           "sparse": {"difficulty": 2}},
+           "rule_measure": {"group_size": 8, "seed": 0}, "overrides": SIZES, **edit}
+    path = tmp_path / f"{raw['name']}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_study(path)
+
+
+def _eval_steps(method: str, iterations: int, total: int, every: int = 10) -> list[int]:
+    """What a run evaluates at: step 0, every `every` iterations, the last, and both equal-budget points."""
+    steps = set(range(0, iterations + 1, every)) | {iterations}
+    steps |= {math.ceil(total / per) for per in PER[method] if per and math.ceil(total / per) <= iterations}
+    return sorted(steps)
+
+
+def _run(method: str, seed: int, regime: str, iterations: int = 60, total: int = 3840, variant: str = "",
+         evals: dict | None = None, finished: bool = True) -> dict:
+    """A finished run with hand-chosen metrics: held-out accuracy climbing linearly to the method's level (plus a
+    small per-seed offset), binac's critic learning (hits 0.20 → 0.30, the frozen critic staying at 0.20) and its
+    approval drifting by 0, 1, 2 points over seeds 0, 1, 2; at iteration 1 GRPO's groups 60 % zero-advantage, the
+    refinement groups 30 %."""
+    steps = _eval_steps(method, iterations, total)
+    base, jitter = ACCURACY.get(method, 0.2), 0.003 * ((seed * 7 + len(method)) % 3)
+    metrics = {"eval/acc_single": {s: 0.1 + (base - 0.1) * s / iterations + jitter for s in steps},
+               "eval/acc_feedback": {s: 0.12 + (base - 0.1) * s / iterations + jitter for s in steps},
+               "eval/acc_gated_k2": {s: 0.5 for s in steps},
+               "train/zero_adv_frac": {i: 0.6 if method == "grpo" else 0.55 for i in range(1, iterations + 1)},
+               "train/critic_signal": {i: 0.1 for i in range(1, iterations + 1)}}
+    if method != "grpo":
+        metrics |= {"train/refine_zero_adv_frac": {i: 0.3 for i in range(1, iterations + 1)},
+                    "eval/critic_hits_first_error": {s: 0.2 + (0.1 * s / iterations if method == "binac" else 0)
+                                                     for s in steps},
+                    "eval/critic_approves_wrong": {s: 0.1 + (0.01 * seed * s / iterations if method == "binac" else 0)
+                                                   for s in steps}}
+    if method in ("binac", "binac_after", "critic_only"):
+        metrics["eval/frozen_critic_hits_first_error"] = {s: 0.2 for s in steps}
+    for name, values in (evals or {}).items():
+        metrics[f"eval/{name}"] = values
+    return {"regime": regime, "difficulty": 2, "method": method, "variant": variant, "seed": seed, "overrides": {},
+            "finished": finished, "run_id": f"{regime}-{method}-{variant}-{seed}", "state": "done", "notes": "",
+            "metrics": metrics, "actor_train_per_iteration": PER[method][0], "generated_per_iteration": PER[method][1]}
+
+
+MEASURED = {
+    2: {"single": 0.04, "all_wrong_frac": 0.62, "zero_adv_frac": 0.66,
+        **{f"{s}{x}": v for s in ("initial_critic", "oracle", "self_correct", "approve")
+           for x, v in (("", 0.05), ("_fixed", 0.02), ("_broken", 0.01))},
+        "shortcut_n": 400, "shortcut_right": 0.005, "shortcut_copy": 0.97, "critic_approved_wrong_n": 50,
+        "critic_approved_wrong_right": 0.02, "critic_hits_first_error": 0.3, "critic_false_alarm": 0.1,
+        "critic_agrees_with_oracle": 0.25},  # no critic_approves_wrong: a measurement from before it existed
+    3: {"single": 0.33, "all_wrong_frac": 0.1, "zero_adv_frac": 0.2},  # no bounds measured
+}
+
+
+def _section(text: str, start: str, end: str = "\n\n**") -> str:
+    part = text[text.index(start):]
+    return part[:part.index(end, len(start))]
+
+
+def _hypothesis(text: str, tag: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"- **{tag}**"))
+
+
+# --------------------------------------------------------------------------- the equal-budget points
+
+
+def test_the_equal_budget_point_is_the_first_evaluation_whose_count_reaches_the_total(tmp_path):
+    st = _study(tmp_path)
+    assert equal_budget_totals(st) == {"actor_train": 3840, "generated": 3840}
+    fixed, binac, critic_only, grpo = (_run(m, 0, "sparse") for m in ("fixed_critic", "binac", "critic_only", "grpo"))
+    assert budget_point(fixed, "actor_train", 3840) == (12, 3840)
+    assert budget_point(fixed, "generated", 3840) == (7, 4032), "the exact count reached, not the nominal total"
+    assert budget_point(binac, "generated", 3840) == (5, 4160)
+    assert budget_point(critic_only, "actor_train", 3840) is None, "its actor never trains"
+    assert budget_point(grpo, "actor_train", 3840) == budget_point(grpo, "generated", 3840) == (60, 3840)
+    short = _run("fixed_critic", 0, "sparse", evals={"acc_single": {0: 0.1, 10: 0.2}})
+    assert budget_point(short, "actor_train", 3840) is None, "a run whose evaluations stop short never reaches it"
+
+
+def test_every_row_is_labelled_with_the_iteration_and_the_counts_that_method_reached(tmp_path):
+    st = _study(tmp_path)
+    runs = [_run(m, s, r) for r in ("moderate", "sparse") for m in st.methods for s in st.seeds]
+    text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
+    sparse = text[text.index("## Regime `sparse`"):]
+    actor = _section(sparse, "**At (b)")
+    generated = _section(sparse, "**At (c)")
+    # | method | iteration | actor training samples | generated samples | acc ...
+    assert "| fixed_critic | 12 | 3840 | 6912 |" in actor
+    assert "| binac | 12 | 3840 | 9984 |" in actor
+    assert "| critic_only | never (actor not trained) | – | – |" in actor
+    assert "| grpo | 60 | 3840 | 3840 |" in actor
+    assert "| fixed_critic | 7 | 2240 | 4032 |" in generated
+    assert "| binac | 5 | 1600 | 4160 |" in generated
+    assert "| critic_only | 5 | 0 | 4160 |" in generated
+    assert "| binac | 60 | 19200 | 49920 |" in _section(sparse, "**At (a)")
+    protocol = _section(text, "## Protocol", "\n## ")
+    assert "| fixed_critic | 320 | 576 | 19200, 34560 | 12 (3840) | 7 (4032) |" in protocol
+    assert "| critic_only | 0 | 832 | 0, 49920 | never (actor not trained) | 5 (4160) |" in protocol
+    assert "**3840 actor training samples** and **3840 generated samples**" in protocol
+
+
+# --------------------------------------------------------------------------- regimes and the shortcut check
+
+
+def test_the_regimes_section_names_each_rule_and_the_shortcut_check_with_its_wilson_interval(tmp_path):
+    st = _study(tmp_path)
+    text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], [], tmp_path / "out")["text"]
+    assert "`moderate` = difficulty 3: rule `single_closest_to: 0.35`" in text
+    assert "`sparse` = difficulty 2: fixed in the study file" in text
+    lo, hi = wilson_interval(2, 400)  # round(0.005 * 400) = 2 of 400
+    assert f"| sparse (d2) | 400 | 0.5 % [{100 * lo:.1f}, {100 * hi:.1f}] (2 of 400) | 97.0 % | 50 |" in text
+    lo, hi = wilson_interval(1, 50)
+    assert f"2.0 % [{100 * lo:.1f}, {100 * hi:.1f}] (1 of 50)" in text
+    assert "| sparse (d2) | 30.0 % | 10.0 % | – | 25.0 % |" in text, "a measure not measured shows –"
+    assert "| moderate (d3) | 33.0 % | – | – | – | – |" in text, "no bounds measured there"
+    assert "approval" in _section(text, "Bounds of feedback", "\n\n**The shortcut")
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def test_h6_margin_rule_on_hand_made_differences():
+    assert margin_verdict((0.01, 0.02, 5)) == "supported", "upper end 0.03 < 0.05"
+    assert margin_verdict((0.06, 0.02, 5)) == "not supported", "lower end 0.04 > 0, upper end 0.08"
+    assert margin_verdict((0.03, 0.04, 5)) == "inconclusive", "[-0.01, 0.07]"
+    assert margin_verdict((-0.10, 0.02, 5)) == "supported", "a fall is no drift"
+    assert margin_verdict((0.02, 0.01, 5)) == "not supported", "[0.01, 0.03]: a significant rise is checked first"
+    assert margin_verdict((0.04, 0.01, 5)) == "not supported", "[0.03, 0.05]: the upper end is not below 0.05"
+    assert margin_verdict((0.025, 0.025, 5)) == "inconclusive", "[0, 0.05]: neither end past its bound"
+    assert margin_verdict((0.0, math.nan, 1)) == "inconclusive"
+    assert margin_verdict((math.nan, math.nan, 0)) == NO_DATA
+
+
+def test_a_claim_with_missing_comparisons_is_no_data_unless_an_available_one_fails():
+    up, down, none = (0.1, 0.05, 5), (-0.1, 0.05, 5), (math.nan, math.nan, 0)
+    assert claim([up, up]) == "supported"
+    assert claim([up, none]) == NO_DATA
+    assert claim([none]) == NO_DATA
+    assert claim([down, none]) == "not supported"
+
+
+def test_the_hypotheses_follow_their_rules_and_one_without_data_is_inconclusive(tmp_path):
+    st = _study(tmp_path)  # no binac_lam0: H4 has no data
+    runs = [_run(m, s, r) for r in ("moderate", "sparse") for m in st.methods for s in st.seeds]
+    runs.append({**_run("binac", 3, "sparse"), "finished": False, "state": "crashed"})
+    report = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, ["a listed deviation"], runs,
+                                tmp_path / "out")
+    text = report["text"]
+    assert "applied mechanically" in text
+    assert "**supported**" in _hypothesis(text, "H1")
+    # at 3840 actor training samples fixed_critic has had 12 iterations (0.14), grpo all 60 (0.20)
+    assert "**not supported**" in _hypothesis(text, "H2")
+    assert "**supported**" in _hypothesis(text, "H3"), "binac's critic climbs past its start and the frozen critic"
+    assert f"**{NO_DATA}**" in _hypothesis(text, "H4")
+    assert "**supported**" in _hypothesis(text, "H5")
+    # binac's approves_wrong drifts by 0, 1, 2 points: +1.0 ± 2.5, upper end 3.5 < 5 points
+    assert "**supported**" in _hypothesis(text, "H6") and "+1.0 ± 2.5 (n=3)" in text
+    assert "Beside it, not a hypothesis: the same at the equal-budget point on generated samples" in text
+    assert "binac iteration 5 (4160)" in text and "fixed_critic iteration 7 (4032)" in text
+    assert "Runs not finished: sparse/binac/s3 (crashed)" in text and "- a listed deviation" in text
+    assert {p.rsplit("/", 1)[-1] for p in report["files"]} == {"report.md", "study-moderate.png", "study-sparse.png"}
+
+
+def test_the_report_builds_with_no_finished_runs_and_every_hypothesis_without_data(tmp_path):
+    st = _study(tmp_path)
+    runs = [{**_run(m, s, "sparse"), "finished": False, "state": "crashed"} for m in st.methods for s in st.seeds]
+    text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
+    assert "**Partial: 0 of 15 runs finished.**" in text
+    for tag in ("H1", "H2", "H3", "H4", "H5", "H6"):
+        assert f"**{NO_DATA}**" in _hypothesis(text, tag), tag
+
+
+# --------------------------------------------------------------------------- the pilot
+
+
+def test_choose_variant_takes_the_highest_mean_and_breaks_a_tie_by_the_smaller_values():
+    lr = {"a": {"train.actor_lr": 0.001}, "b": {"train.actor_lr": 0.002}, "c": {"train.actor_lr": 0.005}}
+    assert choose_variant({"a": 0.30, "b": 0.35, "c": 0.20}, lr) == "b"
+    assert choose_variant({"a": 0.300, "b": 0.3005, "c": 0.20}, lr) == "a", "within 0.1 point: the smaller rate"
+    assert choose_variant({"a": 0.355, "b": 0.356, "c": 0.20}, lr) == "a", "exactly 0.1 point apart is a tie"
+    assert choose_variant({"a": 0.300, "b": 0.3015, "c": None}, lr) == "b", "more than 0.1 point is no tie"
+    grid = {"x": {"train.critic_lr": 0.01, "train.t_high": 1}, "y": {"train.critic_lr": 0.005, "train.t_high": 2}}
+    assert choose_variant({"x": 0.3008, "y": 0.30}, grid) == "y", "the smaller learning rate before fewer passes"
+    assert choose_variant({"x": None, "y": None}, grid) is None
+
+
+def _pilot(tmp_path):
+    critic = {f"c{lr}_t{t}": {"train.critic_lr": lr, "train.t_high": t} for lr in (0.002, 0.005, 0.01) for t in (1, 2)}
+    return _study(tmp_path, name="pilot", iterations=20, methods=["grpo", "critic_only"], seeds=[100, 101, 102],
+                  regimes={"moderate": {"difficulty": 2}},
+                  variants={"grpo": {"lr1e-3": {"train.actor_lr": 0.001}, "lr2e-3": {"train.actor_lr": 0.002},
+                                     "lr5e-3": {"train.actor_lr": 0.005}}, "critic_only": critic},
+                  select={"grpo": "acc_single", "critic_only": "acc_feedback"})
+
+
+def test_the_pilot_table_chooses_each_methods_variant_by_the_rule_with_a_tie(tmp_path):
+    st = _pilot(tmp_path)
+    finals = {("grpo", "lr1e-3"): [0.300, 0.301, 0.299], ("grpo", "lr2e-3"): [0.3006] * 3,  # a tie: 1e-3 wins
+              ("grpo", "lr5e-3"): [0.25] * 3}
+    feedback = {"c0.002_t1": 0.20, "c0.002_t2": 0.21, "c0.005_t1": 0.22, "c0.005_t2": 0.30, "c0.01_t1": 0.3008,
+                "c0.01_t2": 0.28}  # a tie between (0.005, 2) and (0.01, 1): the smaller learning rate wins
+    finals |= {("critic_only", v): [a] * 3 for v, a in feedback.items()}
+    runs = []
+    for (method, variant), values in finals.items():
+        metric = "acc_single" if method == "grpo" else "acc_feedback"
+        for seed, value in zip(st.seeds, values, strict=True):
+            runs.append(_run(method, seed, "moderate", iterations=20, total=1280, variant=variant,
+                             evals={metric: {0: 0.1, 10: 0.2, 20: value}, "acc_single": {0: 0.1, 10: 0.2, 20: value}}))
+    text = build_study_report(st, {2: MEASURED[2]}, {"moderate": 2}, [], runs, tmp_path / "out")["text"]
+    pilot = text[text.index("## Pilot"):]
+    assert "| lr1e-3 | `{\"train.actor_lr\": 0.001}` | 30.0 ± 0.2 | 20 | **chosen** |" in pilot
+    assert "| lr2e-3 | `{\"train.actor_lr\": 0.002}` | 30.1 ± 0.0 | 20 | tie, not chosen |" in pilot
+    assert "| c0.005_t2 | `{\"train.critic_lr\": 0.005, \"train.t_high\": 2}` | 30.0 ± 0.0 | 20 | **chosen** |" in pilot
+    assert ('main-study overrides: {"train.actor_lr": 0.001, "train.critic_lr": 0.005, "train.t_high": 2}'
+            in pilot.splitlines())
+    assert "Not tested in a pilot" in text
+    assert "| grpo [lr5e-3] |" in text, "the accuracy tables show every variant"
+
+
+def test_select_names_a_method_with_variants_and_a_known_metric(tmp_path):
+    with pytest.raises(BinacError, match="select names 'fixed_critic', which has no variants"):
+        _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}}, select={"fixed_critic": "acc_single"})
+    with pytest.raises(BinacError, match="unknown metric 'acc_best'"):
+        _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}}, select={"grpo": "acc_best"})
+    plain = _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}})
+    chosen = _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}}, select={"grpo": "acc_single"})
+    assert chosen.select == {"grpo": "acc_single"} and plain.select == {}
+    assert plain.key() != chosen.key()
+    assert _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}}, select={}).key() == plain.key()
