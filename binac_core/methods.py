@@ -52,12 +52,6 @@ class MethodSpec:
         per_attempt = cfg.train.critic_group_size * (1 + (self.feedback == "critic") + self.lookahead)
         return attempts * (1 + per_attempt)
 
-    def actor_samples_per_iteration(self, cfg: Config) -> int:
-        """The actor-samples axis under its former name: the actor TRAINING samples per iteration, the same
-        number as `actor_train_samples_per_iteration` (it no longer counts the look-ahead refinements or any
-        other sequence the actor is not trained on). Kept for the callers not yet renamed."""
-        return self.actor_train_samples_per_iteration(cfg)
-
     def iterations_for_budget(self, cfg: Config, budget: int) -> int:
         """The whole iterations whose actor training samples fit in `budget` (the largest number; a run never
         exceeds its budget). A method that never trains the actor (critic_only, 0 per iteration) runs the

@@ -123,7 +123,7 @@ def train_parameters(st: Study, r, parent: str, study_key: str) -> dict:
     if Path(preset).suffix:
         preset = str((st.path.parent / preset).resolve()) if not Path(preset).is_absolute() else preset
     return {"preset": preset, "method": r.method, "steps": st.iterations, "seed": r.seed,
-            "overrides": r.overrides, "parent_run_id": parent, "parent_key": study_key}
+            "overrides": r.overrides, "parent_run_id": parent, "parent_key": study_key, "label": r.variant}
 
 
 def finished_keys(ws):

@@ -43,7 +43,7 @@ from tasks.track import finalize_run, finish_run, log_metrics, start_run
 def train(
     preset: str = "micro", method: str = "grpo", steps: int = 3, seed: int = 0, overrides: dict | None = None,
     budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "", fresh: str = "",
-    shared_samples: list[int] | None = None,
+    shared_samples: list[int] | None = None, label: str = "",
 ) -> dict:
     """Train `method` for `steps` iterations (or the whole iterations within `budget` actor training samples);
     returns run id and evaluations.
@@ -68,6 +68,8 @@ def train(
             `compare`.
         fresh: any new value recomputes every stage instead of reusing cached ones (a new MLflow run);
             `binac train --fresh` sets one. An edit to library code recomputes without it.
+        label: a name for the run's settings among others of the same method (a study's variant): appended to
+            the MLflow run name and tagged `variant`; not part of the run's identity (its overrides are).
     """
     try:
         cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
@@ -87,10 +89,12 @@ def train(
         base = build_base_model(cfg_d)
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
         tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark,
+                **({"variant": label} if label else {}),
                 "budget_actor_samples": str(budget or iterations * spec.actor_train_samples_per_iteration(cfg))}
         params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations),
                   "code.stage_code_digest": code, "code.fresh": fresh}
-        run_id = start_run(key, f"{method}-{cfg.name}-s{seed}", tags, params, parent_run_id)
+        run_id = start_run(key, f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}", tags, params,
+                           parent_run_id)
         per_iteration = spec.actor_train_samples_per_iteration(cfg)
         gen_per_iteration = spec.generated_samples_per_iteration(cfg)
         # The per-iteration counts ride in `meta` to the rows: their `actor_samples`, `generated_samples` columns
@@ -188,12 +192,23 @@ def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: 
     return "\n".join(lines)
 
 
+def _frozen_too(method: str, meta: dict) -> bool:
+    """Whether evaluations also run `feedback_frozen` (the frozen base critic on the same attempts): for a method
+    that trains its critic, on a benchmark whose feedback can be analysed (the synthetic task: the critic
+    measures compare the two critics there; elsewhere it would only add generation)."""
+    from binac_core.benchmarks import get
+    from binac_core.methods import method_spec
+
+    return method_spec(method).train_critic and get(meta["benchmark"]).feedback_analysis is not None
+
+
 def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step, out_dir, samples=0,
               generated=0) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
-    Code benchmarks also get the execution-assisted protocols. The source is tagged `eval_feedback_source`.
+    Code benchmarks also get the execution-assisted protocols, and a method that trains its critic the frozen
+    critic's `feedback_frozen` on the synthetic task (`_frozen_too`). The source is tagged `eval_feedback_source`.
     `samples`: the actor training samples so far, the step of the `eval_at_samples/` copies of the metrics;
     `generated`: the generated samples so far, the step of the `eval_at_generated/` copies. A method that never
     trains its actor (critic_only) logs `eval_at_samples/` at step 0 only: its count stays 0, and copies of its
@@ -202,7 +217,8 @@ def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step,
     fixed = SELF_CORRECT_FEEDBACK if source == FIXED_INSTRUCTION else None
     oracle = source == ORACLE
     result = evaluate(cfg_d, base, problems, actor=actor, critic=None if fixed or oracle else critic,
-                      protocols=training_protocols(meta["benchmark"], fixed), fixed_feedback=fixed,
+                      protocols=training_protocols(meta["benchmark"], fixed, trains_critic=_frozen_too(method, meta)),
+                      fixed_feedback=fixed,
                       feedback_source=source, oracle_feedback=oracle, seed=seed, step=step, out_dir=out_dir)
     metrics = store_eval(meta, step, result, problems)
     store_eval_exec(meta, step, result)

@@ -275,9 +275,6 @@ def test_actor_training_and_generated_samples_per_iteration():
     got = {m: (s.actor_train_samples_per_iteration(cfg), s.generated_samples_per_iteration(cfg))
            for m, s in SPECS.items()}
     assert got == COUNTS_8_8_4
-    # The former name is the actor-samples axis: the training count, for callers not yet renamed.
-    assert {m: s.actor_samples_per_iteration(cfg) for m, s in SPECS.items()} == {
-        m: a for m, (a, _) in COUNTS_8_8_4.items()}
 
 
 def test_iterations_for_a_budget_count_actor_training_samples_only():
