@@ -18,6 +18,7 @@ any compute, and expanded into the training runs it asks for.
     variants:                        # optional: a method run once per named override set (a pilot's grid)
       grpo: {lr1e-3: {train.actor_lr: 0.001}, lr5e-3: {train.actor_lr: 0.005}}
     select: {grpo: acc_single}       # optional, with variants: the held-out metric that picks a method's variant
+    gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model
 
 A regime is a task difficulty, fixed or chosen by a rule on the base model alone (`binac_core.regimes`):
 `all_wrong_frac_at_least`: the smallest difficulty in `search` whose share of all-wrong groups is at least the
@@ -26,7 +27,9 @@ deviation) and `otherwise: fail` stopping the study; `single_closest_to`: the di
 single-turn accuracy is closest to the target (a tie: the smaller). A method listed under `variants` runs once
 per variant (its overrides on top of `overrides`), the others once; the variant is part of the run's name.
 `select` names, per method with variants, the held-out metric (one of SELECT_METRICS) by which the report
-chooses its variant (binac_core/study_report.py). Nothing here imports Prefect or torch.
+chooses its variant (binac_core/study_report.py). `gates` are checks of the base model at every chosen difficulty
+(`gate_failures`), read before any run is submitted: a study whose base fails one stops with one line naming it
+(its report can still be written with `--report-only`). Nothing here imports Prefect or torch.
 """
 
 from __future__ import annotations
@@ -43,8 +46,15 @@ from binac_core.files import read_yaml_mapping
 from binac_core.methods import method_spec
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
-        "seeds", "regimes", "rule_measure", "overrides", "variants", "select"}
+        "seeds", "regimes", "rule_measure", "overrides", "variants", "select", "gates"}
 SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
+GATES = {
+    "shortcut_right_at_most": "the upper end of the 95 % Wilson interval of the shortcut check (the share of "
+                              "wrong-step attempts right after approval, binac_core/regimes.py) is at most this",
+    "oracle_gain_at_least": "the oracle's bound minus single-turn accuracy (one second turn after the oracle's "
+                            "feedback) is at least this",
+}
+"""The checks a study file's `gates` can ask of the base model at every chosen difficulty."""
 RULE_KINDS = ("all_wrong_frac_at_least", "single_closest_to")
 
 
@@ -93,12 +103,15 @@ class Study:
     """method -> {variant name -> overrides}: the methods run once per variant (a pilot's grid)."""
     select: dict = field(default_factory=dict)
     """method (one with variants) -> the held-out metric (SELECT_METRICS) that chooses its variant in the report."""
+    gates: dict = field(default_factory=dict)
+    """gate name (GATES) -> its threshold: checks of the base model before any run is submitted."""
 
     def key(self) -> str:
         """Content hash of everything that determines the runs (not the file's path or the deployment's name);
-        `variants` and `select` count when set (a study without them keeps the key it had before they existed)."""
+        `variants`, `select` and `gates` count when set (a study without them keeps the key it had before they
+        existed)."""
         blob = {k: v for k, v in self.__dict__.items() if k not in ("path", "deployment", "design")
-                and not (k in ("variants", "select") and not v)}
+                and not (k in ("variants", "select", "gates") and not v)}
         return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     def config(self, difficulty: int | None = None) -> Config:
@@ -163,7 +176,8 @@ def load_study(path: str | Path) -> Study:
         group_size=int(measure.get("group_size", 8)), measure_seed=int(measure.get("seed", 0)),
         overrides=dict(raw.get("overrides") or {}), variants=_variants(path, raw.get("variants"), methods),
     )
-    study = replace(study, select=_select(path, raw.get("select"), study.variants))
+    study = replace(study, select=_select(path, raw.get("select"), study.variants),
+                    gates=_gates(path, raw.get("gates")))
     if not study.regimes:
         raise BinacError(f"study file {path}: no regimes")
     for named in study.variants.values():  # every variant must make a valid config
@@ -213,6 +227,43 @@ def _select(path: Path, raw, variants: dict) -> dict:
             raise BinacError(f"study file {path}: select of {method!r}: unknown metric {metric!r} "
                              f"(known: {', '.join(SELECT_METRICS)})")
     return {str(m): str(v) for m, v in raw.items()}
+
+
+def _gates(path: Path, raw) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BinacError(f"study file {path}: gates must map a gate to a threshold ({', '.join(GATES)})")
+    for name, value in raw.items():
+        if name not in GATES:
+            raise BinacError(f"study file {path}: unknown gate {name!r} (known: {', '.join(GATES)})")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+            raise BinacError(f"study file {path}: gate {name} must be a share in [0, 1] (got {value!r})")
+    return {str(k): float(v) for k, v in raw.items()}
+
+
+def gate_failures(study: Study, measured: dict[int, dict], difficulties: dict[str, int]) -> list[str]:
+    """One line per gate the base model fails at a regime's difficulty (`measured`: binac_core/regimes.py's
+    measurements with the bounds, by difficulty); empty when every gate holds or the study has none."""
+    from binac_core.stats import wilson_interval
+
+    out = []
+    for regime, d in difficulties.items():
+        m = measured[d]
+        limit = study.gates.get("shortcut_right_at_most")
+        if limit is not None:
+            n = m["shortcut_n"]
+            right = round((m["shortcut_right"] or 0.0) * n)
+            high = wilson_interval(right, n)[1]
+            if high > limit:
+                out.append(f"regime {regime} (difficulty {d}): the shortcut check fails: {right} of {n} wrong-step "
+                           f"attempts are right after approval (95 % Wilson interval up to {100 * high:.1f} %, "
+                           f"gate shortcut_right_at_most {limit})")
+        least = study.gates.get("oracle_gain_at_least")
+        if least is not None and m["oracle"] - m["single"] < least:
+            out.append(f"regime {regime} (difficulty {d}): the oracle's hint gains {100 * (m['oracle'] - m['single']):+.1f}"
+                       f" points over single-turn {100 * m['single']:.1f} % (gate oracle_gain_at_least {least})")
+    return out
 
 
 def _regime(path: Path, name: str, raw: dict) -> Regime:

@@ -2,7 +2,7 @@
 of the `train` deployment, fanned out over the Prefect work pool's workers, then the report.
 
     base model → measure it at every difficulty the regimes need (rule statistic + feedback bounds)
-    → regimes' difficulties → one MLflow parent run → submit the grid's runs (done ones skipped) → wait
+    → regimes' difficulties → the study file's gates on the base (a failure stops here) → one MLflow parent run → submit the grid's runs (done ones skipped) → wait
     → report (tables, hypotheses, plots) logged to the parent run
 
 Runs on the machine that starts it (`binac study FILE`) against a Prefect server (PREFECT_API_URL); the training
@@ -24,7 +24,7 @@ from binac_core.methods import method_spec
 from binac_core.plans import train_run_key
 from binac_core.provenance import stage_code_digest
 from binac_core.regimes import closest_difficulty, sparse_difficulty
-from binac_core.study import Study, equal_budget_totals, grid, load_study
+from binac_core.study import Study, equal_budget_totals, gate_failures, grid, load_study
 from binac_core.study_report import build_study_report
 from binac_core.workspace import workspace
 from flows.fanout import Tracked, check_deployment, fan_out
@@ -43,6 +43,10 @@ def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
     key, code = st.key(), stage_code_digest()
     base = build_base_model(st.config().model_dump(mode="json"))
     measured, difficulties, deviations = choose_regimes(st, base)
+    failures = gate_failures(st, measured, difficulties)
+    if failures and not report_only:  # the base fails a pre-registered check: no run is submitted
+        raise BinacError(f"study {st.name}: the base model fails its gates; no run submitted: " + "; ".join(failures))
+    deviations += [f"gate failed (report only): {f}" for f in failures]
     runs = grid(st, difficulties)
     totals = equal_budget_totals(st)
     params = {"study": st.name, "study_file": str(st.path), "preset": st.preset, "methods": ",".join(st.methods),

@@ -52,6 +52,8 @@ def test_the_shipped_study_expands_to_its_grid():
     ({"variants": {"binac": {"a": {"train.actor_lr": 0.001}}}}, "variants of 'binac', which is not in methods"),
     ({"variants": {"grpo": {"a": {"train.actor_rate": 0.001}}}}, "train.actor_rate"),
     ({"variants": {"grpo": []}}, "variants of 'grpo' must be"),
+    ({"gates": {"shortcut": 0.05}}, "unknown gate 'shortcut'"),
+    ({"gates": {"oracle_gain_at_least": 2}}, "must be a share in"),
     ({"colour": "red"}, "unknown key 'colour'"),
     ({"preset": "nope"}, "unknown preset 'nope'"),
 ])
@@ -92,6 +94,23 @@ def test_the_second_edition_expands_to_its_pilot_and_main_grids():
     assert (cfg.task.modulus, cfg.task.critic_false_approval_rate, cfg.train.lam * (1 + cfg.train.alpha_shaping)) \
         == (100, 0.5, 0.5)
     assert "second edition (pre-registered" in pilot.design
+
+
+def test_the_main_second_edition_grid_and_its_gates():
+    from binac_core.study import gate_failures
+
+    st = load_study(REPO / "studies" / "sparse-feedback-v2.yaml")
+    runs = grid(st, {"moderate": 3, "sparse": 6})
+    assert len(runs) == 2 * 8 * 5 and st.iterations == 60 and st.seeds == (0, 1, 2, 3, 4)
+    assert runs[0].overrides["train.eval_at_samples"] == 60 * 64 == runs[0].overrides["train.eval_at_generated"]
+    # the registered base's measurement at difficulty 3 (docs/results-study-v2.md): both gates fail
+    measured = {3: {"shortcut_n": 1040, "shortcut_right": 478 / 1040, "oracle": 0.342, "single": 0.351},
+                6: {"shortcut_n": 1000, "shortcut_right": 0.01, "oracle": 0.20, "single": 0.10}}
+    failures = gate_failures(st, measured, {"moderate": 3, "sparse": 6})
+    assert len(failures) == 2 and all("regime moderate (difficulty 3)" in f for f in failures)
+    assert "478 of 1040" in failures[0] and "-0.9 points" in failures[1]
+    # 10 of 1000 right after approval: the Wilson interval's upper end is 1.8 %, within 5 %
+    assert gate_failures(st, measured, {"sparse": 6}) == []
 
 
 def test_the_closest_rule_takes_the_difficulty_nearest_the_target_and_the_smaller_on_a_tie():
