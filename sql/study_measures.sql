@@ -2,6 +2,8 @@
 -- advantage collapse and of the critic, recomputed from the stored rows by this file's own SQL; each column equals
 -- the MLflow metric train/<column> (tasks/store.py). The definitions are stated in one place, the docstring of
 -- binac_core/measures.py; in short:
+--   actor_samples, generated_samples  the run's cumulative counts after the step on the two budget axes
+--                             (binac_core/methods.py; train/actor_samples, train/generated_samples)
 --   zero_adv_frac             share of problems whose G first attempts all have the same reward
 --   refine_zero_adv_frac      share of problems whose G refinements of feedback_idx 0 all have the same unshaped
 --                             r1 (refined_reward): GRPO's group size, for the second turn
@@ -82,6 +84,7 @@ LEFT JOIN (SELECT run_id, step,
 
 SELECT $comparison AS comparison, r.run_id, any_value(r.method) AS method, any_value(r.preset) AS preset,
        any_value(r.seed) AS seed, r.step,
+       max(r.actor_samples) AS actor_samples, max(r.generated_samples) AS generated_samples,
        any_value(t.zero_adv_frac) AS zero_adv_frac,
        any_value(t.refine_zero_adv_frac) AS refine_zero_adv_frac,
        avg((r.feedback_step IS NOT DISTINCT FROM r.first_wrong_step)::INT)
