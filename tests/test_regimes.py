@@ -60,3 +60,21 @@ def test_the_shortcut_check_tells_a_copying_student_from_a_shortcut(after_approv
     assert out["critic_approved_wrong_n"] == 4 and out["critic_approved_wrong_right"] == right
     # the oracle fixes every wrong attempt of a student that follows hints, and breaks nothing
     assert out["oracle"] == 1.0 and out["oracle_broken"] == 0.0 and out["oracle_fixed"] == 0.5
+
+
+def test_the_base_checks_script_measures_a_micro_base(tmp_path):
+    """scripts/base_checks.py, the checks of a base without a study: builds the micro base, measures it, writes
+    the measurements."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "base_checks.py"), "--preset", "micro",
+                           "--difficulties", "2", "--group-size", "2", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "d2: single" in proc.stdout and "right after approval" in proc.stdout
+    checks = json.loads((tmp_path / "checks.json").read_text())["2"]
+    assert checks["problems"] == 16 and checks["group_size"] == 2 and {"shortcut_right", "oracle"} <= set(checks)
