@@ -31,11 +31,10 @@ def analysis_questions(benchmark: str, problems: list[dict] | None) -> dict[str,
 
 def store_train_step(
     ws: Workspace, meta: dict, step: int, scored: ScoredBatch, *, critic_rewards: list[float] | None = None,
-    problems: list[dict] | None = None, alpha: float = 0.0,
+    problems: list[dict] | None = None,
 ) -> dict:
     """Write the iteration's rows; return its metrics (`train_metrics`). `problems` (the batch) gives the synthetic
-    task's first wrong steps. `alpha` (the actor's second-turn shaping weight) is accepted for the callers' sake
-    and read by no measure (`refine_zero_adv_frac` uses unshaped rewards)."""
+    task's first wrong steps."""
     questions = analysis_questions(meta["benchmark"], problems)
     rows = trajectory_rows(meta, step, scored, split="train", protocol="train", critic_rewards=critic_rewards,
                            questions=questions)

@@ -158,8 +158,7 @@ def train(
                 })
                 metrics = store_train_step(meta, step, attempts=attempts, first_rewards=first_rewards,
                                            feedback=feedback, refined=refined, refined_rewards=refined_rewards,
-                                           critic_rewards=critic_rewards, batch=batch, alpha=cfg.train.alpha_shaping,
-                                           extra=stats)
+                                           critic_rewards=critic_rewards, batch=batch, extra=stats)
                 if step in eval_at:
                     evals[step] = _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method,
                                             meta=meta, samples=samples, generated=generated, **at)

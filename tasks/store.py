@@ -18,7 +18,7 @@ from binac_core.workspace import workspace
 def store_train_step(
     meta: dict, step: int, attempts: StageFile, first_rewards: StageFile, feedback: StageFile | None = None,
     refined: StageFile | None = None, refined_rewards: StageFile | None = None,
-    critic_rewards: StageFile | None = None, batch: StageFile | None = None, alpha: float = 0.0,
+    critic_rewards: StageFile | None = None, batch: StageFile | None = None,
     extra: dict | None = None,
 ) -> dict:
     """Write the iteration's rows, then log its metrics (train/reward_first, train/reward_refined..., and `extra`:
@@ -28,7 +28,7 @@ def store_train_step(
     scored = read_scored_batch(attempts, first_rewards, feedback=feedback, refined=refined,
                                refined_rewards=refined_rewards)
     metrics = step_records.store_train_step(ws, meta, step, scored, critic_rewards=read_optional(critic_rewards),
-                                            problems=read_optional(batch), alpha=alpha)
+                                            problems=read_optional(batch))
     metrics.update(extra or {})
     tracking.log_metrics_once(ws, meta["run_id"], metrics, step)
     return metrics
