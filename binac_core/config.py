@@ -94,6 +94,11 @@ class TaskConfig(_Section):
     """Synthetic teacher: share of the misleading critiques of attempts with a wrong step that approve them
     (`Looks correct.`). 0 (tiny, micro): only right attempts are approved, and approval becomes a shortcut to a
     correct second answer (binac_core/pretrain_teacher.py)."""
+    approval_refinement: Literal["copy", "answer"] = "copy"
+    """Synthetic teacher: the refinement after approval. `copy`: the attempt again, every step (tiny, micro);
+    `answer`: only the attempt's answer line (`A: 08`), errors included either way. `answer` makes the answer
+    impossible to recompute without steps, so a tiny base learns to take it from the attempt (study2: the
+    registered `copy` base re-solved instead, docs/results-study-v2.md)."""
 
 
 class LoraConfig(_Section):

@@ -49,7 +49,7 @@ def teacher_example(task, question: str, rng: random.Random) -> Conversation:
     )
     if role == "critique":
         return syn.critic_messages(row, solve) + [_assistant(feedback)]
-    refined = teacher.teacher_refine(question, solve, feedback, rng, task.step_error_rate)
+    refined = teacher.teacher_refine(question, solve, feedback, rng, task.step_error_rate, task.approval_refinement)
     return syn.refine_messages(row, solve, feedback) + [_assistant(refined)]
 
 

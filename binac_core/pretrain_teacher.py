@@ -12,7 +12,8 @@ The rules, which decide what a critic trained against this base can gain:
   step) with prob `task.critic_helpful_rate`; misleading with prob `task.critic_misleading_rate`, which on an
   attempt with a wrong step is *approval* (`Looks correct.`) with prob `task.critic_false_approval_rate` and
   otherwise names a step that is right, and on a step-correct attempt names a right step; vague otherwise;
-- **refine** after approval: always a copy of the attempt, errors included; after a step hint: the steps before
+- **refine** after approval: always a copy of the attempt, errors included (`task.approval_refinement`: every
+  step, or the answer line alone); after a step hint: the steps before
   it kept, the named step redone (its right value when it was wrong; another value when it was right: the student
   trusts the critic), the steps after it with the same noise as a first attempt; after anything else: a fresh
   solve with first-attempt noise.
@@ -32,6 +33,7 @@ from binac_core.benchmarks.synthetic import (
     LOOKS_CORRECT,
     Step,
     apply_op,
+    final_answer,
     make_row,
     name_step,
     named_step,
@@ -95,10 +97,12 @@ def teacher_critique(
     return rng.choice([SELF_CORRECT_FEEDBACK, CHECK_YOUR_WORK])
 
 
-def teacher_refine(question: str, attempt: str, feedback: str, rng: random.Random, error_rate: float) -> str:
+def teacher_refine(question: str, attempt: str, feedback: str, rng: random.Random, error_rate: float,
+                   approval_refinement: str = "copy") -> str:
     """The second answer a feedback-following student writes.
 
-    `Looks correct.`: copy the attempt. `Step k is wrong`: keep steps before k, then change step k (its right
+    `Looks correct.`: copy the attempt (`approval_refinement` `copy`), or only its answer line (`answer`: `A: 08`;
+    an attempt without one is copied whole). `Step k is wrong`: keep steps before k, then change step k (its right
     value if the attempt's was wrong, otherwise any other value: the student trusts the critic), then go on with
     teacher noise. Anything else (vague): solve again from scratch, with noise.
     """
@@ -107,7 +111,8 @@ def teacher_refine(question: str, attempt: str, feedback: str, rng: random.Rando
     pieces = parse_steps(attempt, width)
     k = named_step(feedback)
     if LOOKS_CORRECT in feedback:
-        return attempt.strip()
+        answer = final_answer(attempt)
+        return f"A: {answer}" if approval_refinement == "answer" and answer is not None else attempt.strip()
     if k is None or not 1 <= k <= min(len(ops), len(pieces)) or not all(isinstance(p, Step) for p in pieces):
         return teacher_solve(question, rng, error_rate)
     kept: list[Step] = pieces[: k - 1]  # type: ignore[assignment]

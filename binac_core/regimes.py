@@ -13,7 +13,7 @@ attempt. It returns
   measures (`binac_core.measures`);
 - the shortcut check: over attempts with a first wrong step, the share whose refinement after approval is right
   (`shortcut_right`, of `shortcut_n` attempts; a base that copies after approval scores ~0) and the share that
-  copy the attempt (`shortcut_copy`); and the same right-share over the wrong attempts the initial critic itself
+  keep the attempt's final answer (`shortcut_copy`: a copy of every step or of the answer line alone); and the same right-share over the wrong attempts the initial critic itself
   approved (`critic_approved_wrong_right`, of `critic_approved_wrong_n`).
 `sparse_difficulty` and `closest_difficulty` apply the rules. Sampling seeds are derived from (seed, difficulty, stage), so a
 measurement is reproducible and cached by the study.
@@ -22,6 +22,7 @@ measurement is reproducible and cached by the study.
 from __future__ import annotations
 
 from binac_core import benchmarks
+from binac_core.benchmarks.synthetic import final_answer
 from binac_core.episodes import generate_attempts, generate_refinements, sample_feedback, score, stage_seed
 from binac_core.generation import SamplingParams
 from binac_core.measures import critic_error_measures, zero_adv_frac
@@ -95,8 +96,14 @@ def _shortcut(attempts: list[Attempt], wrong_steps: list[bool], approved: tuple[
     idx = [i for i, w in enumerate(wrong_steps) if w]
     return {"shortcut_n": len(idx),
             "shortcut_right": _mean([rewards[i] for i in idx]) if idx else None,
-            "shortcut_copy": _mean([float(y1[i].text.strip() == attempts[i].text.strip()) for i in idx]) if idx
+            "shortcut_copy": _mean([float(_same_answer(y1[i].text, attempts[i].text)) for i in idx]) if idx
             else None}
+
+
+def _same_answer(refined: str, attempt: str) -> bool:
+    """The refinement keeps the attempt's final answer (a copy of every step, or of the answer line alone)."""
+    answer = final_answer(attempt)
+    return answer is not None and final_answer(refined) == answer
 
 
 def closest_difficulty(measured: dict[int, dict], target: float) -> int:

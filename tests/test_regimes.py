@@ -25,8 +25,9 @@ def _wrong(question: str) -> str:
 
 class ScriptedStudent:
     """First attempts alternate wrong (step 1) / right; the critic role always approves; a refinement after
-    approval copies the attempt (`after_approval="copy"`) or writes the correct solution (`"solve"`: the first
-    edition's shortcut); after any other feedback it writes the correct solution."""
+    approval copies the attempt (`after_approval="copy"`), restates its answer line alone (`"answer"`, the form
+    of `task.approval_refinement: answer`) or writes the correct solution (`"solve"`: the first edition's
+    shortcut); after any other feedback it writes the correct solution."""
 
     def __init__(self, after_approval: str):
         self.after_approval, self.calls = after_approval, 0
@@ -44,10 +45,13 @@ class ScriptedStudent:
             return _wrong(question) if self.calls % 2 else syn.make_row(question)["solution"]
         if syn.LOOKS_CORRECT in last and self.after_approval == "copy":
             return messages[1]["content"]
+        if syn.LOOKS_CORRECT in last and self.after_approval == "answer":
+            return f"A: {syn.final_answer(messages[1]['content'])}"
         return syn.make_row(question)["solution"]
 
 
-@pytest.mark.parametrize("after_approval, right, copy", [("copy", 0.0, 1.0), ("solve", 1.0, 0.0)])
+@pytest.mark.parametrize("after_approval, right, copy", [("copy", 0.0, 1.0), ("answer", 0.0, 1.0),
+                                                               ("solve", 1.0, 0.0)])
 def test_the_shortcut_check_tells_a_copying_student_from_a_shortcut(after_approval, right, copy):
     gen = load_config("micro").generation
     out = measure_base(ScriptedStudent(after_approval), PROBLEMS, group_size=2, gen=gen, seed=0,

@@ -229,6 +229,22 @@ def test_after_approval_the_refinement_copies_the_attempt_errors_included():
     assert wrong_approved and all(c[3]["content"] == c[1]["content"] for c in copies)
 
 
+def test_after_approval_the_answer_form_restates_only_the_attempts_answer():
+    """`task.approval_refinement: answer` (study2): the answer line alone, errors included; a step hint or vague
+    feedback is refined exactly as with `copy`, drawing the same random numbers."""
+    q, wrong = ROW100["question"], "07+5=12 12-9=04 04+4=08 A: 08"
+    assert teacher.teacher_refine(q, wrong, syn.LOOKS_CORRECT, random.Random(0), 0.25, "answer") == "A: 08"
+    assert syn.grade_response(ROW100, "A: 08") == 0.0 and syn.grade_response(ROW100, "A: 07") == 1.0
+    assert teacher.teacher_refine(q, "junk", syn.LOOKS_CORRECT, random.Random(0), 0.25, "answer") == "junk"
+    for feedback in ("Step 2 is wrong.", syn.CHECK_YOUR_WORK):
+        assert (teacher.teacher_refine(q, wrong, feedback, random.Random(3), 0.25, "answer")
+                == teacher.teacher_refine(q, wrong, feedback, random.Random(3), 0.25, "copy"))
+    corpus = teacher_corpus(task(modulus=100, critic_false_approval_rate=0.5, approval_refinement="answer",
+                                 difficulty=5), 4000)
+    approved = [c for c in corpus if len(c) == 4 and c[2]["content"].startswith(f"Feedback: {syn.LOOKS_CORRECT}")]
+    assert approved and all(c[3]["content"] == f"A: {syn.final_answer(c[1]['content'])}" for c in approved)
+
+
 def test_step_hint_redoes_the_step_and_continues_with_first_attempt_noise():
     q, wrong = ROW100["question"], "07+5=12 12-9=04 04+4=08 A: 08"
     assert teacher.teacher_refine(q, wrong, "Step 2 is wrong.", random.Random(0), 0.0) == ROW100["solution"]
