@@ -52,7 +52,7 @@ def main() -> None:
         low, high = wilson_interval(right, m["shortcut_n"])
         print(f"d{d}: single {100 * m['single']:.1f} %, all-wrong {m['all_wrong_frac']:.3f}, oracle "
               f"{100 * m['oracle']:.1f} %, right after approval {100 * m['shortcut_right']:.1f} % "
-              f"[{100 * low:.1f}, {100 * high:.1f}] of {m['shortcut_n']}, copies {100 * m['shortcut_copy']:.1f} %",
+              f"[{100 * low:.1f}, {100 * high:.1f}] of {m['shortcut_n']}, answer kept {100 * m['shortcut_copy']:.1f} %",
               flush=True)
     (args.out / "checks.json").write_text(json.dumps(results, indent=1))
 

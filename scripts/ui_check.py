@@ -2,7 +2,7 @@
 opens it, checked, and screenshots saved.
 
 Uses the store of `$BINAC_UI_HOME`, else `$BINAC_HOME`, else ./.binac; when it holds no comparison yet, runs a small
-one there first (`binac compare --preset micro --methods grpo,fixed_critic,binac --seeds 0,1 --steps 15`: 240
+one there first (`binac compare --preset micro --methods grpo,fixed_critic,binac --seeds 0,1 --steps 6`: 96
 actor samples, a budget every method reaches exactly). Starts an MLflow server on a free 127.0.0.1 port (stopped
 again at the end, by its process group) and checks, failing with a one-line reason otherwise:
 - the experiment's link as binac prints it (`tracking.ui_link`: `make serve`, the runs' Prefect artifacts) opens
@@ -177,7 +177,7 @@ class Browser:
 CLOSE_ASSISTANT = '[data-component-id="mlflow.assistant.chat_panel.close"]'
 EXPAND_RUN = '[data-component-id$="runnamecellrenderer.tsx_46"]'  # the +/- before a parent run's name
 SMALL_COMPARISON = ["compare", "--preset", "micro", "--methods", "grpo,fixed_critic,binac", "--seeds", "0,1",
-                    "--steps", "15"]
+                    "--steps", "6"]
 
 
 def rest(base: str, path: str, body: dict | None = None) -> dict:

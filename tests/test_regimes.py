@@ -66,15 +66,18 @@ def test_the_shortcut_check_tells_a_copying_student_from_a_shortcut(after_approv
     assert out["oracle"] == 1.0 and out["oracle_broken"] == 0.0 and out["oracle_fixed"] == 0.5
 
 
-def test_the_base_checks_script_measures_a_micro_base(tmp_path):
-    """scripts/base_checks.py, the checks of a base without a study: builds the micro base, measures it, writes
-    the measurements."""
+def test_the_base_checks_script_measures_a_micro_base(tmp_path, micro_base):
+    """scripts/base_checks.py, the checks of a base without a study: measures a base it finds in `<out>/model` (the
+    session's micro base; building one is `build_base_model`, tested in tests/test_base_model.py) and writes the
+    measurements."""
     import json
+    import shutil
     import subprocess
     import sys
 
     from conftest import REPO
 
+    shutil.copytree(micro_base, tmp_path / "model")
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "base_checks.py"), "--preset", "micro",
                            "--difficulties", "2", "--group-size", "2", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=900, cwd=REPO)

@@ -20,17 +20,17 @@ def test_the_mlflow_ui_opens_on_the_runs_and_compares_at_equal_actor_samples(tmp
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("Debian's chromium is not installed (.ci/run installs it; `apt-get install chromium`)")
     home = home_with_micro_base(tmp_path_factory, "binac-home-ui", micro_compare)
-    # 240 actor samples: 15 grpo iterations (16 each: B 4 x G 4) and 5 fixed_critic and 5 binac ones (48 each: the
+    # 96 actor samples: 6 grpo iterations (16 each: B 4 x G 4) and 2 fixed_critic and 2 binac ones (48 each: the
     # 16 attempts and 32 refinements the actor trains on; binac's look-ahead refinements are not counted). The
-    # counts all three reach are the multiples of 48 up to 240, thinned to eval_points = 4 (plans.shared_eval_samples).
+    # counts all three reach are the multiples of 48 up to 96 (plans.shared_eval_samples), and 0.
     run_binac(ui_check.SMALL_COMPARISON, binac_env(home, prefect_home))
 
     seen = ui_check.check(home, home / "ui-check")  # raises, naming the check, if the UI does not show it
 
     methods = ("grpo", "fixed_critic", "binac")
-    assert seen["parent"] == "compare-micro-240samples"
+    assert seen["parent"] == "compare-micro-96samples"
     assert seen["children"] == sorted(f"{m}-micro-s{s}" for m in methods for s in (0, 1))
-    assert all(points == [0, 96, 144, 192, 240] for points in seen["points"].values()), seen["points"]
+    assert all(points == [0, 48, 96] for points in seen["points"].values()), seen["points"]
     for m in methods:
         assert {f"summary/{m}/acc_single", f"summary/{m}/acc_single_ci95"} <= set(seen["parent_metrics"])
     for png in seen["files"]:
