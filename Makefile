@@ -27,9 +27,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/binac demo
 
+# Two pytest processes (pytest-xdist), each test file on one of them (--dist loadfile: a file's fixtures stay in
+# one process): most integration tests wait on one single-threaded `binac` subprocess or server, which left one of
+# CI's two cores idle (the serial suite reached 15 min there). Each process builds the session fixtures it needs
+# (Prefect server, micro comparison) itself. TEST_WORKERS=0 runs the suite in one process, serially.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -x --timeout 1800
+	$(BIN)/python -m pytest -q -x --timeout 1800 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
