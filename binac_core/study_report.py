@@ -297,9 +297,10 @@ def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
         lines.append(f"| {r} (d{d}) | {_pct(m.get('single'))} | " + " | ".join(cells) + " |")
     lines += ["", "**The shortcut check.** Every first attempt is given \"Looks correct.\"; over the attempts with a "
               "first wrong step, the share whose refinement is right (a base that copies after approval gives ~0; "
-              "95 % Wilson interval) and the share of refinements that copy the attempt; then the same right-share "
+              "95 % Wilson interval) and the share of refinements that keep the attempt's answer (a copy of every step "
+              "or of the answer line alone); then the same right-share "
               "over the wrong-step attempts the initial critic itself approved (refined after its own feedback):", "",
-              "| regime | wrong-step attempts | right after approval | copies the attempt | wrong-step attempts the "
+              "| regime | wrong-step attempts | right after approval | keeps the attempt's answer | wrong-step attempts the "
               "initial critic approved | right after its approval |", "| --- | --- | --- | --- | --- | --- |"]
     for r, d in difficulties.items():
         m = measured.get(d, {})
