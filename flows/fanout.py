@@ -11,7 +11,11 @@ per worker process). Prefect schedules; this module only decides what to submit 
   `binac_core.runlock`) is marked CRASHED and its run submitted again, so a killed worker costs only the stages
   its run had not finished (the stages are cached; trajectory shards are replaced, not appended);
 - a FAILED, CRASHED or CANCELLED flow run is submitted again, at most `retries` times per invocation; after
-  that the run counts as failed and the study reports it.
+  that the run counts as failed and the study reports it;
+- a look that the Prefect server answers with a server error (5xx: its SQLite database answers 503 "database is
+  locked" on a loaded machine, seen while 80 runs were submitted beside a test run) or a dropped connection is
+  said in one line and taken again at the next poll, up to `TRANSIENT_LOOKS` looks in a row; a submission cut
+  off that way is safe to repeat (its idempotency key names the run and its earlier flow runs).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from binac_core.errors import BinacError
 from binac_core.runlock import probe
 
 LIVE = {"SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"}
+TRANSIENT_LOOKS = 60
+"""Looks in a row the Prefect server may fail with a transient error before the study gives up (at the default
+5 s poll, about five minutes plus the requests' own time)."""
 ENDED_BADLY = {"FAILED", "CRASHED", "CANCELLED"}
 
 
@@ -81,18 +88,38 @@ def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, 
         if is_finished(t.key):
             t.state = "done"
     progress = Progress(say)
+    failed_looks = 0
     with get_client(sync_client=True) as client:
         while any(t.state in ("queued", "running") for t in tracked):
-            by_key = _flow_runs_by_key(client, study_tag)
-            for t in tracked:
-                if t.state not in ("done", "failed"):
-                    _advance(client, t, by_key.get(t.key, []), deployment, study_tag, home, is_finished, retries,
-                             progress, say)
-            progress.show(tracked, _online_workers(client, pool))
+            try:
+                by_key = _flow_runs_by_key(client, study_tag)
+                for t in tracked:
+                    if t.state not in ("done", "failed"):
+                        _advance(client, t, by_key.get(t.key, []), deployment, study_tag, home, is_finished,
+                                 retries, progress, say)
+                progress.show(tracked, _online_workers(client, pool))
+                failed_looks = 0
+            except Exception as exc:
+                if not transient(exc) or failed_looks >= TRANSIENT_LOOKS:
+                    raise
+                failed_looks += 1
+                say(f"[study] the Prefect server failed a request ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0][:160]}); looking again in {poll_s:g} s ({failed_looks}/"
+                    f"{TRANSIENT_LOOKS})")
             if any(t.state in ("queued", "running") for t in tracked):
                 time.sleep(poll_s)
         progress.show(tracked, _online_workers(client, pool), force=True)
     return tracked
+
+
+def transient(exc: BaseException) -> bool:
+    """A Prefect API failure worth another look: a 5xx answer or a connection that failed or dropped."""
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    if isinstance(exc, PrefectHTTPStatusError):
+        return exc.response.status_code >= 500
+    return isinstance(exc, httpx.TransportError)
 
 
 def _advance(client, t: Tracked, flow_runs: list, deployment: str, study_tag: str, home, is_finished,
