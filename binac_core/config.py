@@ -150,6 +150,11 @@ class TrainConfig(_Section):
     """PPO/GRPO ratio clip range."""
     minibatch_size: int = Field(64, gt=0)
     """Sequences per gradient step inside an update."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward of an update instead of keeping them
+    (`update.checkpointed_layers`): a minibatch then keeps only the layers' inputs, for about one more forward.
+    The GPU presets need it (Llama-3.2-1B, minibatch 32 at their lengths: ~195 GiB of activations without, ~18
+    with; docs/gpu.md); the CPU presets' short sequences do not."""
     kl_coef: float = Field(0.0, ge=0)
     """Weight of the k3 KL estimate to the base model (adapter disabled); 0 disables the reference pass."""
     max_grad_norm: float = Field(1.0, gt=0)
