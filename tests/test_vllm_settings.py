@@ -37,3 +37,42 @@ def test_engine_settings_are_equal_for_equal_configs_and_differ_by_model():
     cfg = load_config("smol-synthetic")
     assert engine_settings("/m", cfg, 8192, True) == engine_settings("/m", load_config("smol-synthetic"), 8192, True)
     assert engine_settings("/m", cfg, 8192, True) != engine_settings("/other", cfg, 8192, True)
+
+
+def test_vllm_that_cannot_run_here_is_refused_in_one_line_before_any_compute(monkeypatch):
+    import pytest
+
+    from binac_core import generation_vllm as gv
+    from binac_core.errors import BinacError
+
+    def missing():
+        raise ImportError("No module named 'vllm'")
+
+    monkeypatch.setattr(gv, "on_cpu", missing)
+    with pytest.raises(BinacError, match=r"^generation.backend=vllm: vLLM is not installed \(pip install"):
+        gv.check_runnable(load_config("smol-synthetic"))
+    monkeypatch.setattr(gv, "on_cpu", lambda: False)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(BinacError, match="GPU build and there is no CUDA device"):
+        gv.check_runnable(load_config("smol-synthetic"))
+
+
+def test_binac_train_with_vllm_absent_or_a_head_size_it_lacks_exits_2_with_one_line(tmp_path):
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = {**os.environ, "BINAC_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "train", "--preset", "micro", "--steps", "1",
+                           "--set", "generation.backend=vllm"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:]
+    if importlib.util.find_spec("vllm") is None:
+        assert "vLLM is not installed" in line
+    else:  # the CPU build here: micro's head size 16 has no kernel
+        assert "head size 16" in line or "no CUDA device" in line
+    assert not (tmp_path / "home" / "models").exists()  # refused before any compute: no base was built
