@@ -53,6 +53,8 @@ from binac_core.errors import BinacError
 from binac_core.generation import AdapterRef, Generation, SamplingParams, eos_token_ids, render_prompt
 
 GIB = 1 << 30
+SHUTDOWN_GRACE_S = 30.0
+"""How long vLLM's engine processes may take to exit on shutdown before vLLM kills them."""
 
 
 @dataclass(frozen=True)
@@ -204,8 +206,8 @@ def shared_engine(s: EngineSettings) -> Engine:
 
 def shutdown_engine() -> None:
     """Stop the process's engine, if one runs: its engine processes exit and their shared memory is released."""
-    while _ENGINE:
-        _ENGINE.pop().llm.llm_engine.engine_core.shutdown()
+    while _ENGINE:  # vLLM's default grace is short: its engine process was killed while its worker still exited
+        _ENGINE.pop().llm.llm_engine.engine_core.shutdown(timeout=SHUTDOWN_GRACE_S)
 
 
 atexit.register(shutdown_engine)

@@ -8,7 +8,8 @@
   every end-of-turn id stops generation, the ids
   `HFBackend` stops on; the engine is shut down with no engine process or shared-memory segment left;
 - one `binac` iteration on `smol-synthetic` with `generation.backend=vllm` (rows in DuckDB, metrics in MLflow,
-  nothing of the engine left after the process exits), and one on a micro model with a head size vLLM's CPU
+  nothing of the engine left after the process exits), one of the GPU preset `llama1b-math` with smol as its
+  model, and one on a micro model with a head size vLLM's CPU
   attention supports (the micro preset's own, 16, is refused in one line before the engine starts).
 
 Skipped, with the reason, where vLLM is not installed or cannot run here."""
@@ -224,6 +225,27 @@ def test_one_binac_iteration_on_smol_synthetic_with_vllm(tmp_path, prefect_home,
     assert run.info.status == "FINISHED" and run.data.params["generation.backend"] == "vllm"
     for key in ("train/reward_first", "train/critic_reward", "train/actor_loss", "eval/acc_single"):
         assert key in run.data.metrics, key
+
+
+def test_a_gpu_preset_runs_through_the_same_code_with_smol_in_place_of_its_model(tmp_path, prefect_home, smol_dir):
+    """`llama1b-math` as written (MATH, its grader, vLLM, activation checkpointing), with the smol checkpoint as
+    its model (float32 on CPU) and a minimal batch: the path a GPU user takes, executed."""
+    from binac_core import tracking
+    from binac_core.workspace import Workspace
+
+    home = tmp_path / "home"
+    before = engine_leftovers()
+    args = ["train", "--preset", "llama1b-math", "--method", "binac", "--steps", "1", "--seed", "0",
+            "--set", f"model.hub_id={smol_dir}", "--set", "model.dtype=float32"]
+    for item in [*SMALL[:-3], "generation.max_new_tokens=32", "generation.feedback_max_new_tokens=16"]:
+        args += ["--set", item]
+    run_binac(args, binac_env(home, prefect_home), timeout=2400)
+    _no_engine_left(before)
+    ws = Workspace(home)
+    c = tracking.client(ws)
+    (run,) = c.search_runs([tracking.experiment_id(c, ws)])
+    assert run.info.status == "FINISHED" and run.data.params["train.activation_checkpointing"] == "True"
+    assert run.data.params["generation.backend"] == "vllm" and "train/actor_loss" in run.data.metrics
 
 
 def test_a_head_size_vllms_cpu_attention_lacks_is_refused_in_one_line():
