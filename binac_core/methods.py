@@ -3,7 +3,9 @@
 The three `binac` variants differ only in the critic's reward, since the paper's exact form is not recoverable
 (docs/algorithm.md): `binac` the first-order value-penalty form (1 + μ)·r1(θ) − μ·r1(θ⁺), μ = λ(1 + α);
 `binac_lam0` λ = 0, i.e. r1(θ) alone with no look-ahead (the authors' precursor code); `binac_after` r1(θ⁺)
-alone, the "downstream effect on the actor after adaptation". `oracle_critic` trains the actor exactly as
+alone, the "downstream effect on the actor after adaptation". `binac_disc` is `binac` whose critic is also
+rewarded for a verdict that matches the verifier (weight 1: Critique-RL's discrimination reward;
+`batches.verdict_bonus`). `oracle_critic` trains the actor exactly as
 `fixed_critic` does, on the rule-based oracle's feedback (synthetic task only): a ceiling, not a competitor."""
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ class MethodSpec:
     critic_reward: str = "r1"
     """How a feedback is rewarded: "r1" (the refinement's reward under θ), "penalty" ((1 + μ)·r1(θ) − μ·r1(θ⁺))
     or "after" (r1(θ⁺) alone); the last two need the look-ahead."""
+    verdict_weight: float | None = None
+    """w of the critic's verdict bonus, w × [verdict matches the verifier] (`batches.verdict_bonus`); None: the
+    config's `train.critic_verdict_weight` (default 0)."""
+
+    def critic_verdict_weight(self, cfg: Config) -> float:
+        """The verdict bonus's weight this method's critic reward uses."""
+        return cfg.train.critic_verdict_weight if self.verdict_weight is None else self.verdict_weight
 
     def actor_train_samples_per_iteration(self, cfg: Config) -> int:
         """The sequences the actor's loss is computed on per iteration (the actor-samples axis): its B·G attempts
@@ -73,6 +82,7 @@ SPECS = {
     "critic_only": MethodSpec("critic_only", "critic", False, False, True, False),
     "self_correct": MethodSpec("self_correct", "fixed", True, True, False, False),
     "oracle_critic": MethodSpec("oracle_critic", "oracle", True, True, False, False),
+    "binac_disc": MethodSpec("binac_disc", "critic", True, True, True, True, "penalty", verdict_weight=1.0),
 }
 assert set(SPECS) == set(METHODS)
 

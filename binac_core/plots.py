@@ -9,8 +9,9 @@ import math
 from binac_core.stats import t_interval
 
 METHOD_ORDER = ("grpo", "self_correct", "fixed_critic", "critic_only", "binac", "binac_lam0", "binac_after",
-                "oracle_critic")
-"""Reports list methods in this order: baselines first, then the learned critics, the oracle ceiling last."""
+                "oracle_critic", "binac_disc")
+"""Reports list methods in this order: baselines first, then the learned critics, the oracle ceiling, and the
+option added after it (`binac_disc`, last so that every other method keeps its colour)."""
 
 _PALETTE = ("#1f77b4", "#8c564b", "#ff7f0e", "#7f7f7f", "#d62728", "#9467bd", "#e377c2", "#2ca02c", "#17becf",
             "#bcbd22")

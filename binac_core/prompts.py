@@ -16,6 +16,12 @@ compact templates in `binac_core.benchmarks.synthetic`; the benchmark templates 
 - critics: math tutor / programming mentor / science reviewer, after the precursor code's critic prompts
   (binac-paper notes §4): point out errors, do not solve, be short.
 
+With `critic.verdict` (on by default; off reproduces the prompts of runs before it) each benchmark's critic
+instruction ends with `VERDICT`: after the feedback, one last line `Verdict: correct` or `Verdict: incorrect` on
+the attempt (`critic_instruction`). The verdict line is part of the feedback, so the actor sees it in its second
+turn; `binac_core.verdict` reads it, `binac_core.measures` scores it against the verifier. The synthetic task's
+feedback is a verdict already: its prompts do not change.
+
 The critic never sees the reference answer: every benchmark's `critic_messages` reads only `row["question"]`, the
 attempt and (for code) the execution error, nothing else of the row.
 """
@@ -46,6 +52,18 @@ CHOICE_CRITIC = (
     "You are an expert science reviewer. Review the question and a student's answer. Point out factual errors, "
     "flawed reasoning or misread options in a few short sentences. Do NOT say which option is correct."
 )
+
+VERDICT = (
+    "Then end with one last line, exactly 'Verdict: correct' if the {what} is correct or 'Verdict: incorrect' if "
+    "it is not."
+)
+"""The verdict request appended to a critic instruction (`critic_instruction`); `{what}` names the attempt as the
+prompt does (attempt, solution, answer). `binac_core.verdict.VERDICT_LINE` parses the line."""
+
+
+def critic_instruction(instruction: str, verdict: bool, what: str) -> str:
+    """A benchmark's critic instruction, with the verdict request (`VERDICT`) when `verdict`; unchanged without."""
+    return f"{instruction} {VERDICT.format(what=what)}" if verdict else instruction
 
 
 def second_turn(label: str, fmt: str, question: str, attempt: str, feedback: str) -> list[dict]:

@@ -6,18 +6,21 @@ from datetime import datetime, timezone
 
 from binac_core import benchmarks
 from binac_core.stage_io import Attempt, ScoredBatch
+from binac_core.verdict import parse_verdict
 
 
 def trajectory_rows(
     meta: dict, step: int, scored: ScoredBatch, *, split: str, protocol: str, critic_rewards: list[float] | None = None,
-    round_: int = 1, questions: dict[str, str] | None = None,
+    round_: int = 1, questions: dict[str, str] | None = None, verdicts: bool = True,
 ) -> list[dict]:
     """One row per (attempt, feedback); without feedback, one row per attempt. `meta` carries run_id, method,
     preset, seed, benchmark and, for a training run, `samples_per_iteration` (`sample_counts`). `questions`
     (problem id -> question, on a benchmark with a `feedback_analysis`: the synthetic task) fills
     `first_wrong_step`, `feedback_step` and `feedback_approves`, the columns the critic measures read
-    (binac_core/measures.py)."""
-    analysis = benchmarks.get(meta["benchmark"]).feedback_analysis if questions is not None else None
+    (binac_core/measures.py). `feedback_verdict` is each feedback's verdict (`binac_core.verdict`), read with the
+    benchmark's `verdict_syntax`; `verdicts=False` (a fixed instruction: no critic wrote it) leaves it NULL."""
+    bench = benchmarks.get(meta["benchmark"])
+    analysis = bench.feedback_analysis if questions is not None else None
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     base = {**{k: v for k, v in meta.items() if k != "samples_per_iteration"}, "step": step, "split": split,
             "protocol": protocol, "created_at": now, **sample_counts(meta, step)}
@@ -26,7 +29,8 @@ def trajectory_rows(
         return [
             {**base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": 0, "round": 0, "feedback": None,
              "refined": None, "refined_reward": None, "critic_reward": None, "feedback_tokens": None,
-             "refined_tokens": None, "feedback_step": None, "feedback_approves": None}
+             "refined_tokens": None, "feedback_step": None, "feedback_approves": None,
+             "feedback_verdict": None}
             for a, r in scored_attempts
         ]
     by_key = {(a.problem_id, a.sample_idx): (a, r) for a, r in scored_attempts}
@@ -40,6 +44,7 @@ def trajectory_rows(
             "feedback_tokens": len(f.token_ids), "refined_tokens": len(y1.token_ids),
             "feedback_step": analysis.named_step(f.text) if analysis is not None else None,
             "feedback_approves": analysis.approves(f.text) if analysis is not None else None,
+            "feedback_verdict": parse_verdict(f.text, bench.verdict_syntax) if verdicts else None,
         })
     return rows
 

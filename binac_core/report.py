@@ -15,8 +15,10 @@ from __future__ import annotations
 import base64
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
+from binac_core.critic_health import EXPLAINED, health_table
 from binac_core.evaluation import CRITIC_BASE, CRITIC_TRAINED, FIXED_INSTRUCTION, method_feedback_source
 from binac_core.plots import ordered, seed_band
 from binac_core.stats import t_interval
@@ -160,6 +162,7 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
               f"`{CRITIC_TRAINED}` = the method's own learned critic adapter; `{CRITIC_BASE}` = the initial critic "
               "(the base model in the critic role), never updated (grpo trains no critic and is shown with this "
               f"one, the fixed_critic's); `{FIXED_INSTRUCTION}` = the self-correction text, no critic.", ""]
+    lines += _critic_health(by_method)
     target = _grpo_target(by_method)
     if target is not None:
         lines += [f"Actor training samples to reach GRPO's final single-turn accuracy ({100 * target:.1f} %), per seed "
@@ -178,6 +181,24 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
     html.write_text(render_html(text, out_dir, f"binac comparison ({meta['preset']})"))
     return {"text": text, "files": [str(out_dir / "report.md"), str(html), str(png)], "table": table,
             "metrics": summary_metrics(runs)}
+
+
+def _critic_health(by_method: dict[str, list[dict]]) -> list[str]:
+    """The critic health table (`binac_core.critic_health`): per method with a critic, at step 0 and at the final
+    evaluation; nothing when no run has verdicts."""
+    def at(rr: list[dict], step) -> Callable[[str], list[float]]:
+        def values(measure: str) -> list[float]:
+            evals = [{int(k): v for k, v in r["evals"].items()} for r in rr]
+            found = [e[step if step is not None else max(e)].get(f"eval/critic/{measure}") for e in evals]
+            return [v for v in found if v is not None]
+        return values
+
+    rows = [(f"{m}, {label}", at(rr, step)) for m, rr in by_method.items()
+            if any("eval/critic/verdict_accuracy" in e for r in rr for e in r["evals"].values())
+            for label, step in (("step 0", 0), ("final", None))]
+    if not rows:
+        return []
+    return ["**Critic health**, mean ± 95 % t-interval over seeds:", "", *health_table(rows), "", EXPLAINED, ""]
 
 
 def _evaluation_points(meta: dict) -> list[str]:

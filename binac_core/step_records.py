@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 from binac_core import storage
-from binac_core.evaluation import EXEC_PROTOCOLS, FROZEN_PROTOCOL, Evaluation
+from binac_core.evaluation import EXEC_PROTOCOLS, FIXED_INSTRUCTION, FROZEN_PROTOCOL, Evaluation
 from binac_core.measures import (
     critic_error_measures,
     critic_signal_frac,
     critic_signal_measures,
+    critic_verdict_measures,
     refine_zero_adv_frac,
     zero_adv_frac,
 )
@@ -35,9 +36,11 @@ def store_train_step(
 ) -> dict:
     """Write the iteration's rows; return its metrics (`train_metrics`). `problems` (the batch) gives the synthetic
     task's first wrong steps."""
+    from binac_core.methods import method_spec
+
     questions = analysis_questions(meta["benchmark"], problems)
     rows = trajectory_rows(meta, step, scored, split="train", protocol="train", critic_rewards=critic_rewards,
-                           questions=questions)
+                           questions=questions, verdicts=method_spec(meta["method"]).feedback != "fixed")
     storage.write_shard(ws, meta["run_id"], "train", step, rows)
     return train_metrics(rows, scored, critic_rewards=critic_rewards, critic_measures=questions is not None)
 
@@ -46,8 +49,9 @@ def train_metrics(
     rows: list[dict], scored: ScoredBatch, *, critic_rewards: list[float] | None, critic_measures: bool,
 ) -> dict:
     """train/reward_first, train/reward_refined, the advantage collapse and critic measures of
-    `binac_core.measures` (`critic_measures`: the synthetic task's first-error ones) of the step's stored `rows`;
-    None values are left out."""
+    `binac_core.measures` (the critic health ones, `train/critic/*`, wherever the rows have verdicts;
+    `critic_measures`: the synthetic task's first-error ones) of the step's stored `rows`; None values are left
+    out."""
     metrics = {"train/reward_first": mean(scored.first_rewards),
                "train/zero_adv_frac": zero_adv_frac([a.problem_id for a in scored.attempts], scored.first_rewards)}
     if scored.feedback:
@@ -61,6 +65,7 @@ def train_metrics(
             metrics["train/critic_reward"] = mean(critic_rewards)
             metrics["train/critic_signal_frac"] = critic_signal_frac(
                 [(f.problem_id, f.sample_idx) for f in scored.feedback], critic_rewards)
+        metrics.update(health_metrics("train/critic/", rows))
         if critic_measures:
             metrics.update({f"train/{k}": v for k, v in critic_error_measures(rows).items()})
             metrics.update({f"train/{k}": v for k, v in critic_signal_measures(rows).items()})
@@ -69,25 +74,29 @@ def train_metrics(
 
 def store_eval(ws: Workspace, meta: dict, step: int, result: Evaluation, problems: list[dict] | None = None) -> dict:
     """Write one shard per protocol evaluated (single, feedback, gated, feedback_frozen); return the `eval/acc_*`
-    metrics and, on the synthetic task (with `problems`, the held-out split), the critic measures of the `feedback`
+    metrics, the critic health measures of the `feedback` protocol's rows (`eval/critic/*`; and of the frozen
+    critic's, `eval/frozen_critic/*`) where they have verdicts, and, on the synthetic task (with `problems`, the held-out split), the critic measures of the `feedback`
     protocol's rows (`eval/critic_hits_first_error`, `eval/critic_false_alarm`, `eval/critic_approves_wrong`; not `critic_signal`,
     which needs critic rewards, nor `critic_useful_mixed_frac`: held-out attempts get one feedback each), and the
     same measures of the frozen base critic's `feedback_frozen` rows as `eval/frozen_critic_*`."""
     critic, questions = {}, analysis_questions(meta["benchmark"], problems)
+    verdicts = result.feedback_source != FIXED_INSTRUCTION
     storage.write_shard(ws, meta["run_id"], "eval-single", step,
                         trajectory_rows(meta, step, result.single, split="eval", protocol="single",
                                         questions=questions))
     if result.feedback is not None:
-        rows = _protocol_rows(meta, step, "feedback", result.rounds("feedback"), questions)
+        rows = _protocol_rows(meta, step, "feedback", result.rounds("feedback"), questions, verdicts)
         storage.write_shard(ws, meta["run_id"], "eval-feedback", step, rows)
+        critic = health_metrics("eval/critic/", rows)
         if questions is not None:
-            critic = {f"eval/{k}": v for k, v in critic_error_measures(rows).items()}
+            critic |= {f"eval/{k}": v for k, v in critic_error_measures(rows).items()}
     if result.gated is not None:
         storage.write_shard(ws, meta["run_id"], "eval-gated", step,
-                            _protocol_rows(meta, step, "gated", result.gated, questions))
+                            _protocol_rows(meta, step, "gated", result.gated, questions, verdicts))
     if result.feedback_frozen is not None:  # the frozen base critic on the same attempts (`eval/frozen_critic_*`)
         rows = _protocol_rows(meta, step, FROZEN_PROTOCOL, [result.feedback_frozen], questions)
         storage.write_shard(ws, meta["run_id"], f"eval-{FROZEN_PROTOCOL}", step, rows)
+        critic |= health_metrics("eval/frozen_critic/", rows)
         if questions is not None:
             critic |= {f"eval/frozen_{k}": v for k, v in critic_error_measures(rows).items()}
     metrics = {f"eval/{k}": v for k, v in result.metrics.items()} | critic
@@ -108,10 +117,18 @@ def store_eval_exec(ws: Workspace, meta: dict, step: int, result: Evaluation) ->
     return n
 
 
+def health_metrics(prefix: str, rows: list[dict]) -> dict[str, float]:
+    """The critic health measures (`measures.critic_verdict_measures`) of `rows`, named `prefix` + measure; none
+    where no row has a verdict (no critic)."""
+    return {prefix + k: v for k, v in critic_verdict_measures(rows).items() if v is not None}
+
+
 def _protocol_rows(meta: dict, step: int, protocol: str, rounds: list[ScoredBatch],
-                   questions: dict[str, str] | None = None) -> list[dict]:
-    """The held-out rows of a feedback protocol's rounds (one for `feedback`, up to K for `gated`)."""
+                   questions: dict[str, str] | None = None, verdicts: bool = True) -> list[dict]:
+    """The held-out rows of a feedback protocol's rounds (one for `feedback`, up to K for `gated`); `verdicts`:
+    False for a fixed instruction (`records.trajectory_rows`)."""
     rows = []
     for k, scored in enumerate(rounds, start=1):
-        rows += trajectory_rows(meta, step, scored, split="eval", protocol=protocol, round_=k, questions=questions)
+        rows += trajectory_rows(meta, step, scored, split="eval", protocol=protocol, round_=k, questions=questions,
+                                verdicts=verdicts)
     return rows

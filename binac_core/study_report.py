@@ -40,9 +40,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from binac_core.critic_health import EXPLAINED, health_table
 from binac_core.methods import method_spec
 from binac_core.plots import METHOD_ORDER, seed_band
 from binac_core.stats import t_interval, wilson_interval
@@ -374,7 +376,22 @@ def _critic_tables(st, rr: list[dict]) -> list[str]:
         frozen = [cell(_values(runs, f"frozen_{k}", last_eval))
                   for k in ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong")]
         lines.append(f"| {_arm_name(m, v)} | " + " | ".join(own + frozen) + " |")
-    return lines + [""]
+    return lines + [""] + _critic_health(st, rr)
+
+
+def _critic_health(st, rr: list[dict]) -> list[str]:
+    """The critic health table (`binac_core.critic_health`): per arm with verdicts, at step 0 and at its last
+    evaluation."""
+    def at(runs: list[dict], step) -> Callable[[str], list[float]]:
+        return lambda measure: list(_values(runs, f"critic/{measure}", step).values())
+
+    rows = [(f"{_arm_name(m, v)}, {label}", at(_of(rr, m, v), step)) for m, v in _arms(st)
+            if any(_evals(r, "critic/verdict_accuracy") for r in _of(rr, m, v))
+            for label, step in (("step 0", lambda r: 0), ("last", last_eval))]
+    if not rows:
+        return []
+    return ["**Critic health on held-out attempts**, mean ± 95 % t-interval over seeds:", "", *health_table(rows),
+            "", EXPLAINED, ""]
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -147,11 +147,24 @@ def cmd_evaluate(a) -> int:
 
     res = evaluate(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback)
     for k, v in res["metrics"].items():
-        print(f"{k} = {v:.4f}  (n={a.limit} problems x {a.samples} samples)")
+        if not k.startswith("eval/critic/"):
+            print(f"{k} = {v:.4f}  (n={a.limit} problems x {a.samples} samples)")
     print(f"feedback source: {res['feedback_source']}")
+    _print_health(res["critic_health"])
     ws = workspace()
     print(f"MLflow store: {ws.mlflow_uri}  (run {res['run_id']}); trajectories: {ws.duckdb_path}")
     return 0
+
+
+def _print_health(health: dict[str, dict[str, str]]) -> None:
+    """`binac evaluate`'s critic health lines, one block per feedback protocol (binac_core/critic_health.py)."""
+    from binac_core.measures import CRITIC_HEALTH
+
+    for protocol, cells in health.items():
+        print(f"critic health, protocol {protocol} (in %; 95 % Wilson intervals over the feedbacks, counts in "
+              "parentheses; balanced accuracy: 50 is chance):")
+        for k in CRITIC_HEALTH:
+            print(f"  {k:20s} {cells[k]}")
 
 
 def cmd_study(a) -> int:

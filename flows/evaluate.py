@@ -2,7 +2,9 @@
 critic LoRA adapters on a benchmark, under one protocol, as a Prefect flow.
 
 Logs `eval/acc_<protocol>` (pass@1: mean over problems of correct/N) with N, temperature and max tokens to one
-MLflow run, and stores every sample in `trajectories` with split='eval'. Generation is cached like training's.
+MLflow run, and stores every sample in `trajectories` with split='eval'. For the feedback protocols it also logs
+the critic health measures (`eval/critic/*`) and returns them with their intervals (`critic_health`, read back
+from the stored rows: `binac_core.critic_health.stored_health`), which `binac evaluate` prints. Generation is cached like training's.
 
 Feedback protocols (binac_core/evaluation.py): `feedback`/`gated` show the critic the problem and the attempt only;
 with `critic_sees_execution` (code benchmarks) they become `feedback_exec`/`gated_exec`, where the critic also
@@ -16,6 +18,7 @@ import hashlib
 
 from prefect import flow
 
+from binac_core.critic_health import stored_health
 from binac_core.evaluation import CRITIC_ADAPTER, CRITIC_BASE, FIXED_INSTRUCTION, eval_stages
 from binac_core.plans import plan_evaluate
 from binac_core.provenance import stage_code_digest
@@ -63,4 +66,5 @@ def evaluate(
     except BaseException:
         finish_run(run_id, "FAILED")
         raise
-    return {"run_id": run_id, "metrics": metrics, "feedback_source": source}
+    return {"run_id": run_id, "metrics": metrics, "feedback_source": source,
+            "critic_health": stored_health(ws, run_id)}

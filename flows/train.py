@@ -57,7 +57,7 @@ def train(
     Args:
         preset: preset name (tiny, micro, ...) or path of a preset YAML file.
         method: grpo | fixed_critic | binac | binac_lam0 | binac_after | critic_only | self_correct |
-            oracle_critic (binac_core/methods.py).
+            oracle_critic | binac_disc (binac_core/methods.py).
         steps: training iterations (ignored when `budget` is set).
         seed: run seed (sampling, adapter init, batch order).
         overrides: config fields to override, {"section.field": value}.
@@ -107,7 +107,7 @@ def train(
             actor, critic = adapters["actor"], adapters["critic"]
             log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
             evals = {0: _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method, meta=meta,
-                                  seed=seed, step=0, out_dir=str(shared))}
+                                  seed=seed, step=0, out_dir=str(shared), verdict=cfg.critic.verdict)}
             samples, generated, t_start = 0, 0, time.time()
             eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
                                        per_iteration, cfg.train.eval_at_samples, shared_samples,
@@ -142,8 +142,11 @@ def train(
                                        name="lookahead", **at)
                         lookahead_rewards = score_rewards(cfg_d, batch, ahead, out_dir=out, name="lookahead")
                         gens.append(ahead)
+                    w = spec.critic_verdict_weight(cfg)  # the verdict bonus reads the feedback and the attempts
                     critic_rewards = critic_reward(cfg_d, refined_rewards, lookahead_rewards, out_dir=out,
-                                                   form=spec.critic_reward)
+                                                   form=spec.critic_reward, verdict_weight=w,
+                                                   **({"feedback": feedback, "attempts": attempts,
+                                                       "first_rewards": first_rewards} if w else {}))
                 if spec.train_critic:
                     upd = update_critic(cfg_d, base, seed, critic=critic, feedback=feedback,
                                         critic_rewards=critic_rewards, out_dir=out)
@@ -161,7 +164,8 @@ def train(
                                            critic_rewards=critic_rewards, batch=batch, extra=stats)
                 if step in eval_at:
                     evals[step] = _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method,
-                                            meta=meta, samples=samples, generated=generated, **at)
+                                            meta=meta, samples=samples, generated=generated,
+                                            verdict=cfg.critic.verdict, **at)
                 eta = (time.time() - t_start) / step * (iterations - step)
                 acc = f" acc_single {evals[step]['eval/acc_single']:.3f}" if step in evals else ""
                 progress(f"[{method} {cfg.name} seed {seed}] iteration {step}/{iterations}: reward_first "
@@ -191,24 +195,27 @@ def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: 
     return "\n".join(lines)
 
 
-def _frozen_too(method: str, meta: dict) -> bool:
+def _frozen_too(method: str, meta: dict, verdict: bool) -> bool:
     """Whether evaluations also run `feedback_frozen` (the frozen base critic on the same attempts): for a method
-    that trains its critic, on a benchmark whose feedback can be analysed (the synthetic task: the critic
-    measures compare the two critics there; elsewhere it would only add generation)."""
+    that trains its critic, where the two critics can be compared: on a benchmark whose feedback can be analysed
+    (the synthetic task: the first-error measures) or whose critic gives a verdict (`critic.verdict`: the critic
+    health measures, `eval/frozen_critic/*`); elsewhere it would only add generation."""
     from binac_core.benchmarks import get
     from binac_core.methods import method_spec
 
-    return method_spec(method).train_critic and get(meta["benchmark"]).feedback_analysis is not None
+    return method_spec(method).train_critic and (verdict or get(meta["benchmark"]).feedback_analysis is not None)
 
 
-def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step, out_dir, samples=0,
+def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step, out_dir, verdict, samples=0,
               generated=0) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
     Code benchmarks also get the execution-assisted protocols, and a method that trains its critic the frozen
-    critic's `feedback_frozen` on the synthetic task (`_frozen_too`). The source is tagged `eval_feedback_source`.
-    `samples`: the actor training samples so far, the step of the `eval_at_samples/` copies of the metrics;
+    critic's `feedback_frozen` where the two can be compared (`_frozen_too`). The source is tagged
+    `eval_feedback_source`.
+    `verdict`: the config's `critic.verdict`. `samples`: the actor training samples so far, the step of the
+    `eval_at_samples/` copies of the metrics;
     `generated`: the generated samples so far, the step of the `eval_at_generated/` copies. A method that never
     trains its actor (critic_only) logs `eval_at_samples/` at step 0 only: its count stays 0, and copies of its
     later evaluations would all pile up at x = 0."""
@@ -216,7 +223,8 @@ def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step,
     fixed = SELF_CORRECT_FEEDBACK if source == FIXED_INSTRUCTION else None
     oracle = source == ORACLE
     result = evaluate(cfg_d, base, problems, actor=actor, critic=None if fixed or oracle else critic,
-                      protocols=training_protocols(meta["benchmark"], fixed, trains_critic=_frozen_too(method, meta)),
+                      protocols=training_protocols(meta["benchmark"], fixed,
+                                                   trains_critic=_frozen_too(method, meta, verdict)),
                       fixed_feedback=fixed,
                       feedback_source=source, oracle_feedback=oracle, seed=seed, step=step, out_dir=out_dir)
     metrics = store_eval(meta, step, result, problems)

@@ -39,7 +39,11 @@ CREATE TABLE trajectory_rows (
     feedback_approves BOOLEAN,         -- synthetic task: the feedback approves the attempt ("Looks correct."); NULL
                                        -- without feedback, on other benchmarks, and in rows stored before this
                                        -- column existed
-    parent_run_id   VARCHAR            -- MLflow run id of the comparison or study (the parent run) this run belongs
+    parent_run_id   VARCHAR,           -- MLflow run id of the comparison or study (the parent run) this run belongs
                                        -- to; NULL for a standalone `binac train` / `binac evaluate` (and in rows
                                        -- stored before this column existed)
+    feedback_verdict VARCHAR           -- the feedback's verdict on the attempt: correct | incorrect | none (none: no
+                                       -- verdict, or a contradictory one; binac_core/verdict.py). NULL without
+                                       -- feedback, for a fixed instruction (no critic wrote it), and in rows stored
+                                       -- before this column existed
 );

@@ -3,8 +3,9 @@
 Critic reward of feedback z (`binac_core.losses.critic_reward_of`), by the method's form: `penalty`
 (1 + λ(1 + α))·r1(z; θ) − λ(1 + α)·r1(z; θ⁺) (θ⁺: the actor after its update on this batch, α =
 train.alpha_shaping, the actor's turn-2 shaping; docs/algorithm.md derives it from the bilevel objective), `r1`
-(r1(z; θ) alone) or `after` (r1(z; θ⁺) alone), with advantages normalised within each attempt's group of
-feedbacks."""
+(r1(z; θ) alone) or `after` (r1(z; θ⁺) alone), plus, with a verdict weight w > 0, w × [the feedback's verdict
+matches the verifier on the attempt] (`binac_core.batches.verdict_bonus`), with advantages normalised within each
+attempt's group of feedbacks."""
 
 from __future__ import annotations
 
@@ -12,20 +13,31 @@ from pathlib import Path
 
 from prefect import task
 
-from binac_core.batches import critic_reward_values, feedback_samples
+from binac_core import benchmarks
+from binac_core.batches import critic_reward_values, feedback_samples, verdict_bonus
 from binac_core.files import StageFile, read_json, read_optional, write_json
-from binac_core.stage_io import AdapterRef, Feedback, read_records
+from binac_core.stage_io import AdapterRef, Attempt, Feedback, read_records
 from binac_core.update import AdapterUpdate, update_adapter
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="critic-reward", **CACHED)
 def critic_reward(
-    cfg_d: dict, refined_rewards: StageFile, lookahead_rewards: StageFile | None, out_dir: str, form: str = "penalty"
+    cfg_d: dict, refined_rewards: StageFile, lookahead_rewards: StageFile | None, out_dir: str, form: str = "penalty",
+    verdict_weight: float = 0.0, feedback: StageFile | None = None, attempts: StageFile | None = None,
+    first_rewards: StageFile | None = None,
 ) -> StageFile:
-    train = config(cfg_d).train
+    """The critic rewards of the step's feedbacks; with `verdict_weight` > 0 the verdict bonus too, read from the
+    `feedback`, the `attempts` and their `first_rewards`."""
+    cfg = config(cfg_d)
+    train = cfg.train
     rewards = critic_reward_values(form, read_json(refined_rewards), read_optional(lookahead_rewards), lam=train.lam,
                                    alpha=train.alpha_shaping)
+    if verdict_weight > 0:
+        syntax = benchmarks.get(cfg.task.benchmark).verdict_syntax
+        bonus = verdict_bonus(read_records(Feedback, feedback), read_records(Attempt, attempts),
+                              read_json(first_rewards), syntax, verdict_weight)
+        rewards = [r + b for r, b in zip(rewards, bonus, strict=True)]
     return write_json(Path(out_dir) / "critic.rewards.json", rewards)
 
 

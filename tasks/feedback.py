@@ -34,5 +34,6 @@ def sample_feedback(
         backend, cfg.task.benchmark, problems, stage_io.read_records(stage_io.Attempt, attempts), critic,
         cfg.train.critic_group_size, params, fixed_text=fixed_text,
         execution_results=stage_io.read_execution_results(first_rewards), oracle=oracle,
+        verdict=cfg.critic.verdict,
     )
     return stage_io.write_generated(Path(out_dir) / "feedback.json", out, t0)

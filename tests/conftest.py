@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 # One folder of tiny base models for the whole session: each workspace would otherwise pretrain its own copy.
 MODEL_CACHE = Path(os.environ.get("BINAC_TEST_MODEL_CACHE") or __import__("tempfile").mkdtemp(prefix="binac-models-"))
-ALL_METHODS = "grpo,fixed_critic,binac,binac_lam0,binac_after,critic_only,self_correct,oracle_critic"
+ALL_METHODS = "grpo,fixed_critic,binac,binac_lam0,binac_after,critic_only,self_correct,oracle_critic,binac_disc"
 
 
 _PREFECT_API: dict[str, str] = {}  # {"url": ...} while the session's Prefect server runs (fixture `prefect_home`)
@@ -97,7 +97,7 @@ def prefect_home(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def micro_compare(tmp_path_factory, prefect_home) -> dict:
-    """One real `binac compare` of all eight methods on the micro preset (seed 0, a budget of 5 GRPO iterations:
+    """One real `binac compare` of all nine methods on the micro preset (seed 0, a budget of 5 GRPO iterations:
     80 actor training samples, one iteration of every method trained on its second turn (48 each), 5 of grpo and
     critic_only), shared by the tests that inspect a filled store."""
     home = tmp_path_factory.mktemp("binac-home-compare")

@@ -39,7 +39,7 @@ ECHO = Benchmark(
     required_fields=("answer",),
     load_rows=_echo_rows,
     actor_messages=lambda row: [{"role": "user", "content": f"Reverse: {row['question']}"}],
-    critic_messages=lambda row, attempt, execution_result: [
+    critic_messages=lambda row, attempt, execution_result, verdict: [
         {"role": "user", "content": f"Check: {row['question']} -> {attempt}"}],
     refine_messages=lambda row, attempt, feedback: [
         {"role": "user", "content": f"Reverse: {row['question']}"}, {"role": "assistant", "content": attempt},
@@ -169,7 +169,7 @@ def test_every_registered_benchmark_provides_the_interface(name):
         has_fields = all(field in row for field in bench.required_fields)
         assert has_fields, (name, row["id"])
         for role, messages in (("actor", bench.actor_messages(row)),
-                               ("critic", bench.critic_messages(row, "an attempt", None)),
+                               ("critic", bench.critic_messages(row, "an attempt", None, True)),
                                ("refine", bench.refine_messages(row, "an attempt", "a feedback"))):
             chat = bool(messages) and all(set(m) == {"role", "content"} for m in messages)
             ok = chat and messages[-1]["role"] == "user" and row["question"] in messages[0]["content"]

@@ -76,17 +76,17 @@ def test_set_unknown_field_names_the_closest_and_the_valid_fields(binac):
     valid = ", ".join(sorted(TrainConfig.model_fields))
     assert lines == ["error: --set train.lr: unknown field of section train (did you mean train.actor_lr or "
                      f"train.critic_lr?); valid: {valid}"], err
-    assert valid.startswith("actor_lr, alpha_shaping, batch_problems")
+    assert valid.startswith("activation_checkpointing, actor_lr, alpha_shaping, batch_problems")
 
 
 @pytest.mark.parametrize("item, needle", [
     ("train.actor_l=1", "--set train.actor_l: unknown field of section train (did you mean train.actor_lr?); "),
     ("model.temperature=0", "--set model.temperature: unknown field of section model (did you mean "
                             "generation.temperature?); valid: architecture, dtype, "),
-    ("train.zzz=1", "--set train.zzz: unknown field of section train; valid: actor_lr, "),
+    ("train.zzz=1", "--set train.zzz: unknown field of section train; valid: activation_checkpointing, actor_lr, "),
     ("trian.actor_lr=1", "--set trian.actor_lr: unknown section trian (did you mean train?); valid sections: "
-                         "generation, lora, model, task, train"),
-    ("name.x=1", "--set name.x: unknown section name; valid sections: generation, lora, model, task, train"),
+                         "critic, generation, lora, model, task, train"),
+    ("name.x=1", "--set name.x: unknown section name; valid sections: critic, generation, lora, model, task, train"),
 ])
 def test_set_unknown_key_is_one_line_naming_it(binac, item, needle):
     rc, _, err = binac("compare", "--preset", "micro", "--set", item)
@@ -103,19 +103,19 @@ def test_a_valid_field_with_a_bad_value_still_names_the_constraint(binac):
 def test_overrides_outside_the_cli_and_preset_files_get_the_same_hint(tmp_path):
     """A deployment's or study file's `overrides` and a preset file's keys go through `load_config` alone."""
     with pytest.raises(BinacError, match=r"^override train\.lr: unknown field of section train \(did you mean "
-                                         r"train\.actor_lr or train\.critic_lr\?\); valid: actor_lr, "):
+                                         r"train\.actor_lr or train\.critic_lr\?\); valid: activation_checkpointing, actor_lr, "):
         load_config("micro", {"train.lr": 0.1})
     preset = tmp_path / "mine.yaml"
     preset.write_text("train:\n  lr: 0.1\n")
     with pytest.raises(BinacError) as info:
         load_config(str(preset))
     assert str(info.value).startswith(f"invalid config {preset}: train.lr: unknown field of section train (did you "
-                                      "mean train.actor_lr or train.critic_lr?); valid: actor_lr, ")
+                                      "mean train.actor_lr or train.critic_lr?); valid: activation_checkpointing, actor_lr, ")
     preset.write_text("trian:\n  actor_lr: 0.1\n")
     with pytest.raises(BinacError) as info:
         load_config(str(preset))
     assert str(info.value) == (f"invalid config {preset}: unknown top-level key trian (did you mean train?); valid "
-                               "top-level keys: generation, lora, model, name, task, train")
+                               "top-level keys: critic, generation, lora, model, name, task, train")
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -146,7 +146,7 @@ def test_budget_below_one_iteration_of_a_method_is_refused_with_the_smallest_ste
     # Every method trained on its second turn needs 48; critic_only (no actor training) and grpo fit any budget.
     with pytest.raises(BinacError, match=r"^--steps 2 gives a budget of 32 actor training samples, less than one "
                                          r"iteration of fixed_critic \(48\), binac \(48\), binac_lam0 \(48\), "
-                                         r"binac_after \(48\), self_correct \(48\), oracle_critic \(48\); the "
+                                         r"binac_after \(48\), self_correct \(48\), oracle_critic \(48\), binac_disc \(48\); the "
                                          r"smallest budget that fits every method is --steps 3 \(48 actor training "
                                          r"samples\)$"):
         plan_compare("micro", list(METHODS), [0], 2, None)

@@ -30,6 +30,14 @@ def test_evaluate_feedback_protocol_records_everything(micro_compare, base_model
     df = sqlrun.run(ws, f"SELECT protocol, count(*) n, count(feedback) fb FROM trajectories "
                         f"WHERE run_id = '{run.info.run_id}' AND split = 'eval' GROUP BY protocol ORDER BY protocol")
     assert df.to_dict("list") == {"protocol": ["feedback", "single"], "n": [6, 6], "fb": [6, 0]}
+    # every feedback has a verdict (a micro critic writes no verdict line: `none`), and the critic health is
+    # logged and printed with its intervals
+    verdicts = sqlrun.run(ws, f"SELECT feedback_verdict FROM trajectories WHERE run_id = '{run.info.run_id}' "
+                              "AND protocol = 'feedback'").feedback_verdict
+    assert verdicts.notna().all() and set(verdicts) <= {"correct", "incorrect", "none"}
+    assert "eval/critic/verdict_missing" in run.data.metrics
+    assert "critic health, protocol feedback" in proc.stdout and "verdict_accuracy" in proc.stdout
+    assert "(n=3 problems x 2 samples)" not in [ln for ln in proc.stdout.splitlines() if "critic/" in ln]
 
 
 def test_bad_benchmark_and_missing_data_folder_fail_in_one_line(micro_compare, base_model, tmp_path):

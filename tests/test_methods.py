@@ -1,4 +1,4 @@
-"""The eight methods on the micro preset: what each trains, what it stores, and the comparison's records."""
+"""The nine methods on the micro preset: what each trains, what it stores, and the comparison's records."""
 
 import json
 from pathlib import Path
@@ -27,7 +27,8 @@ def _identical(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-ALL = ["grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic"]
+ALL = ["grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic",
+       "binac_disc"]
 
 
 def test_compare_makes_one_parent_with_a_child_per_method_and_a_report(micro_compare):
@@ -128,7 +129,8 @@ def test_self_correct_feedback_is_the_fixed_instruction(micro_compare):
 # Generated: 16 attempts, + 32 critic feedbacks when the critic writes them, + 32 refinements with a second turn,
 # + 32 look-ahead refinements.
 MICRO_COUNTS = {"grpo": (16, 16), "fixed_critic": (48, 80), "binac": (48, 112), "binac_lam0": (48, 80),
-                "binac_after": (48, 112), "critic_only": (0, 80), "self_correct": (48, 48), "oracle_critic": (48, 48)}
+                "binac_after": (48, 112), "critic_only": (0, 80), "self_correct": (48, 48), "oracle_critic": (48, 48),
+                "binac_disc": (48, 112)}
 
 
 def test_equal_actor_training_sample_budgets(micro_compare):
@@ -241,7 +243,8 @@ def test_each_method_is_evaluated_with_the_feedback_source_it_trains_with(micro_
     assert sources == {"grpo": "critic (base, frozen)", "fixed_critic": "critic (base, frozen)",
                        "binac": "critic (trained)", "binac_lam0": "critic (trained)",
                        "binac_after": "critic (trained)", "critic_only": "critic (trained)",
-                       "self_correct": "fixed instruction", "oracle_critic": "oracle (rule-based)"}
+                       "self_correct": "fixed instruction", "oracle_critic": "oracle (rule-based)",
+                       "binac_disc": "critic (trained)"}
     assert "| self_correct | fixed instruction |" in micro_compare["stdout"]
     assert "| method | feedback source |" in micro_compare["stdout"]
 
@@ -274,7 +277,7 @@ def _sql_equals_mlflow(ws: Workspace, split: str, names: tuple[str, ...]) -> set
 def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
     """sql/study_measures.sql recomputes the per-iteration measures from the stored rows (its own SQL, not the
     Python that logged them); every value equals the MLflow metric of the same name and step, for the training
-    iterations of all eight methods and for the held-out `feedback` protocol. (Hand-computed values on planted
+    iterations of all nine methods and for the held-out `feedback` protocol. (Hand-computed values on planted
     stores, including the measures micro's near-chance critic leaves empty: tests/test_study_measures.py.)"""
     ws = Workspace(micro_compare["home"])
     compared = _sql_equals_mlflow(ws, "train", STUDY_TRAIN)
@@ -296,6 +299,7 @@ COUNTS_8_8_4 = {
     "critic_only": (0, 64 + 256 + 256),  # no actor update, so no look-ahead (θ⁺ = θ) and no actor training
     "self_correct": (320, 64 + 256),  # the fixed instruction is written, not sampled
     "oracle_critic": (320, 64 + 256),  # so is the oracle's feedback
+    "binac_disc": (320, 64 + 256 + 256 + 256),  # binac's counts: the verdict bonus samples nothing
 }
 
 
@@ -322,7 +326,7 @@ def test_iterations_for_a_budget_count_actor_training_samples_only():
     assert {m: method_spec(m).iterations_for_budget(cfg, budget) for m in COUNTS_8_8_4} == {
         "grpo": 8, "fixed_critic": 1, "binac": 1, "binac_lam0": 1, "binac_after": 1,
         "critic_only": 8,  # trains no actor: GRPO's iterations, budget // (B·G)
-        "self_correct": 1, "oracle_critic": 1}
+        "self_correct": 1, "oracle_critic": 1, "binac_disc": 1}
     assert method_spec("binac").iterations_for_budget(cfg, 2560) == 8, "2560 / 320: binac as many as fixed_critic"
 
 
@@ -437,3 +441,42 @@ def test_the_comparison_report_states_both_counts(tmp_path):
     assert report["metrics"]["summary/binac/actor_samples"] == 48
     assert report["metrics"]["summary/binac/generated_samples"] == 112
     assert report["metrics"]["summary/critic_only/generated_samples"] == 400
+
+
+HEALTH = ("verdict_accuracy", "balanced_accuracy", "approves_wrong", "flags_right", "verdict_missing",
+          "gain_when_flagged", "gain_when_approved")
+
+
+def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflow(micro_compare):
+    """Every feedback row a critic (or the oracle) wrote has a verdict, a fixed instruction's none; and
+    sql/critic_health.sql (per run, its own SQL over the stored rows) equals the MLflow metrics
+    `<split>/critic/<measure>` of every run and step, for training and for the held-out `feedback` protocol."""
+    ws = Workspace(micro_compare["home"])
+    df = sqlrun.run(ws, "SELECT method, count(feedback) AS fb, count(feedback_verdict) AS v, "
+                        "count(DISTINCT feedback_verdict) AS kinds FROM trajectories GROUP BY method").set_index("method")
+    assert df.loc["self_correct", "fb"] > 0 and df.loc["self_correct", "v"] == 0
+    assert df.loc["grpo", "v"] == df.loc["grpo", "fb"]  # its held-out feedback is the frozen critic's
+    for m in ALL[1:]:
+        if m != "self_correct":
+            assert df.loc[m, "v"] == df.loc[m, "fb"] > 0, m
+    assert df.loc["oracle_critic", "kinds"] >= 2  # the oracle's verdicts are never `none`
+    query = (Path(__file__).resolve().parents[1] / "sql" / "critic_health.sql").read_text()
+    c, compared = tracking.client(ws), set()
+    for split in ("train", "eval"):
+        rows = sqlrun.run(ws, query, {"split": split, "per_run": 1})
+        assert len(rows) > 0 and "self_correct" not in set(rows.method)
+        for row in rows.itertuples(index=False):
+            for name in HEALTH:
+                history = {m.step: m.value for m in c.get_metric_history(row.run_id, f"{split}/critic/{name}")}
+                value = getattr(row, name)
+                if value is None or value != value:
+                    assert row.step not in history, (row.method, split, name, row.step)
+                    continue
+                assert history[row.step] == pytest.approx(value), (row.method, split, name, row.step)
+                compared.add((split, name))
+    assert {("train", "verdict_accuracy"), ("eval", "verdict_accuracy"), ("train", "verdict_missing")} <= compared
+
+
+def test_the_comparison_report_has_the_critic_health_table(micro_compare):
+    assert "**Critic health**" in micro_compare["stdout"]
+    assert "| binac_disc, final |" in micro_compare["stdout"] and "| self_correct," not in micro_compare["stdout"]

@@ -259,3 +259,21 @@ def test_select_names_a_method_with_variants_and_a_known_metric(tmp_path):
     assert chosen.select == {"grpo": "acc_single"} and plain.select == {}
     assert plain.key() != chosen.key()
     assert _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}}, select={}).key() == plain.key()
+
+
+def test_the_critic_health_table_gives_each_arm_at_step_0_and_its_last_evaluation_over_seeds(tmp_path):
+    """binac's held-out verdict accuracy 0.5 at step 0 and 0.6 + 0.1·seed at the last evaluation (seeds 0, 1, 2:
+    mean 0.7, t half-width t(0.975, 2)·0.1/√3 = 24.8 points); grpo logs no verdicts: no row."""
+    st = _study(tmp_path)
+    runs = []
+    for s in st.seeds:
+        for m in st.methods:
+            evals = None
+            if m == "binac":
+                evals = {"critic/verdict_accuracy": {0: 0.5, 60: 0.6 + 0.1 * s}, "critic/approves_wrong": {0: 0.2}}
+            runs.append(_run(m, s, "sparse", evals=evals))
+    text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
+    table = _section(text, "**Critic health on held-out attempts**", "\n\nCritic health (")
+    assert "| binac, step 0 | 50.0 ± 0.0 | – | 20.0 ± 0.0 |" in table
+    assert "| binac, last | 70.0 ± 24.8 | – | – |" in table
+    assert "| grpo," not in table

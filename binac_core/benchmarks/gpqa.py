@@ -9,16 +9,17 @@ from functools import partial
 from binac_core.benchmarks.interface import Benchmark
 from binac_core.data import load_benchmark, problem_rows
 from binac_core.grading.gpqa import is_correct
-from binac_core.prompts import CHOICE_CRITIC, CHOICE_FORMAT, second_turn, user
+from binac_core.prompts import CHOICE_CRITIC, CHOICE_FORMAT, critic_instruction, second_turn, user
 
 
 def actor_messages(row: dict) -> list[dict]:
     return user(f"Answer the following multiple choice question. {CHOICE_FORMAT}\n\n{row['question']}")
 
 
-def critic_messages(row: dict, attempt: str, execution_result: str | None = None) -> list[dict]:
-    """The question (with its options) and the answer; there is no execution result to show."""
-    return user(f"{CHOICE_CRITIC}\n\nQuestion:\n{row['question']}\n\nStudent answer:\n{attempt}\n\nReview:")
+def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
+    """The question (with its options) and the answer; there is no execution result to show. `verdict`: ask for
+    a verdict line (`binac_core.prompts.critic_instruction`)."""
+    return user(f"{critic_instruction(CHOICE_CRITIC, verdict, 'answer')}\n\nQuestion:\n{row['question']}\n\nStudent answer:\n{attempt}\n\nReview:")
 
 
 def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from binac_core.verdict import VERDICT_LINE, VerdictSyntax
+
 if TYPE_CHECKING:
     from binac_core.config import TaskConfig
 
@@ -48,8 +50,9 @@ class Benchmark:
     eval split holds at most `task.n_test` rows."""
     actor_messages: Callable[[dict], Messages]
     """row -> the first-attempt prompt."""
-    critic_messages: Callable[[dict, str, str | None], Messages]
-    """(row, attempt, execution result or None) -> the critic's prompt. Never the reference: it reads the row's
+    critic_messages: Callable[[dict, str, str | None, bool], Messages]
+    """(row, attempt, execution result or None, verdict) -> the critic's prompt; with `verdict` (`critic.verdict`)
+    it also asks for a last verdict line (`binac_core.prompts.VERDICT`). Never the reference: it reads the row's
     question only, and the execution result only when `critic_sees_execution`."""
     refine_messages: Callable[[dict, str, str], Messages]
     """(row, attempt, feedback) -> the second-attempt prompt."""
@@ -64,5 +67,8 @@ class Benchmark:
     (checked before any compute); None for a benchmark that builds its rows (the synthetic task)."""
     oracle_feedback: Callable[[dict, str], str] | None = None
     """Optional: (row, attempt) -> a rule-based critic's feedback, which reads the reference (`oracle_critic`)."""
+    verdict_syntax: VerdictSyntax = VERDICT_LINE
+    """How its feedback states a verdict on the attempt (`binac_core.verdict`): the `Verdict: ...` line the
+    benchmarks' critic prompts ask for, or the synthetic task's own phrases."""
     feedback_analysis: FeedbackAnalysis | None = None
     """Optional: the analysis of feedback against the known first error (the critic measures, a study's regimes)."""

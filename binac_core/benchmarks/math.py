@@ -12,16 +12,17 @@ from functools import partial
 from binac_core.benchmarks.interface import Benchmark
 from binac_core.data import load_benchmark, problem_rows
 from binac_core.grading.math import is_correct
-from binac_core.prompts import MATH_CRITIC, MATH_FORMAT, second_turn, user
+from binac_core.prompts import MATH_CRITIC, MATH_FORMAT, critic_instruction, second_turn, user
 
 
 def actor_messages(row: dict) -> list[dict]:
     return user(f"Solve the following math problem step by step.\n\nProblem:\n{row['question']}\n\n{MATH_FORMAT}")
 
 
-def critic_messages(row: dict, attempt: str, execution_result: str | None = None) -> list[dict]:
-    """The problem and the attempt; there is no execution result to show."""
-    return user(f"{MATH_CRITIC}\n\nProblem:\n{row['question']}\n\nStudent attempt:\n{attempt}\n\nHints:")
+def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
+    """The problem and the attempt; there is no execution result to show. `verdict`: ask for
+    a verdict line (`binac_core.prompts.critic_instruction`)."""
+    return user(f"{critic_instruction(MATH_CRITIC, verdict, 'attempt')}\n\nProblem:\n{row['question']}\n\nStudent attempt:\n{attempt}\n\nHints:")
 
 
 def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:

@@ -8,18 +8,19 @@ from functools import partial
 from binac_core.benchmarks.interface import Benchmark
 from binac_core.data import load_benchmark, problem_rows
 from binac_core.grading.code import extract_program, verdict
-from binac_core.prompts import CODE_CRITIC, CODE_FORMAT, second_turn, user
+from binac_core.prompts import CODE_CRITIC, CODE_FORMAT, critic_instruction, second_turn, user
 
 
 def actor_messages(row: dict) -> list[dict]:
     return user(f"You are an expert Python programmer, and here is your task: {row['question']}\n\n{CODE_FORMAT}")
 
 
-def critic_messages(row: dict, attempt: str, execution_result: str | None = None) -> list[dict]:
-    """The task, the program extracted from the attempt, and its execution result (`(not run)` without one)."""
+def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
+    """The task, the program extracted from the attempt, and its execution result (`(not run)` without one).
+    `verdict`: ask for a verdict line (`binac_core.prompts.critic_instruction`)."""
     result = execution_result or "(not run)"
     return user(
-        f"{CODE_CRITIC}\n\nTask:\n{row['question']}\n\nSolution:\n```python\n{extract_program(attempt).strip()}\n```"
+        f"{critic_instruction(CODE_CRITIC, verdict, 'solution')}\n\nTask:\n{row['question']}\n\nSolution:\n```python\n{extract_program(attempt).strip()}\n```"
         f"\n\nExecution result:\n{result}\n\nInstruction:"
     )
 

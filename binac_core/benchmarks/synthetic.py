@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from binac_core.benchmarks.interface import Benchmark, FeedbackAnalysis
 from binac_core.errors import BinacError
+from binac_core.verdict import VerdictSyntax
 
 MOD = 10
 """The one-digit family's modulus (the default `task.modulus`)."""
@@ -43,6 +44,11 @@ CHECK_YOUR_WORK = "Check your work."
 _OP_RE = re.compile(r"([+-])(\d)")
 _START_RE = re.compile(r"^(\d+)")
 _NAMED_RE = re.compile(r"Step (\d+) is wrong")
+VERDICT_SYNTAX = VerdictSyntax(correct=re.compile(re.escape(LOOKS_CORRECT)),
+                               incorrect=re.compile(rf"{_NAMED_RE.pattern}|{re.escape(CHECK_YOUR_WORK)}"))
+"""The synthetic feedback's verdict (`binac_core.verdict`): `Looks correct.` is `correct`; a named step
+(`Step k is wrong.`) or `Check your work.` (the oracle's words for right steps under a wrong or missing answer)
+is `incorrect`; anything else, or both, is `none`. The critic prompt is unchanged by `critic.verdict`."""
 _ANSWER_RE = re.compile(r"A:\s*([^\s.]*)")
 
 
@@ -195,8 +201,9 @@ def actor_messages(row: dict) -> list[dict]:
     return [{"role": "user", "content": f"Solve: {row['question']}"}]
 
 
-def critic_messages(row: dict, attempt: str, execution_result: str | None = None) -> list[dict]:
-    """The problem and the attempt only: never the reference answer or the correct trace (nothing is executed)."""
+def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
+    """The problem and the attempt only: never the reference answer or the correct trace (nothing is executed).
+    `verdict` changes nothing: the synthetic feedback is a verdict already (`VERDICT_SYNTAX`)."""
     if row.get("style") == "instruct":
         return [{"role": "user", "content": INSTRUCT_CRITIC.format(q=row["question"], attempt=attempt.strip())}]
     return [{"role": "user", "content": f"Check: {row['question']}\nAttempt: {attempt.strip()}"}]
@@ -301,7 +308,7 @@ def approves(feedback: str) -> bool:
 BENCHMARK = Benchmark(
     name="synthetic", required_fields=("answer",), load_rows=make_split,
     actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
-    oracle_feedback=oracle_feedback,
+    oracle_feedback=oracle_feedback, verdict_syntax=VERDICT_SYNTAX,
     feedback_analysis=FeedbackAnalysis(first_wrong_step=first_wrong_step, named_step=named_step, approves=approves,
                                        approval=LOOKS_CORRECT),
 )
