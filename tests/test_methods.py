@@ -162,7 +162,7 @@ def test_equal_actor_training_sample_budgets(micro_compare):
         if trained:
             assert budget - trained < iterations[method] * trained <= budget, (method, iterations[method])
     assert iterations == {"grpo": 5, "fixed_critic": 1, "binac": 1, "binac_lam0": 1, "binac_after": 1,
-                          "critic_only": 5, "self_correct": 1, "oracle_critic": 1}
+                          "critic_only": 5, "self_correct": 1, "oracle_critic": 1, "binac_disc": 1}
 
 
 def test_stored_and_logged_sample_counts_are_step_times_the_per_iteration_counts(micro_compare):
