@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from binac_core.measures import CRITIC_HEALTH, critic_verdict_measures, verdict_counts
+from binac_core.measures import CRITIC_HEALTH, verdict_counts, verdict_measures
 from binac_core.stats import t_interval, wilson_interval
-from binac_core.verdict import CORRECT, INCORRECT, NONE
+from binac_core.verdict import CORRECT, INCORRECT
 
 GAINS = ("gain_when_flagged", "gain_when_approved")
 """The two measures in reward points (r1 − r0), not shares."""
@@ -51,12 +51,13 @@ def health_of_rows(rows: list[dict]) -> dict[str, str]:
     """measure -> a cell with its 95 % interval, of one run's feedback rows: the shares with Wilson intervals over
     the feedbacks in their denominators (the count given); the balanced accuracy with the mean of its two halves'
     Wilson bounds; the gains (means of r1 − r0) with their count. Rows without a verdict are left out."""
-    c, values = verdict_counts(rows), critic_verdict_measures(rows)
+    c = verdict_counts(rows)
+    values = verdict_measures(c)
     cells = {
         "verdict_accuracy": _wilson(c.matched, c.judged),
         "approves_wrong": _wilson(c.wrong[CORRECT], c.wrong.total()),
         "flags_right": _wilson(c.right[INCORRECT], c.right.total()),
-        "verdict_missing": _wilson(c.wrong[NONE] + c.right[NONE], c.judged),
+        "verdict_missing": _wilson(c.missing, c.judged),
         "balanced_accuracy": "–",
     }
     if values["balanced_accuracy"] is not None:

