@@ -24,7 +24,7 @@
 --   1: a row matches only when it has every word of the query
 -- @param method = %
 --   a LIKE pattern on the method (grpo, fixed_critic, binac, binac_lam0, binac_after, critic_only, self_correct,
---   oracle_critic, eval)
+--   oracle_critic, binac_disc, eval)
 -- @param split = %
 --   a LIKE pattern on the split (train, eval)
 -- @param k = 20

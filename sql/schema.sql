@@ -5,7 +5,7 @@
 CREATE TABLE trajectory_rows (
     run_id          VARCHAR NOT NULL,  -- MLflow run id of the training/evaluation run
     method          VARCHAR NOT NULL,  -- grpo | fixed_critic | binac | binac_lam0 | binac_after | critic_only |
-                                       -- self_correct | oracle_critic | eval
+                                       -- self_correct | oracle_critic | binac_disc | eval
     preset          VARCHAR NOT NULL,  -- config preset name
     seed            INTEGER NOT NULL,  -- run seed
     step            INTEGER NOT NULL,  -- training iteration (eval rows: the iteration evaluated after)
