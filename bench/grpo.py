@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 
-from binac_core.batches import attempt_samples
 from binac_core.benchmarks.synthetic import actor_messages, make_split
-from binac_core.config import Config
-from binac_core.episodes import generate_attempts, sample_problems, score, stage_seed
-from binac_core.generation import HFBackend, SamplingParams
-from binac_core.update import policy_update
+from binac_core.model.generation import HFBackend, SamplingParams
+from binac_core.rl.batches import attempt_samples
+from binac_core.rl.episodes import generate_attempts, sample_problems, score, stage_seed
+from binac_core.rl.update import policy_update
+from binac_core.runs.config import Config
 
 SEED = 0
 
@@ -116,7 +116,7 @@ class Probe:
         `sequence_logprobs` (its `policy_update` looks it up at call time); restored on exit."""
         import torch.optim.optimizer as optim
 
-        from binac_core import update
+        from binac_core.rl import update
 
         def forward_stage():
             return "forward" if torch.is_grad_enabled() else "nograd_forward"
@@ -165,7 +165,7 @@ class BinacGRPO:
     """
 
     def __init__(self, cfg: Config, base_dir: Path, work_dir: Path, rows: list[dict]):
-        from binac_core.policy import Policy
+        from binac_core.model.policy import Policy
 
         self.cfg, self.rows, self.step = cfg, rows, 0
         self.policy = Policy(base_dir, cfg, SEED)
@@ -256,8 +256,8 @@ def trl_config(cfg: Config, out_dir: Path, max_steps: int):
 
 
 def synthetic_reward(completions, answer, **_) -> list[float]:
-    """TRL reward function = binac's synthetic grader (`grading.grade`), one float per completion."""
-    from binac_core.grading import grade
+    """TRL reward function = binac's synthetic grader (`benchmarks.grade.grade`), one float per completion."""
+    from binac_core.benchmarks.grade import grade
 
     return [grade("synthetic", {"answer": a}, c[-1]["content"]) for c, a in zip(completions, answer, strict=True)]
 
@@ -272,7 +272,7 @@ def trl_trainer(cfg: Config, base_dir: Path, rows: list[dict], out_dir: Path, ma
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token  # as binac's Policy does
     data = Dataset.from_list([{"prompt": actor_messages(r), "answer": r["answer"]} for r in rows])
-    from binac_core.policy import lora_config
+    from binac_core.model.policy import lora_config
 
     trainer = GRPOTrainer(
         model=str(base_dir),

@@ -28,7 +28,7 @@ def binac_child(cfg, base_dir: Path, threads: int) -> dict:
     Import time = torch + binac_core's policy, generation, update and grading modules."""
     t0 = time.perf_counter()
     _torch(threads)
-    import binac_core.policy  # noqa: F401
+    import binac_core.model.policy  # noqa: F401
     from bench.grpo import BinacGRPO, train_rows
 
     import_s = time.perf_counter() - t0

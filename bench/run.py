@@ -36,25 +36,30 @@ import time
 from pathlib import Path
 
 from bench.common import (
+    CACHE,
     Report,
     Row,
+    child_args,
     collect,
+    default_threads,
+    fmt,
+    grpo_rows,
     kept_sections,
     load_average,
     machine,
     median,
     paired_ratio,
     run_child,
+    single_ratio,
+    stderr_log,
     stop,
+    table,
+    versions,
     write_section,
 )
 
 PIPELINE_TASKS_PER_GRPO_ITERATION = 4
 """generate-rollouts, score-rewards, update-actor, store-train-step (flows/train.py)."""
-
-
-CACHE = Path(tempfile.gettempdir()) / "binac-bench"
-"""Kept between runs: base models (one per config) and the Prefect home of the overhead measurement."""
 
 
 def default_base_dir(cfg) -> Path:
@@ -68,7 +73,7 @@ def ensure_base(cfg, base_dir: Path, log) -> float | None:
     if meta.exists() and json.loads(meta.read_text()).get("config_digest") == cfg.base_digest():
         log(f"base model: reusing {base_dir}")
         return None
-    from binac_core.pretrain import build_base_model
+    from binac_core.model.pretrain import build_base_model
 
     t0 = time.perf_counter()
     build_base_model(cfg, base_dir, log=log)
@@ -107,15 +112,9 @@ def measure_pipeline(cfg, base_dir: Path, work: Path, threads: int, bare_loop, r
     return pipeline.compare(cfg, base_dir, work, threads, bare_loop, repeats, iterations, log, before_tree)
 
 
-def child_args(cfg, base_dir: Path, work: Path, threads: int) -> list[str]:
-    """Arguments that give a child process the exact config (overrides included) and the base model."""
-    path = work / "config.json"
-    path.write_text(json.dumps(cfg.model_dump(mode="json")))
-    return ["--config-json", str(path), "--base-dir", str(base_dir), "--threads", str(threads)]
-
-
 DEFAULT_REPEATS, SMOL_REPEATS = 5, 3
 """Default `--repeats`: micro/tiny, and the smol presets (an iteration takes tens of seconds there)."""
+
 
 PREFECT_REPEATS = 3
 """At most this many Prefect repeats: each costs two flow runs, seconds apiece on a busy machine."""
@@ -149,28 +148,6 @@ def run_children(jobs: dict, log) -> dict:
 # --------------------------------------------------------------------------------------------------- table rows
 
 
-def _single(x: float | None, y: float | None) -> tuple[float, float, float] | None:
-    return (y / x,) * 3 if x and y is not None else None
-
-
-def grpo_rows(g: dict, cfg) -> tuple[list[Row], list[str]]:
-    t = cfg.train
-    shape = f"B×G = {t.batch_problems}×{t.group_size}, ≤{cfg.generation.max_new_tokens} new tokens"
-    tok = f"mean completion tokens: binac {_fmt(median(g['binac_tokens']))}, TRL {_fmt(median(g['trl_tokens']))}"
-    note = g["trl_error"] and f"TRL failed: {g['trl_error'][:300]}" or tok
-    rows = [
-        Row("grpo_iter", f"GRPO iteration ({shape}, 1 update)", "s", "binac", median(g["binac"]), "TRL",
-            median(g["trl"]), "TRL / binac", paired_ratio(g["trl"], g["binac"]), note),
-        Row("binac_save", "binac adapter save (pipeline does it each iteration; excluded above)", "s", "save",
-            median(g["save"]), "", None, "save / binac iteration",
-            _single(median(g["binac"]), median(g["save"]))),
-    ]
-    notes = [n for n in [g["layout_note"]] if n]
-    if g["trl_error"]:
-        notes.append(f"TRL GRPOTrainer could not be measured: {g['trl_error']}")
-    return rows, notes
-
-
 def pipeline_rows(p: dict | None, cfg) -> list[Row]:
     if p is None:
         return []
@@ -194,13 +171,13 @@ def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
             "batch 8", median(b8), "batch 64", median(b64), "throughput 64 / 8", paired_ratio(b64, b8)),
         Row("gen_lora", "HFBackend generation, batch 64: adapters disabled vs actor adapter", "tok/s",
             "disabled", median(base), "actor", median(b64), "time per token, actor / disabled",
-            paired_ratio(base, b64), "LoRA overhead (adapter merged per call, binac_core.decode)"),
+            paired_ratio(base, b64), "LoRA overhead (adapter merged per call, binac_core.model.decode)"),
     ]
     if "batch64_actor_generate" in tp:
         gen = tp["batch64_actor_generate"]
         rows.append(Row("gen_loop", "HFBackend generation, actor, batch 64: transformers generate vs binac's loop",
                         "tok/s", "generate", median(gen), "decode", median(b64), "throughput decode / generate",
-                        paired_ratio(b64, gen), "binac_core.decode (issue 12)"))
+                        paired_ratio(b64, gen), "binac_core.model.decode (issue 12)"))
     if "run_threads" not in tp:
         return rows
     run_thr, alt, n = tp["run_threads"], tp["other_threads"], other_threads(threads)
@@ -224,14 +201,14 @@ def prefect_rows(p: dict, iter_s: float | None) -> list[Row]:
             key, what, "ms/call", "plain fn", median(p["plain_ms"]), "task", median(p[col]),
             "task call / binac GRPO iteration", paired_ratio(p[col], [iter_ms] * len(p[col])),
             f"×{PIPELINE_TASKS_PER_GRPO_ITERATION} tasks per pipeline iteration ≈ "
-            f"{_fmt(median(per_iter))} ms",
+            f"{fmt(median(per_iter))} ms",
         ))
     rows.append(Row("prefect_flow", _FLOW, "s",
                     "flow run", median(p["flow_s"]), "", None, "flow run / binac GRPO iteration",
                     paired_ratio(p["flow_s"], [iter_s] * len(p["flow_s"])) if iter_s else None,
                     "once per flow run (`binac train` is one flow run)"))
     rows.append(Row("prefect_start", _START, "s", "first run", p["start_s"], "", None,
-                    "start / binac GRPO iteration", _single(iter_s, p["start_s"]),
+                    "start / binac GRPO iteration", single_ratio(iter_s, p["start_s"]),
                     f"once per process; {p['records']} files written to the temp result storage"))
     return rows
 
@@ -262,16 +239,11 @@ def memory_rows(b: dict, t: dict) -> list[Row]:
     for key, what, unit, field in _MEMORY:
         a, c = value(b, field), value(t, field)
         err = "; ".join(f"{n} failed: {d['error'][:200]}" for n, d in (("binac", b), ("TRL", t)) if "error" in d)
-        rows.append(Row(key, what, unit, "binac", a, "TRL", c, "TRL / binac", _single(a, c), err or "1 sample"))
+        rows.append(Row(key, what, unit, "binac", a, "TRL", c, "TRL / binac", single_ratio(a, c), err or "1 sample"))
     return rows
 
 
 # ------------------------------------------------------------------------------------------------------ running
-
-
-def default_threads() -> int:
-    """The pipeline's torch thread count: `BINAC_TORCH_THREADS`, default 1 (as `binac_core.runtime`)."""
-    return int(os.environ.get("BINAC_TORCH_THREADS", "1"))
 
 
 def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 50, threads: int | None = None,
@@ -283,7 +255,7 @@ def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 
     `overlap_children` starts the child processes as soon as they can start instead of after the in-process
     measurements: faster, and every figure is then distorted (for the smoke test, which checks the table only).
     """
-    log = log or _stderr_log(time.perf_counter())
+    log = log or stderr_log(time.perf_counter())
     threads = threads or default_threads()
     t_start, load_start = time.perf_counter(), load_average()
     prefect = prefect_job(repeats, calls, prefect_home or CACHE / "prefect")
@@ -299,7 +271,7 @@ def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 
         report = Report(meta={
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "preset": cfg.name, "repeats": repeats, "calls": calls, "threads": threads,
-            "load_start": load_start, "base": _base_meta(base_dir, build_s), **machine(), **_versions(),
+            "load_start": load_start, "base": _base_meta(base_dir, build_s), **machine(), **versions(),
         })
         with tempfile.TemporaryDirectory(prefix="binac-bench-") as tmp:
             mem = memory_jobs(cfg, base_dir, Path(tmp), threads) if memory else {}
@@ -337,57 +309,13 @@ def _thread_notes(threads: int, g: dict, children: dict) -> list[str]:
     return [f"torch thread count changed during the run (expected {threads}): {bad}"] if bad else []
 
 
-def _stderr_log(t0: float):
-    return lambda msg: print(f"[bench {time.perf_counter() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
-
-
 def _base_meta(base_dir: Path, build_s: float | None) -> str:
     meta = json.loads((base_dir / "base_meta.json").read_text())
     built = f"built in {build_s:.0f} s" if build_s is not None else "reused from an earlier run"
     return f"{meta['parameters'] / 1e6:.2f} M parameters, vocab {meta['vocab_size']} ({built})"
 
 
-def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for pkg in ("transformers", "peft", "trl", "prefect"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
-
-
 # ------------------------------------------------------------------------------------------------------ output
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "–"
-    if abs(x) >= 100:
-        return f"{x:.0f}"
-    return f"{x:.3g}" if abs(x) >= 0.01 else f"{x:.2g}"
-
-
-def _cell(label: str, x: float | None, unit: str) -> str:
-    return "" if not label else f"{label}: {_fmt(x)} {unit}" if x is not None else f"{label}: –"
-
-
-def _ratio(r: tuple[float, float, float] | None, of: str) -> str:
-    if r is None:
-        return "–"
-    spread = "" if r[1] == r[2] else f" [{_fmt(r[1])}–{_fmt(r[2])}]"
-    return f"**{_fmt(r[0])}**{spread} ({of})"
-
-
-def table(rows: list[Row]) -> str:
-    lines = ["| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
-    for r in rows:
-        cells = [r.what, _cell(r.a_label, r.a, r.unit), _cell(r.b_label, r.b, r.unit), _ratio(r.ratio, r.ratio_of),
-                 r.note]
-        lines.append("| " + " | ".join(" ".join(c.replace("|", "/").split()) for c in cells) + " |")
-    return "\n".join(lines)
 
 
 def markdown(report: Report) -> str:
@@ -434,7 +362,7 @@ def child_main(args) -> None:
             emit(child(Path(args.config_json), Path(args.base_dir), args.threads, args.iterations, args.method))
             return
         from bench import memory
-        from binac_core.config import Config
+        from binac_core.runs.config import Config
 
         cfg = Config.model_validate(json.loads(Path(args.config_json).read_text()))
         if args.child == "update":
@@ -488,7 +416,7 @@ def main(argv=None) -> None:
         child_main(args)
         return
     from bench import smol
-    from binac_core.config import load_config
+    from binac_core.runs.config import load_config
 
     cfg = load_config(args.preset)
     if smol.is_smol(cfg):

@@ -1,4 +1,4 @@
-"""The `smol` bench: binac on a real pretrained model (SmolLM2-135M-Instruct, `binac_core.smol`), side by side.
+"""The `smol` bench: binac on a real pretrained model (SmolLM2-135M-Instruct, `binac_core.model.smol`), side by side.
 
     python -m bench.run --preset smol-synthetic [--repeats 3] [--threads N] [--base-dir DIR] [--out FILE]
 
@@ -8,7 +8,7 @@ Measured, in one run (ratios of interleaved variants are the result, as everywhe
 2. HFBackend generation with the actor adapter at batch 1 vs 32 vs 64 (tokens/s), and at batch 32 (the preset's
    generation batch) the actor adapter, unmerged, vs adapters disabled (`bench.throughput.smol_variants`); at
    most `THROUGHPUT_REPEATS` rounds after a short warm-up, because a round takes minutes on a CPU;
-3. peak memory of one actor update (`binac_core.update.policy_update`) on one batch, the last GRPO iteration's
+3. peak memory of one actor update (`binac_core.rl.update.policy_update`) on one batch, the last GRPO iteration's
    samples, with its log-probs computed as now (`sequence_logprobs`: the LM head on the completion positions only,
    in checkpointed chunks, logsumexp instead of a log-softmax) vs as before the trust issue's change
    (`full_vocab_sequence_logprobs` below: logits and a log-softmax over the whole vocabulary at every position).
@@ -26,7 +26,7 @@ Measured, in one run (ratios of interleaved variants are the result, as everywhe
 Not measured here (see the `micro` section of the results): Prefect's overhead (no model involved) and the
 fresh-process import and setup times.
 
-The base model: `binac_core.smol.checkpoint`, converted once from the packaged GGUF, under `$BINAC_MODEL_CACHE`
+The base model: `binac_core.model.smol.checkpoint`, converted once from the packaged GGUF, under `$BINAC_MODEL_CACHE`
 when set, else under the bench cache (`$TMPDIR/binac-bench/models`); `--base-dir` names a converted folder (one
 with a config.json) to use as it is. The results are one section of the results file, between markers, replaced by
 the next smol run; the rest of the file is left as it is (and a `micro`/`tiny` run keeps this section).
@@ -46,9 +46,14 @@ from pathlib import Path
 import torch
 
 from bench.common import (
+    CACHE,
     Report,
     Row,
+    child_args,
     collect,
+    default_threads,
+    fmt,
+    grpo_rows,
     interleave,
     load_average,
     machine,
@@ -59,6 +64,9 @@ from bench.common import (
     reset_peak_rss,
     rss_mib,
     run_child,
+    stderr_log,
+    table,
+    versions,
 )
 
 THROUGHPUT_REPEATS = 2
@@ -75,7 +83,7 @@ def is_smol(cfg) -> bool:
 
 def smol_base(base_dir: Path | None, cache: Path, log) -> tuple[Path, float | None]:
     """(checkpoint folder, conversion seconds or None when it was there already)."""
-    from binac_core import smol
+    from binac_core.model import smol
 
     if base_dir is not None and (Path(base_dir) / "config.json").exists():
         log(f"base model: {base_dir}")
@@ -93,10 +101,10 @@ def smol_base(base_dir: Path | None, cache: Path, log) -> tuple[Path, float | No
 
 
 def full_vocab_sequence_logprobs(model, samples, pad_id: int, temperature: float, chunk: int | None = None):
-    """`binac_core.update.sequence_logprobs` as it was before the trust issue's change (commit f3213c5), the
+    """`binac_core.rl.update.sequence_logprobs` as it was before the trust issue's change (commit f3213c5), the
     reference of the memory comparison: the model's full logits [B, L, V], divided by the temperature, a
     log-softmax over the whole vocabulary at every position, then a gather. `chunk` is accepted and ignored."""
-    from binac_core.update import right_padded  # the same right padding as then
+    from binac_core.rl.update import right_padded  # the same right padding as then
 
     ids, attn = right_padded(samples, pad_id, model)
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
@@ -116,8 +124,8 @@ def update_child(cfg, base_dir: Path, samples_json: Path, variant: str, threads:
     """One actor update in this (fresh) process on the saved batch, log-probs computed by `variant`."""
     torch.set_num_threads(threads)
     from bench.grpo import SEED
-    from binac_core import update
-    from binac_core.policy import Policy
+    from binac_core.model.policy import Policy
+    from binac_core.rl import update
 
     samples = [update.Sample(**d) for d in json.loads(Path(samples_json).read_text())]
     policy = Policy(base_dir, cfg, SEED)
@@ -152,9 +160,8 @@ def batch_shape(samples) -> str:
 def run_smol(cfg, repeats: int = 3, base_dir: Path | None = None, threads: int | None = None, log=None) -> Report:
     """Every smol measurement (module docstring) for `cfg`; the report's rows in table order."""
     from bench import grpo, throughput
-    from bench.run import CACHE, _stderr_log, _versions, child_args, default_threads, grpo_rows
 
-    log = log or _stderr_log(time.perf_counter())
+    log = log or stderr_log(time.perf_counter())
     threads = threads or default_threads()
     t_start, load_start = time.perf_counter(), load_average()
     torch.set_num_threads(threads)
@@ -162,7 +169,7 @@ def run_smol(cfg, repeats: int = 3, base_dir: Path | None = None, threads: int |
     report = Report(meta={
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "preset": cfg.name, "repeats": repeats, "threads": threads, "load_start": load_start,
-        "gen_repeats": min(repeats, THROUGHPUT_REPEATS), **machine(), **_versions(),
+        "gen_repeats": min(repeats, THROUGHPUT_REPEATS), **machine(), **versions(),
     })
     with tempfile.TemporaryDirectory(prefix="binac-bench-smol-") as tmp:
         work = Path(tmp)
@@ -203,7 +210,7 @@ def run_smol(cfg, repeats: int = 3, base_dir: Path | None = None, threads: int |
 SMOL_UNMATCHED = [
     "LoRA dropout (0.05 in the preset) is in both LoRA configs, and only TRL applies it: its model is in train mode "
     "for its training forward and for its generation; binac samples and updates in eval mode by design "
-    "(`binac_core.update`), so TRL does that extra elementwise work in its forward and backward.",
+    "(`binac_core.rl.update`), so TRL does that extra elementwise work in its forward and backward.",
     "Not measured on smol: Prefect's overhead (no model involved) and the fresh-process import/setup/RSS rows: see "
     "the micro section above.",
 ]
@@ -242,7 +249,7 @@ def _smol_grpo_row(row: Row, g: dict, cfg) -> Row:
         return row
     what = row.what.replace("GRPO iteration (", f"GRPO iteration ({cfg.name}, ", 1)
     r = paired_ratio(g["binac"], g["trl"])
-    target = (f"binac / TRL = {_fmt(r[0])} [{_fmt(r[1])}–{_fmt(r[2])}] (issue 10's target: ≤ 0.8)"
+    target = (f"binac / TRL = {fmt(r[0])} [{fmt(r[1])}–{fmt(r[2])}] (issue 10's target: ≤ 0.8)"
               if r else "binac / TRL: –")
     return dataclasses.replace(row, what=what, note=f"{target}; {row.note}")
 
@@ -271,10 +278,10 @@ def throughput_rows(tp: dict[str, list[float]]) -> list[Row]:
             "batch 1: 4 prompts, one call each; batch 32: 32 prompts, one call; prefill included"),
         Row("gen_batch64", "HFBackend generation, actor adapter: batch 1 vs batch 64", "tok/s", "batch 1",
             median(b1), "batch 64", median(b64), "throughput 64 / 1", paired_ratio(b64, b1),
-            f"batch 64 / batch 32: {_fmt(r64_32[0]) if r64_32 else '–'}"),
+            f"batch 64 / batch 32: {fmt(r64_32[0]) if r64_32 else '–'}"),
         Row("gen_lora", "HFBackend generation, batch 32: adapters disabled vs actor adapter", "tok/s",
             "disabled", median(base), "actor", median(b32), "time per token, actor / disabled",
-            paired_ratio(base, b32), "LoRA overhead (7 target modules × 30 layers, merged per call: binac_core.decode)"),
+            paired_ratio(base, b32), "LoRA overhead (7 target modules × 30 layers, merged per call: binac_core.model.decode)"),
     ]
 
 
@@ -299,7 +306,7 @@ def update_rows(mem: dict, shape: str) -> list[Row]:
     ta, tb = get(old, "update_s"), get(new, "update_s")
     la, lb = get(old, "loss"), get(new, "loss")
     reset = all(d.get("hwm_reset") for d in (old, new) if d and "error" not in d)
-    peaks = f"peak RSS {_fmt(pa)} → {_fmt(pb)} MiB" + ("" if reset else " (high-water mark not resettable here)")
+    peaks = f"peak RSS {fmt(pa)} → {fmt(pb)} MiB" + ("" if reset else " (high-water mark not resettable here)")
     return [
         Row("update_mem", f"actor update peak memory ({shape}): full-vocabulary log-softmax (before) vs chunked "
                           "completion-only log-probs (after)", "MiB", "before", ga, "after", gb,
@@ -314,16 +321,8 @@ def update_rows(mem: dict, shape: str) -> list[Row]:
 # ------------------------------------------------------------------------------------------------------ output
 
 
-def _fmt(x: float | None) -> str:
-    from bench.run import _fmt as fmt
-
-    return fmt(x)
-
-
 def markdown(report: Report) -> str:
     """The smol section of the results file (without its markers)."""
-    from bench.run import table
-
     m = report.meta
     head = [
         f"## `{m['preset']}`: a real model (SmolLM2-135M-Instruct)",

@@ -5,7 +5,7 @@ Measured: generated tokens (completion tokens including the end-of-turn token, a
 second for the same 64 synthetic actor prompts, same sampling parameters, same seed; the four variants run
 interleaved. Batch 8 = eight `generate` calls of 8 prompts, batch 64 = one call. Adapters disabled = the bare base
 model through peft's `disable_adapter()` (the lean loop then reads the base weights as they are; with the actor it
-merges the adapter into copies, binac_core/decode.py), which is what binac samples the KL reference and the
+merges the adapter into copies, binac_core/model/decode.py), which is what binac samples the KL reference and the
 untrained baselines with. The `generate` variant is `HFBackend(lean=False)`, the path of non-Llama models. Included: chat-template rendering and decoding
 (both part of `generate`); not included: model loading.
 
@@ -26,8 +26,8 @@ import time
 import torch
 
 from binac_core.benchmarks.synthetic import actor_messages
-from binac_core.config import Config
-from binac_core.generation import AdapterRef, HFBackend, SamplingParams
+from binac_core.model.generation import AdapterRef, HFBackend, SamplingParams
+from binac_core.runs.config import Config
 
 PROMPTS = 64
 THREAD_PROMPTS = 16

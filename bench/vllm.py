@@ -9,7 +9,7 @@ arithmetic), the same `SamplingParams` (T = 1, `--new-tokens`, the same seed), t
 LoRA, |scale·B·A| = 0.05 |W|, as gpu_check builds it, saved once and served to vLLM from its folder). Batch 1 is
 `BATCH1_PROMPTS` calls of one prompt each. The three backends run interleaved, round-robin, `--repeats` times
 after one untimed warm-up round, so a load change hits all three alike; the ratios are paired per round.
-Backends: `VLLMBackend` (binac_core/generation_vllm.py: one engine, the adapter per request, its compute threads
+Backends: `VLLMBackend` (binac_core/model/generation_vllm.py: one engine, the adapter per request, its compute threads
 on `BINAC_TORCH_THREADS` cores), `HFBackend` (binac's decode loop, the pipeline's default) and
 `HFBackend(lean=False)` (transformers' `generate`); torch runs `BINAC_TORCH_THREADS` threads (default 1) in all.
 Included: chat-template rendering and decoding; not included: model loading.
@@ -82,12 +82,12 @@ def measure(repeats: int, new_tokens: int) -> dict:
     import gpu_check as gc
 
     from bench.common import peak_rss_mib
-    from binac_core.config import load_config
-    from binac_core.generation import HFBackend, SamplingParams
-    from binac_core.generation_vllm import VLLMBackend, shutdown_engine
-    from binac_core.policy import Policy
-    from binac_core.runtime import configure_threads
-    from binac_core.smol import checkpoint
+    from binac_core.model.generation import HFBackend, SamplingParams
+    from binac_core.model.generation_vllm import VLLMBackend, shutdown_engine
+    from binac_core.model.policy import Policy
+    from binac_core.model.runtime import configure_threads
+    from binac_core.model.smol import checkpoint
+    from binac_core.runs.config import load_config
 
     threads = configure_threads()
     cfg = load_config("smol-synthetic")

@@ -15,7 +15,7 @@ from binac_core.errors import BinacError
 
 def _env_defaults() -> None:
     """Settings that must be in place before prefect is imported: cache records live under $BINAC_HOME."""
-    from binac_core.workspace import workspace
+    from binac_core.runs.workspace import workspace
 
     ws = workspace()
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(ws.prefect_storage))
@@ -31,7 +31,7 @@ def _overrides(items: list[str]) -> dict:
     with the closest ones and the valid ones."""
     import yaml
 
-    from binac_core.config import unknown_key
+    from binac_core.runs.config import unknown_key
 
     out = {}
     for item in items:
@@ -63,12 +63,12 @@ def _fresh(a) -> str:
 
 
 def cmd_train(a) -> int:
-    from binac_core.plans import plan
+    from binac_core.runs.plans import plan
 
     overrides = _overrides(a.set)
     plan(a.preset, a.method, a.steps, a.seed, overrides, None)
     _env_defaults()
-    from binac_core.workspace import workspace
+    from binac_core.runs.workspace import workspace
     from flows.train import train
 
     res = train(a.preset, a.method, a.steps, a.seed, overrides, fresh=_fresh(a))
@@ -82,7 +82,7 @@ def cmd_train(a) -> int:
 
 
 def cmd_compare(a) -> int:
-    from binac_core.plans import plan_compare
+    from binac_core.runs.plans import plan_compare
 
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     seeds = _int_list(a.seeds, "--seeds")
@@ -92,7 +92,7 @@ def cmd_compare(a) -> int:
     from flows.compare import compare
 
     res = compare(a.preset, methods, seeds, a.steps, overrides, fresh=_fresh(a))
-    from binac_core.workspace import workspace
+    from binac_core.runs.workspace import workspace
 
     ws = workspace()
     print(res["report_text"])
@@ -111,7 +111,7 @@ def cmd_compare(a) -> int:
 def _ui_hint(ws, run_id: str) -> str:
     """Where to see a run in the MLflow UI: a link when `MLFLOW_UI` names a running one (`make serve` sets it),
     else the command that starts one over this store and the link to open then."""
-    from binac_core import tracking
+    from binac_core.store import tracking
 
     exp = tracking.client(ws).get_run(run_id).info.experiment_id
     ui = os.environ.get("MLFLOW_UI")
@@ -127,10 +127,10 @@ def cmd_demo(a) -> int:
 
 
 def cmd_evaluate(a) -> int:
-    from binac_core.plans import plan_evaluate
+    from binac_core.runs.plans import plan_evaluate
 
     if a.preset is None:  # the model's own settings (answer length, temperatures) unless a preset is named
-        from binac_core.config import preset_names
+        from binac_core.runs.config import preset_names
 
         own = f"smol-{a.benchmark}"  # the benchmark's own smol preset (smol-synthetic), else the general one
         a.preset = (own if own in preset_names() else "smol-gsm8k") if a.model == "smol" else "tiny"
@@ -138,11 +138,11 @@ def cmd_evaluate(a) -> int:
     args = (a.benchmark, a.model, a.actor_adapter, a.critic_adapter, a.protocol, a.samples, a.limit, a.preset,
             a.temperature, a.max_new_tokens)
     plan_evaluate(*args)
-    from binac_core.evaluation import eval_stages
+    from binac_core.rl.evaluation import eval_stages
 
     eval_stages(a.benchmark, a.protocol, a.critic_sees_execution, a.feedback)
     _env_defaults()
-    from binac_core.workspace import workspace
+    from binac_core.runs.workspace import workspace
     from flows.evaluate import evaluate
 
     res = evaluate(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback)
@@ -157,8 +157,8 @@ def cmd_evaluate(a) -> int:
 
 
 def _print_health(health: dict[str, dict[str, str]]) -> None:
-    """`binac evaluate`'s critic health lines, one block per feedback protocol (binac_core/critic_health.py)."""
-    from binac_core.measures import CRITIC_HEALTH
+    """`binac evaluate`'s critic health lines, one block per feedback protocol (binac_core/reports/critic_health.py)."""
+    from binac_core.reports.measures import CRITIC_HEALTH
 
     for protocol, cells in health.items():
         print(f"critic health, protocol {protocol} (in %; 95 % Wilson intervals over the feedbacks, counts in "
@@ -168,12 +168,12 @@ def _print_health(health: dict[str, dict[str, str]]) -> None:
 
 
 def cmd_study(a) -> int:
-    from binac_core.study import load_study
+    from binac_core.runs.study import load_study
 
     spec = load_study(a.file)  # a bad file fails here, before any compute
     _env_defaults()
     if not a.report_only:  # no server, no deployment, another $BINAC_HOME: one line, before any compute
-        from binac_core.workspace import workspace
+        from binac_core.runs.workspace import workspace
         from flows.fanout import check_deployment
 
         check_deployment(spec.deployment, workspace().home)
@@ -232,7 +232,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from binac_core.config import METHODS, preset_names
+    from binac_core.runs.config import METHODS, preset_names
 
     p = argparse.ArgumentParser(prog="binac", description=__doc__.splitlines()[0], formatter_class=_HelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -300,8 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="resubmissions of a run whose flow run failed, per invocation (killed runs always are)")
     st.set_defaults(func=cmd_study)
 
-    q = command("sql", "run SQL (a query or a file from sql/) over the trajectory store")
-    q.add_argument("query", help="a SQL string or a path to a .sql file")
+    q = command("sql", "run SQL (a query or a file from binac_core/sql/) over the trajectory store")
+    q.add_argument("query", help="a SQL string, a path to a .sql file, or the name of one of binac_core/sql/ "
+                   "(method_summary.sql, critic_health.sql, ...)")
     q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="query parameter")
     q.add_argument("--out", help="write the result to a .csv or .parquet file instead of printing it")
     q.set_defaults(func=cmd_sql)

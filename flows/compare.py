@@ -1,5 +1,5 @@
 """The comparison: every method × seed as a `train` subflow under one MLflow parent run, at equal actor TRAINING
-sample budgets (the actor training samples of `steps` GRPO iterations; binac_core/methods.py: look-ahead
+sample budgets (the actor training samples of `steps` GRPO iterations; binac_core/rl/methods.py: look-ahead
 refinements and critic feedback are not charged to it), then the report (table + plot) logged to the parent run, its
 summary logged as the parent's metrics, and a closing Prefect markdown artifact."""
 
@@ -10,13 +10,13 @@ import math
 
 from prefect import flow
 
-from binac_core import tracking
 from binac_core.errors import BinacError
-from binac_core.methods import method_spec
-from binac_core.plans import plan_compare, shared_eval_samples
-from binac_core.provenance import stage_code_digest
-from binac_core.report import build_report
-from binac_core.workspace import workspace
+from binac_core.reports.report import build_report
+from binac_core.rl.methods import method_spec
+from binac_core.runs.plans import plan_compare, shared_eval_samples
+from binac_core.runs.provenance import stage_code_digest
+from binac_core.runs.workspace import workspace
+from binac_core.store import tracking
 from flows.reporting import closing_artifact, progress, refuse
 from flows.train import train
 from tasks.track import finish_run, start_run

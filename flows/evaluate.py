@@ -4,9 +4,9 @@ critic LoRA adapters on a benchmark, under one protocol, as a Prefect flow.
 Logs `eval/acc_<protocol>` (pass@1: mean over problems of correct/N) with N, temperature and max tokens to one
 MLflow run, and stores every sample in `trajectories` with split='eval'. For the feedback protocols it also logs
 the critic health measures (`eval/critic/*`) and returns them with their intervals (`critic_health`, read back
-from the stored rows: `binac_core.critic_health.stored_health`), which `binac evaluate` prints. Generation is cached like training's.
+from the stored rows: `binac_core.reports.critic_health.stored_health`), which `binac evaluate` prints. Generation is cached like training's.
 
-Feedback protocols (binac_core/evaluation.py): `feedback`/`gated` show the critic the problem and the attempt only;
+Feedback protocols (binac_core/rl/evaluation.py): `feedback`/`gated` show the critic the problem and the attempt only;
 with `critic_sees_execution` (code benchmarks) they become `feedback_exec`/`gated_exec`, where the critic also
 sees the execution result of the graded tests. `feedback="fixed"` gives the self-correction baseline's fixed
 instruction instead of a critic. The feedback source is logged as the tag and param `eval_feedback_source`.
@@ -18,11 +18,11 @@ import hashlib
 
 from prefect import flow
 
-from binac_core.critic_health import stored_health
-from binac_core.evaluation import CRITIC_ADAPTER, CRITIC_BASE, FIXED_INSTRUCTION, eval_stages
-from binac_core.plans import plan_evaluate
-from binac_core.provenance import stage_code_digest
-from binac_core.workspace import workspace
+from binac_core.reports.critic_health import stored_health
+from binac_core.rl.evaluation import CRITIC_ADAPTER, CRITIC_BASE, FIXED_INSTRUCTION, eval_stages
+from binac_core.runs.plans import plan_evaluate
+from binac_core.runs.provenance import stage_code_digest
+from binac_core.runs.workspace import workspace
 from tasks.evaluate import evaluate as evaluate_task
 from tasks.evaluate import store_eval_exec
 from tasks.prepare import build_base_model, prepare_data

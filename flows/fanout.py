@@ -8,7 +8,7 @@ per worker process). Prefect schedules; this module only decides what to submit 
 - a run with a live flow run (scheduled, pending, running) is waited on, also one an earlier invocation
   submitted;
 - a flow run that says RUNNING but whose process is gone (its run lock is free and was never released:
-  `binac_core.runlock`) is marked CRASHED and its run submitted again, so a killed worker costs only the stages
+  `binac_core.runs.runlock`) is marked CRASHED and its run submitted again, so a killed worker costs only the stages
   its run had not finished (the stages are cached; trajectory shards are replaced, not appended);
 - a FAILED, CRASHED or CANCELLED flow run is submitted again, at most `retries` times per invocation; after
   that the run counts as failed and the study reports it;
@@ -31,7 +31,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Crashed
 
 from binac_core.errors import BinacError
-from binac_core.runlock import probe
+from binac_core.runs.runlock import probe
 
 LIVE = {"SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"}
 TRANSIENT_LOOKS = 60

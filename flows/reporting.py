@@ -12,9 +12,9 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed
 
-from binac_core import tracking
 from binac_core.errors import BinacError
-from binac_core.workspace import workspace
+from binac_core.runs.workspace import workspace
+from binac_core.store import tracking
 
 
 def progress(message: str) -> None:

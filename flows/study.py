@@ -16,17 +16,17 @@ from pathlib import Path
 
 from prefect import flow
 
-from binac_core import tracking
-from binac_core.config import load_config
 from binac_core.errors import BinacError
-from binac_core.files import StageFile
-from binac_core.methods import method_spec
-from binac_core.plans import train_run_key
-from binac_core.provenance import stage_code_digest
-from binac_core.regimes import closest_difficulty, sparse_difficulty
-from binac_core.study import Study, equal_budget_totals, gate_failures, grid, load_study
-from binac_core.study_report import build_study_report
-from binac_core.workspace import workspace
+from binac_core.reports.study_report import build_study_report
+from binac_core.rl.methods import method_spec
+from binac_core.runs.config import load_config
+from binac_core.runs.plans import train_run_key
+from binac_core.runs.provenance import stage_code_digest
+from binac_core.runs.regimes import closest_difficulty, sparse_difficulty
+from binac_core.runs.study import Study, equal_budget_totals, gate_failures, grid, load_study
+from binac_core.runs.workspace import workspace
+from binac_core.store import tracking
+from binac_core.store.files import StageFile
 from flows.fanout import Tracked, check_deployment, fan_out
 from tasks.prepare import build_base_model
 from tasks.regimes import measure_base_at

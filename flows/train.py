@@ -4,7 +4,7 @@ Per iteration:  sample problems → actor attempts y0 → [critic feedback z →
 → actor update θ → θ⁺ → [look-ahead refinement under θ⁺ → critic reward → critic update φ]
 → store trajectories, log metrics → every k iterations: evaluate (single, feedback, gated@K; code benchmarks
 also feedback_exec, gated_exec), with the feedback source the method trains with.
-Brackets depend on the method (binac_core/methods.py). Every stage is cached on its inputs, so re-running the
+Brackets depend on the method (binac_core/rl/methods.py). Every stage is cached on its inputs, so re-running the
 same command reuses finished work and a killed run resumes where it stopped.
 """
 
@@ -17,15 +17,15 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
-from binac_core import tracking
+from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.errors import BinacError
-from binac_core.evaluation import FIXED_INSTRUCTION, ORACLE, method_feedback_source, training_protocols
-from binac_core.grading.stats import GraderCounts
-from binac_core.plans import evaluation_steps, plan, train_run_key
-from binac_core.prompts import SELF_CORRECT_FEEDBACK
-from binac_core.provenance import stage_code_digest
-from binac_core.runlock import run_lock
-from binac_core.workspace import workspace
+from binac_core.grading.counters import GraderCounts
+from binac_core.rl.evaluation import FIXED_INSTRUCTION, ORACLE, method_feedback_source, training_protocols
+from binac_core.runs.plans import evaluation_steps, plan, train_run_key
+from binac_core.runs.provenance import stage_code_digest
+from binac_core.runs.runlock import run_lock
+from binac_core.runs.workspace import workspace
+from binac_core.store import tracking
 from flows.reporting import closing_artifact, progress, refuse
 from tasks.actor_update import update_actor
 from tasks.critic_update import critic_reward, update_critic
@@ -50,14 +50,14 @@ def train(
 
     Two counts are logged each iteration, both cumulative: `train/actor_samples`, the actor TRAINING samples (the
     sequences its loss is computed on; never the look-ahead refinements), and `train/generated_samples`, every
-    sequence sampled from the actor or the critic (binac_core/methods.py). Every evaluation is logged again at
+    sequence sampled from the actor or the critic (binac_core/rl/methods.py). Every evaluation is logged again at
     each count as the step (`eval_at_samples/<metric>`, `eval_at_generated/<metric>`), and both are stored in
     the trajectory rows (`actor_samples`, `generated_samples`).
 
     Args:
         preset: preset name (tiny, micro, ...) or path of a preset YAML file.
         method: grpo | fixed_critic | binac | binac_lam0 | binac_after | critic_only | self_correct |
-            oracle_critic | binac_disc (binac_core/methods.py).
+            oracle_critic | binac_disc (binac_core/rl/methods.py).
         steps: training iterations (ignored when `budget` is set).
         seed: run seed (sampling, adapter init, batch order).
         overrides: config fields to override, {"section.field": value}.
@@ -84,7 +84,7 @@ def train(
     key = train_run_key(cfg, method, seed, iterations, parent_key, code, fresh)
     init_key = hashlib.sha256(f"{cfg.digest()}|{code}|{fresh}".encode()).hexdigest()[:16]
     run_dir, shared = ws.run_dir(f"{method}-s{seed}-{key}"), ws.run_dir(f"init-{init_key}-s{seed}")
-    # One process per run: a duplicate waits; a study tells a killed run from a live one (binac_core/runlock.py).
+    # One process per run: a duplicate waits; a study tells a killed run from a live one (binac_core/runs/runlock.py).
     with run_lock(ws.home, key, flow_run.get_id()):
         base = build_base_model(cfg_d)
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
@@ -98,7 +98,7 @@ def train(
         per_iteration = spec.actor_train_samples_per_iteration(cfg)
         gen_per_iteration = spec.generated_samples_per_iteration(cfg)
         # The per-iteration counts ride in `meta` to the rows: their `actor_samples`, `generated_samples` columns
-        # hold step x each (binac_core/records.py).
+        # hold step x each (binac_core/store/records.py).
         meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark,
                 "parent_run_id": parent_run_id,
                 "samples_per_iteration": {"actor_samples": per_iteration, "generated_samples": gen_per_iteration}}
@@ -200,14 +200,14 @@ def _frozen_too(method: str, meta: dict, verdict: bool) -> bool:
     (the synthetic task: the first-error measures) or whose critic gives a verdict (`critic.verdict`: the critic
     health measures, `eval/frozen_critic/*`); elsewhere it would only add generation."""
     from binac_core.benchmarks import get
-    from binac_core.methods import method_spec
+    from binac_core.rl.methods import method_spec
 
     return method_spec(method).train_critic and (verdict or get(meta["benchmark"]).feedback_analysis is not None)
 
 
 def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step, out_dir, verdict, samples=0,
               generated=0) -> dict:
-    """Evaluate with the feedback source the method trains with (binac_core/evaluation.py): self_correct with its
+    """Evaluate with the feedback source the method trains with (binac_core/rl/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
     Code benchmarks also get the execution-assisted protocols, and a method that trains its critic the frozen

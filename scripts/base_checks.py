@@ -1,6 +1,6 @@
 """A study's base-model checks without a study: build (or reuse) a tiny base and measure it at some difficulties
-with the study's own function (`binac_core.regimes.measure_base`: single-turn, all-wrong share, the bounds and the
-shortcut check) and the gates of `binac_core.study.GATES`, before any RL run. For trying a base for the synthetic
+with the study's own function (`binac_core.runs.regimes.measure_base`: single-turn, all-wrong share, the bounds and the
+shortcut check) and the gates of `binac_core.runs.study.GATES`, before any RL run. For trying a base for the synthetic
 task (docs/results-study-v2.md) on the checks alone.
 
     python scripts/base_checks.py --preset study2 --difficulties 3,6,8 \\
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import yaml
 
-from binac_core.config import load_config
-from binac_core.pretrain import build_base_model
-from binac_core.problems import load_problems
-from binac_core.regimes import measure_base
-from binac_core.runtime import configure_threads, policy_and_backend, pretraining_threads
-from binac_core.stats import wilson_interval
+from binac_core.benchmarks.problems import load_problems
+from binac_core.model.pretrain import build_base_model
+from binac_core.model.runtime import configure_threads, policy_and_backend, pretraining_threads
+from binac_core.reports.stats import wilson_interval
+from binac_core.runs.config import load_config
+from binac_core.runs.regimes import measure_base
 
 
 def main() -> None:

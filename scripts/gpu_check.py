@@ -58,14 +58,14 @@ written into the results), no traceback: exit 3 means no vLLM that can run here 
 build on a machine without a CUDA device); with the CPU build the check runs on the CPU.
 
 What it does not do: install vLLM or download anything (offline: HF_HUB_OFFLINE=1; the smol checkpoint comes from
-`binac_core.smol.checkpoint`, which converts the packaged GGUF once, or `--model DIR` names any HF checkpoint
+`binac_core.model.smol.checkpoint`, which converts the packaged GGUF once, or `--model DIR` names any HF checkpoint
 folder); train; compare sampled tokens between backends at T > 0 (different random generators); tune either
 backend. Each dtype runs in a child process of its own (so GPU memory and vLLM's engine processes go away with it)
 under the overall `--budget-s` (default 420 s on a GPU, 2400 s on CPU: a run stopped by it still leaves its
 partial results). The quick size (32 prompts, 128 new tokens, batch sizes 1/32/64, one dtype) is meant to finish
 in under 3 minutes on one GPU including vLLM's start-up; no GPU has run it yet, so that is an estimate. HF's side
 runs with `BINAC_TORCH_THREADS` torch threads (default 1, as the pipeline's stages) and vLLM's CPU engine on as
-many cores (`binac_core.generation_vllm`).
+many cores (`binac_core.model.generation_vllm`).
 """
 
 from __future__ import annotations
@@ -327,8 +327,8 @@ SIZES = {"quick": QUICK, "full": FULL, "cpu": CPU}
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Atomically (`binac_core.files.write_atomic`); non-finite floats as null."""
-    from binac_core.files import write_atomic
+    """Atomically (`binac_core.store.files.write_atomic`); non-finite floats as null."""
+    from binac_core.store.files import write_atomic
 
     write_atomic(path, json.dumps(_finite(data), indent=2, default=str) + "\n")
 
@@ -380,7 +380,7 @@ def trainer_logprobs(policy, adapter, prompt_ids: list[list[int]], token_ids: li
     `adapter` active or none, softmax(logits / T) with T = 0 read as 1)."""
     import torch
 
-    from binac_core.update import Sample, sequence_logprobs
+    from binac_core.rl.update import Sample, sequence_logprobs
 
     out: list[list[float]] = [[] for _ in token_ids]
     todo = [i for i, t in enumerate(token_ids) if t]
@@ -400,7 +400,7 @@ def _prompt_effect(policy, prompt_ids: list[list[int]], batch: int) -> float:
     """Mean |log-prob with the in-memory actor − without any adapter| over the prompts' own tokens."""
     import torch
 
-    from binac_core.update import Sample, sequence_logprobs
+    from binac_core.rl.update import Sample, sequence_logprobs
 
     samples = [Sample(p[:1], p[1:], [], 0.0) for p in prompt_ids if len(p) > 1]
     pad = policy.tokenizer.pad_token_id
@@ -438,7 +438,7 @@ def make_adapters(policy, folder: Path, actor_prompt_ids: list[list[int]], setti
 
 def vllm_engine(base_dir, cfg, policy):
     """The backend under test: the project's `VLLMBackend`, as the trainer builds it."""
-    from binac_core.generation_vllm import VLLMBackend
+    from binac_core.model.generation_vllm import VLLMBackend
 
     return VLLMBackend(str(base_dir), cfg, policy)
 
@@ -453,7 +453,7 @@ class Row:
 
 
 def _check_row(row: Row, gens, policy, hf, refs: dict, messages, settings: Settings, tol: Tolerance) -> dict:
-    from binac_core.generation import eos_token_ids
+    from binac_core.model.generation import eos_token_ids
 
     ref = refs.get(row.adapter) if row.adapter else None
     prompt_ids = [g.prompt_ids for g in gens]
@@ -494,8 +494,8 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
     `make_engine(base_dir, cfg, policy)` builds the backend under test (tests pass an `HFBackend`)."""
     import torch
 
-    from binac_core.generation import HFBackend, SamplingParams
-    from binac_core.policy import Policy
+    from binac_core.model.generation import HFBackend, SamplingParams
+    from binac_core.model.policy import Policy
 
     dtype = cfg.model.dtype
     tol = tolerance_for(dtype)
@@ -516,7 +516,7 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
 
     try:
         t0 = enter("load")
-        from binac_core.runtime import configure_threads
+        from binac_core.model.runtime import configure_threads
 
         state["torch_threads"] = configure_threads()  # BINAC_TORCH_THREADS, default 1: as the pipeline's stages
         torch.manual_seed(settings.seed)
@@ -591,7 +591,7 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
 
 def throughput(engine, policy, adapter, settings: Settings) -> list[dict]:
     """Tokens/s of HFBackend and the engine on the same prompts (actor adapter, T = 1) per batch size."""
-    from binac_core.generation import HFBackend, SamplingParams
+    from binac_core.model.generation import HFBackend, SamplingParams
 
     prompts = build_prompts(max(settings.batch_sizes), settings.seed + 1, "actor")
     params = SamplingParams(settings.max_new_tokens, 1.0, 1.0, seed=settings.seed)
@@ -699,22 +699,22 @@ def vllm_device() -> str:
 
 
 def resolve_model(model: str | None, models_root: str | None) -> Path:
-    """`--model DIR` as given, else the smol checkpoint (converted once by `binac_core.smol.checkpoint`)."""
+    """`--model DIR` as given, else the smol checkpoint (converted once by `binac_core.model.smol.checkpoint`)."""
     if model:
         path = Path(model).expanduser().resolve()
         if not (path / "config.json").is_file():
             raise ValueError(f"--model {model}: no config.json there (an HF checkpoint folder is expected)")
         return path
     try:
-        from binac_core.smol import checkpoint
+        from binac_core.model.smol import checkpoint
     except ImportError as exc:
-        raise ValueError(f"binac_core.smol is not available ({exc}): pass --model DIR") from None
+        raise ValueError(f"binac_core.model.smol is not available ({exc}): pass --model DIR") from None
     return checkpoint(Path(models_root).expanduser().resolve() if models_root else None)
 
 
 def resolve_config(preset: str | None, dtype: str | None = None):
     """The preset's config (default `smol-synthetic`), with `model.dtype` set to `dtype` when given."""
-    from binac_core.config import load_config
+    from binac_core.runs.config import load_config
 
     overrides = {"model.dtype": dtype} if dtype else None
     return load_config(preset or DEFAULT_PRESET, overrides)
@@ -893,7 +893,7 @@ def summary_lines(results: dict) -> list[str]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", required=True, help="folder for results.json, results.md, logs and adapters")
-    p.add_argument("--model", help="an HF checkpoint folder (default: the smol checkpoint, binac_core.smol)")
+    p.add_argument("--model", help="an HF checkpoint folder (default: the smol checkpoint, binac_core.model.smol)")
     p.add_argument("--models-root", help="where the smol checkpoint is (or is converted to); default "
                                          "BINAC_MODEL_CACHE, else $BINAC_HOME/models")
     p.add_argument("--preset", help=f"config preset or YAML file for LoRA and dtype (default {DEFAULT_PRESET})")

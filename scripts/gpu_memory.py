@@ -82,7 +82,7 @@ def saved_per_token(s: Shape, rank: int, dtype: str = "bfloat16", seq: int = 128
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from binac_core.fused_lora import merged_lora_forward
+    from binac_core.model.fused_lora import merged_lora_forward
 
     cfg = LlamaConfig(hidden_size=s.hidden, intermediate_size=s.intermediate, num_hidden_layers=1,
                       num_attention_heads=s.heads, num_key_value_heads=s.kv_heads, head_dim=s.head_dim,
@@ -173,10 +173,10 @@ def check_on_cpu(batch: int = 4, prompt: int = 64, answer: int = 192) -> dict:
     import torch
     from transformers import AutoConfig
 
-    from binac_core.config import load_config
-    from binac_core.policy import Policy
-    from binac_core.smol import checkpoint
-    from binac_core.update import Sample, sequence_logprobs
+    from binac_core.model.policy import Policy
+    from binac_core.model.smol import checkpoint
+    from binac_core.rl.update import Sample, sequence_logprobs
+    from binac_core.runs.config import load_config
 
     cfg = load_config("smol-synthetic")
     base = checkpoint()
@@ -191,7 +191,7 @@ def check_on_cpu(batch: int = 4, prompt: int = 64, answer: int = 192) -> dict:
                       torch.randint(10, 1000, (answer,), generator=gen).tolist(), [], 0.0) for _ in range(batch)]
     torch.set_num_threads(1)
     before = _rss()
-    from binac_core.fused_lora import merged_lora_forward
+    from binac_core.model.fused_lora import merged_lora_forward
 
     with merged_lora_forward(policy.model):
         logp, mask = sequence_logprobs_with_grad(policy, samples, sequence_logprobs)

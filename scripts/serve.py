@@ -182,15 +182,15 @@ def start() -> int:
     h = home()
     (h / "mlartifacts").mkdir(parents=True, exist_ok=True)
     # Create/migrate the MLflow tables the way runs do (under binac's lock), not racing a run from the server.
-    from binac_core import tracking
-    from binac_core.workspace import Workspace
+    from binac_core.runs.workspace import Workspace
+    from binac_core.store import tracking
 
     experiment = tracking.experiment_id(tracking.client(Workspace(h)), Workspace(h))  # its UI link is printed
     try:
         server = spawn("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", HOST, "--port",
                                           str(pp)], env)
         # The same stores local runs use; artifacts of runs live where their experiment says
-        # (file://$BINAC_HOME/mlartifacts/<experiment>, binac_core/tracking.py), under this root.
+        # (file://$BINAC_HOME/mlartifacts/<experiment>, binac_core/store/tracking.py), under this root.
         mlflow = spawn("mlflow", [str(BIN / "mlflow"), "server", "--host", HOST, "--port", str(mp), "--workers", "1",
                                   "--backend-store-uri", f"sqlite:///{h / 'mlflow.db'}",
                                   "--default-artifact-root", (h / "mlartifacts").as_uri()],

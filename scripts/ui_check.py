@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 from serve import free_port, http_ok  # noqa: E402
 
-from binac_core.tracking import ui_link  # noqa: E402
+from binac_core.store.tracking import ui_link  # noqa: E402
 
 DOCS = REPO / "docs"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -1,20 +1,20 @@
 """What every stage task shares: the cache policy and how a task gets the config and the loaded model.
 
 Cache keys are the task's inputs (config dict, stage files and adapters with content digests: the frozen records
-of `binac_core.stage_io`, step, seed), the task's source and a digest of the stage code (`tasks/` and the
-`binac_core` modules it imports: `binac_core.provenance.stage_code_digest`), persisted under `$BINAC_HOME/prefect`:
+of `binac_core.rl.stage_io`, step, seed), the task's source and a digest of the stage code (`tasks/` and the
+`binac_core` modules it imports: `binac_core.runs.provenance.stage_code_digest`), persisted under `$BINAC_HOME/prefect`:
 re-running a command reuses every finished stage, a killed run resumes from the last finished one, and a library
 edit recomputes every stage. `binac train|compare --fresh` recomputes everything even without an edit. Inputs are
-never models or tensors (their pickles are not stable keys): the model is the process's (`binac_core.runtime`)."""
+never models or tensors (their pickles are not stable keys): the model is the process's (`binac_core.model.runtime`)."""
 
 from __future__ import annotations
 
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
-from binac_core.config import Config
-from binac_core.files import StageFile
-from binac_core.provenance import stage_code_digest
-from binac_core.runtime import policy_and_backend
+from binac_core.model.runtime import policy_and_backend
+from binac_core.runs.config import Config
+from binac_core.runs.provenance import stage_code_digest
+from binac_core.store.files import StageFile
 
 
 def _library_code(task_ctx, inputs) -> str:

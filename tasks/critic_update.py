@@ -1,10 +1,10 @@
 """Stage 6: the critic's (upper level's) update on its feedback, judged by the actor's refined reward.
 
-Critic reward of feedback z (`binac_core.losses.critic_reward_of`), by the method's form: `penalty`
+Critic reward of feedback z (`binac_core.rl.losses.critic_reward_of`), by the method's form: `penalty`
 (1 + λ(1 + α))·r1(z; θ) − λ(1 + α)·r1(z; θ⁺) (θ⁺: the actor after its update on this batch, α =
 train.alpha_shaping, the actor's turn-2 shaping; docs/algorithm.md derives it from the bilevel objective), `r1`
 (r1(z; θ) alone) or `after` (r1(z; θ⁺) alone), plus, with a verdict weight w > 0, w × [the feedback's verdict
-matches the verifier on the attempt] (`binac_core.batches.verdict_bonus`), with advantages normalised within each
+matches the verifier on the attempt] (`binac_core.rl.batches.verdict_bonus`), with advantages normalised within each
 attempt's group of feedbacks."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 from prefect import task
 
 from binac_core import benchmarks
-from binac_core.batches import critic_reward_values, feedback_samples, verdict_bonus
-from binac_core.files import StageFile, read_json, read_optional, write_json
-from binac_core.stage_io import AdapterRef, Attempt, Feedback, read_records
-from binac_core.update import AdapterUpdate, update_adapter
+from binac_core.rl.batches import critic_reward_values, feedback_samples, verdict_bonus
+from binac_core.rl.stage_io import AdapterRef, Attempt, Feedback, read_records
+from binac_core.rl.update import AdapterUpdate, update_adapter
+from binac_core.store.files import StageFile, read_json, read_optional, write_json
 from tasks._common import CACHED, config, loaded
 
 

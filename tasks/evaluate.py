@@ -6,12 +6,12 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from binac_core import step_records
-from binac_core.eval_stage import evaluate_to_file
-from binac_core.evaluation import CRITIC_BASE, read_evaluation
-from binac_core.files import StageFile, read_json
-from binac_core.stage_io import AdapterRef
-from binac_core.workspace import workspace
+from binac_core.rl.eval_stage import evaluate_to_file
+from binac_core.rl.evaluation import CRITIC_BASE, read_evaluation
+from binac_core.rl.stage_io import AdapterRef
+from binac_core.runs.workspace import workspace
+from binac_core.store import step_records
+from binac_core.store.files import StageFile, read_json
 from tasks._common import CACHED, config, loaded
 
 
@@ -32,5 +32,5 @@ def evaluate(
 
 @task(name="store-eval-exec", cache_policy=NO_CACHE)
 def store_eval_exec(meta: dict, step: int, result: StageFile) -> int:
-    """The execution-assisted protocols' rows (`binac_core.step_records.store_eval_exec`); returns their number."""
+    """The execution-assisted protocols' rows (`binac_core.store.step_records.store_eval_exec`); returns their number."""
     return step_records.store_eval_exec(workspace(), meta, step, read_evaluation(result))

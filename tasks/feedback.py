@@ -7,12 +7,12 @@ from pathlib import Path
 
 from prefect import task
 
-from binac_core import stage_io
-from binac_core.episodes import sample_feedback as sample
-from binac_core.episodes import stage_seed
-from binac_core.files import StageFile, read_json
-from binac_core.generation import SamplingParams
-from binac_core.stage_io import AdapterRef, GeneratedFile, RewardsFile
+from binac_core.model.generation import SamplingParams
+from binac_core.rl import stage_io
+from binac_core.rl.episodes import sample_feedback as sample
+from binac_core.rl.episodes import stage_seed
+from binac_core.rl.stage_io import AdapterRef, GeneratedFile, RewardsFile
+from binac_core.store.files import StageFile, read_json
 from tasks._common import CACHED, config, loaded
 
 

@@ -6,17 +6,17 @@ from pathlib import Path
 
 from prefect import task
 
-from binac_core.base_model import base_model
-from binac_core.files import StageFile, write_json
-from binac_core.problems import load_problems
-from binac_core.stage_io import AdapterRef
-from binac_core.workspace import workspace
+from binac_core.benchmarks.problems import load_problems
+from binac_core.model.base_model import base_model
+from binac_core.rl.stage_io import AdapterRef
+from binac_core.runs.workspace import workspace
+from binac_core.store.files import StageFile, write_json
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="build-base-model", **CACHED)
 def build_base_model(cfg_d: dict) -> StageFile:
-    """The base model's folder and digest (`binac_core.base_model`): a hub model as it is, the others built once."""
+    """The base model's folder and digest (`binac_core.model.base_model`): a hub model as it is, the others built once."""
     return base_model(config(cfg_d), workspace())
 
 

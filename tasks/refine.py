@@ -7,10 +7,10 @@ from pathlib import Path
 
 from prefect import task
 
-from binac_core.episodes import generate_refinements, stage_seed
-from binac_core.files import StageFile, read_json
-from binac_core.generation import SamplingParams
-from binac_core.stage_io import AdapterRef, Attempt, Feedback, GeneratedFile, read_records, write_generated
+from binac_core.model.generation import SamplingParams
+from binac_core.rl.episodes import generate_refinements, stage_seed
+from binac_core.rl.stage_io import AdapterRef, Attempt, Feedback, GeneratedFile, read_records, write_generated
+from binac_core.store.files import StageFile, read_json
 from tasks._common import CACHED, config, loaded
 
 

@@ -1,13 +1,13 @@
 """Stage 0 of a study: the base model measured at one difficulty (the regime rule's statistic and the feedback
-bounds, `binac_core.regimes`), before any RL run."""
+bounds, `binac_core.runs.regimes`), before any RL run."""
 
 from __future__ import annotations
 
 from prefect import task
 
-from binac_core.files import StageFile
-from binac_core.problems import load_problems
-from binac_core.regimes import measure_base
+from binac_core.benchmarks.problems import load_problems
+from binac_core.runs.regimes import measure_base
+from binac_core.store.files import StageFile
 from tasks._common import CACHED, config, loaded
 
 

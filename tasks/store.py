@@ -1,5 +1,5 @@
 """Storing every generated sample in the trajectory store and returning the step's metrics, computed from exactly
-the rows stored (`binac_core.step_records`). Not cached: a shard rewrite is idempotent, and so is logging a
+the rows stored (`binac_core.store.step_records`). Not cached: a shard rewrite is idempotent, and so is logging a
 metric once per step (`tracking.log_metrics_once`)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from binac_core import step_records, tracking
-from binac_core.evaluation import read_evaluation
-from binac_core.files import StageFile, read_optional
-from binac_core.stage_io import read_scored_batch
-from binac_core.workspace import workspace
+from binac_core.rl.evaluation import read_evaluation
+from binac_core.rl.stage_io import read_scored_batch
+from binac_core.runs.workspace import workspace
+from binac_core.store import step_records, tracking
+from binac_core.store.files import StageFile, read_optional
 
 
 @task(name="store-train-step", cache_policy=NO_CACHE)

@@ -1,4 +1,4 @@
-"""Bookkeeping stages: the MLflow run and its per-iteration metrics (`binac_core.tracking`).
+"""Bookkeeping stages: the MLflow run and its per-iteration metrics (`binac_core.store.tracking`).
 
 None of these are cached: each is idempotent instead (the run is found again by its key, a metric is logged
 once per step), so re-running them is always safe and never duplicates."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from binac_core import storage, tracking
-from binac_core.stage_io import AdapterRef
-from binac_core.workspace import workspace
+from binac_core.rl.stage_io import AdapterRef
+from binac_core.runs.workspace import workspace
+from binac_core.store import storage, tracking
 
 
 @task(name="start-run", cache_policy=NO_CACHE)

@@ -109,7 +109,7 @@ def micro_compare(tmp_path_factory, prefect_home) -> dict:
 @pytest.fixture(scope="session")
 def micro_base(micro_compare) -> Path:
     """The micro base model folder the comparison built (in the session's model cache)."""
-    from binac_core.config import load_config
+    from binac_core.runs.config import load_config
 
     folder = MODEL_CACHE / f"base-{load_config('micro').base_digest()}"
     assert (folder / "config.json").exists(), folder
@@ -134,9 +134,9 @@ def trajectory_rows(home: Path, where: str = "TRUE", exclude: tuple[str, ...] = 
     the `exclude` columns (a multiset: a duplicated row shows up twice)."""
     import pandas as pd
 
-    from binac_core import sqlrun
-    from binac_core.storage import columns
-    from binac_core.workspace import Workspace
+    from binac_core.runs.workspace import Workspace
+    from binac_core.store import sqlrun
+    from binac_core.store.storage import columns
 
     cols = [c for c in columns() if c not in exclude]
     df = sqlrun.run(Workspace(home), f"SELECT {', '.join(cols)} FROM trajectories WHERE {where}")

@@ -6,10 +6,10 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
-from binac_core import update as upd
-from binac_core.config import load_config
-from binac_core.generation import HFBackend, SamplingParams
-from binac_core.update import Sample, policy_update
+from binac_core.model.generation import HFBackend, SamplingParams
+from binac_core.rl import update as upd
+from binac_core.rl.update import Sample, policy_update
+from binac_core.runs.config import load_config
 
 RATIO_TOL = 1e-5
 """First-pass |log ratio| allowed: KV-cached, left-padded generation vs whole-sequence training differ in float
@@ -18,7 +18,7 @@ rounding only."""
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    from binac_core.policy import Policy
+    from binac_core.model.policy import Policy
 
     base = build_checkpoint(tmp_path_factory.mktemp("adapters") / "model", hostile=True, eos_logit=2.0)
     return Policy(base, load_config("micro", {"lora.dropout": 0.2}), seed=0)

@@ -13,7 +13,7 @@ if str(REPO) not in sys.path:  # `bench` is a folder of the repository, not an i
     sys.path.insert(0, str(REPO))
 
 from bench.run import markdown, run_bench  # noqa: E402
-from binac_core.config import load_config  # noqa: E402
+from binac_core.runs.config import load_config  # noqa: E402
 
 SMALL = {
     "model.pretrain_steps": 2,
@@ -59,7 +59,8 @@ def test_bench_harness_smoke(tmp_path):
 
 def test_bench_table_keeps_rows_when_measurements_fail():
     """A failed TRL run, Prefect child or memory child leaves its rows in the table, empty, with the error text."""
-    from bench.run import grpo_rows, memory_rows, pipeline_rows, prefect_rows, table, throughput_rows
+    from bench.common import grpo_rows
+    from bench.run import memory_rows, pipeline_rows, prefect_rows, table, throughput_rows
 
     cfg = load_config("micro")
     g = {"binac": [1.0, 2.0], "trl": [], "trl_error": "ValueError: no CPU today", "binac_tokens": [10.0],

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, binac_env, home_with_micro_base
 
-from binac_core import tracking
-from binac_core.provenance import module_closure
-from binac_core.workspace import Workspace
+from binac_core.runs.provenance import module_closure
+from binac_core.runs.workspace import Workspace
+from binac_core.store import tracking
 
 pytestmark = pytest.mark.integration
 ARGS = ["train", "--preset", "micro", "--method", "grpo", "--steps", "1", "--seed", "0"]
@@ -46,7 +46,7 @@ def runs_of(home: Path):
 
 
 def digest_in(project: Path, expr: str) -> str:
-    code = f"from binac_core import provenance as p; print({expr})"
+    code = f"from binac_core.runs import provenance as p; print({expr})"
     return subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -86,11 +86,11 @@ def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
 def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
     project = copy_project(tmp_path / "project")
     before = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
-                                           "p.module_digest('binac_core.pretrain')])"))
+                                           "p.module_digest('binac_core.model.pretrain')])"))
     losses = project / "binac_core" / "losses.py"
     losses.write_text(losses.read_text() + "\n# edited\n")
     after_loss = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
-                                               "p.module_digest('binac_core.pretrain')])"))
+                                               "p.module_digest('binac_core.model.pretrain')])"))
     assert after_loss[0] != before[0], "an edit to a module a stage imports changes the stage code digest"
     assert after_loss[1] == before[1], "a loss is not part of pretraining: the base model is kept"
     report = project / "binac_core" / "study_report.py"  # imported by flows only: computes no stage
@@ -101,11 +101,11 @@ def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
     assert digest_in(project, "p.stage_code_digest()") != after_loss[0]
     tok = project / "binac_core" / "tokenizer.py"
     tok.write_text(tok.read_text() + "\n# edited\n")
-    assert digest_in(project, "p.module_digest('binac_core.pretrain')") != after_loss[1]
+    assert digest_in(project, "p.module_digest('binac_core.model.pretrain')") != after_loss[1]
 
 
 def test_module_closure_follows_imports_transitively():
-    closure = module_closure("binac_core.pretrain")
-    assert {"binac_core.pretrain", "binac_core.tokenizer", "binac_core.config", "binac_core.errors"} <= closure
-    assert "binac_core.losses" not in closure and "binac_core.update" not in closure
+    closure = module_closure("binac_core.model.pretrain")
+    assert {"binac_core.model.pretrain", "binac_core.model.tokenizer", "binac_core.runs.config", "binac_core.errors"} <= closure
+    assert "binac_core.rl.losses" not in closure and "binac_core.rl.update" not in closure
     assert module_closure("binac_core.errors") == {"binac_core", "binac_core.errors"}

@@ -6,14 +6,14 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
-from binac_core.config import load_config
-from binac_core.fused_lora import merged_lora_forward
-from binac_core.update import Sample, checkpointed_layers, sequence_logprobs
+from binac_core.model.fused_lora import merged_lora_forward
+from binac_core.rl.update import Sample, checkpointed_layers, sequence_logprobs
+from binac_core.runs.config import load_config
 
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    from binac_core.policy import Policy
+    from binac_core.model.policy import Policy
 
     base = build_checkpoint(tmp_path_factory.mktemp("ckpt") / "model")
     pol = Policy(base, load_config("micro", {"lora.dropout": 0.5}), seed=0)

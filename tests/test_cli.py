@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from binac_core.config import METHODS, TrainConfig, load_config
 from binac_core.errors import BinacError
-from binac_core.methods import method_spec
-from binac_core.plans import plan, plan_compare
+from binac_core.rl.methods import method_spec
+from binac_core.runs.config import METHODS, TrainConfig, load_config
+from binac_core.runs.plans import plan, plan_compare
 from flows import cli
 
 REPO = Path(__file__).resolve().parents[1]

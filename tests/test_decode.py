@@ -1,4 +1,4 @@
-"""The lean decode loop (`binac_core.decode`, what `HFBackend` runs on Llama models) against the model itself: its
+"""The lean decode loop (`binac_core.model.decode`, what `HFBackend` runs on Llama models) against the model itself: its
 log-probs are those the loss recomputes, greedy decoding is the argmax of a plain full forward, left padding and
 batch composition change nothing for greedy decoding, rows stop at their first end-of-turn token, a seed
 reproduces its samples, the base weights are never modified, and the first tokens drawn follow softmax(logits / T)
@@ -8,10 +8,10 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
-from binac_core import decode
-from binac_core.config import load_config
-from binac_core.generation import HFBackend, SamplingParams
-from binac_core.update import Sample, sequence_logprobs
+from binac_core.model import decode
+from binac_core.model.generation import HFBackend, SamplingParams
+from binac_core.rl.update import Sample, sequence_logprobs
+from binac_core.runs.config import load_config
 
 TEMPERATURE = 0.8
 LOGP_TOL = 1e-5
@@ -21,7 +21,7 @@ weights, the loss over whole right-padded sequences with peft's unmerged LoRA (f
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    from binac_core.policy import Policy
+    from binac_core.model.policy import Policy
 
     base = build_checkpoint(tmp_path_factory.mktemp("decode") / "model", hostile=True, eos_logit=1.5)
     policy = Policy(base, load_config("micro", {"generation.temperature": TEMPERATURE}), seed=0)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, home_with_micro_base
 
-from binac_core import sqlrun
-from binac_core.workspace import Workspace
+from binac_core.runs.workspace import Workspace
+from binac_core.store import sqlrun
 
 pytestmark = pytest.mark.integration
 SERVE = [sys.executable, str(REPO / "scripts" / "serve.py")]

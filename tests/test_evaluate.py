@@ -4,8 +4,8 @@ takes (data, prompts, generation, grading, MLflow, DuckDB). A micro model's accu
 import pytest
 from conftest import run_binac
 
-from binac_core import sqlrun, tracking
-from binac_core.workspace import Workspace
+from binac_core.runs.workspace import Workspace
+from binac_core.store import sqlrun, tracking
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ class _RecordingBackend:
         self.sent: list[str] = []
 
     def generate(self, prompts, adapter, params):
-        from binac_core.generation import Generation
+        from binac_core.model.generation import Generation
 
         self.sent += [m[-1]["content"] for m in prompts]
         return [Generation("```python\ndef not_the_function():\n    return 0\n```", [1], [2], [0.0]) for _ in prompts]
@@ -70,23 +70,23 @@ _GEN = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "feedback_max_new
 
 
 def _mbpp_rows(n=3):
-    from binac_core.data import load_benchmark
+    from binac_core.benchmarks.data import load_benchmark
 
     return [dict(r) for r in list(load_benchmark("mbpp", "eval"))[:n]]
 
 
 def _critic_results(sent: list[str]) -> list[str]:
     """The 'Execution result' section of every critic prompt sent."""
-    from binac_core.prompts import CODE_CRITIC
+    from binac_core.benchmarks.prompts import CODE_CRITIC
 
     return [p.split("Execution result:\n", 1)[1].rsplit("\n\nInstruction:", 1)[0]
             for p in sent if p.startswith(CODE_CRITIC)]
 
 
 def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_shows_it():
-    from binac_core.episodes import score_with_errors
-    from binac_core.evaluation import evaluate_protocols
-    from binac_core.stage_io import Attempt
+    from binac_core.rl.episodes import score_with_errors
+    from binac_core.rl.evaluation import evaluate_protocols
+    from binac_core.rl.stage_io import Attempt
 
     rows = _mbpp_rows()
     by_id = {r["id"]: r for r in rows}
@@ -114,9 +114,9 @@ def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_sho
 
 
 def test_exec_protocols_are_refused_without_code_or_without_a_critic():
+    from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
     from binac_core.errors import BinacError
-    from binac_core.evaluation import check_protocols, training_protocols
-    from binac_core.prompts import SELF_CORRECT_FEEDBACK
+    from binac_core.rl.evaluation import check_protocols, training_protocols
 
     with pytest.raises(BinacError, match="code benchmark"):
         check_protocols("gsm8k", ("single", "feedback_exec"))
@@ -128,8 +128,8 @@ def test_exec_protocols_are_refused_without_code_or_without_a_critic():
 
 
 def test_fixed_feedback_replaces_the_critic_in_every_feedback_round():
-    from binac_core.evaluation import FIXED_INSTRUCTION, evaluate_protocols
-    from binac_core.prompts import CODE_CRITIC, SELF_CORRECT_FEEDBACK
+    from binac_core.benchmarks.prompts import CODE_CRITIC, SELF_CORRECT_FEEDBACK
+    from binac_core.rl.evaluation import FIXED_INSTRUCTION, evaluate_protocols
 
     be = _RecordingBackend()
     res = evaluate_protocols(be, "mbpp", _mbpp_rows(), actor=None, critic=None, samples=1, gen=_GEN, seed=0, step=0,
@@ -142,8 +142,8 @@ def test_fixed_feedback_replaces_the_critic_in_every_feedback_round():
 
 
 def test_method_feedback_sources_and_the_report_column(tmp_path):
-    from binac_core.evaluation import method_feedback_source
-    from binac_core.report import build_report
+    from binac_core.reports.report import build_report
+    from binac_core.rl.evaluation import method_feedback_source
 
     assert {m: method_feedback_source(m) for m in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")} \
         == {"grpo": "critic (base, frozen)", "fixed_critic": "critic (base, frozen)", "binac": "critic (trained)",
@@ -175,8 +175,8 @@ def test_the_frozen_protocol_asks_the_base_critic_about_the_same_attempts():
     """`feedback_frozen`: the critic adapter writes the `feedback` round, the base model (no adapter) the frozen
     round, both on the very attempts of `single`; a method that trains its critic gets it in training."""
     from binac_core.benchmarks import synthetic as syn
-    from binac_core.evaluation import evaluate_protocols, training_protocols
-    from binac_core.generation import AdapterRef, Generation
+    from binac_core.model.generation import AdapterRef, Generation
+    from binac_core.rl.evaluation import evaluate_protocols, training_protocols
 
     class Backend:
         def __init__(self):

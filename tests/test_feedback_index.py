@@ -1,4 +1,4 @@
-"""The trajectory store's columnar shard writes and its feedback index (binac_core/feedback_index.py), on small
+"""The trajectory store's columnar shard writes and its feedback index (binac_core/store/feedback_index.py), on small
 stores built here with `storage.write_shard`: rows and types as the row-by-row writer stored them, BM25 scores
 and ranking as DuckDB FTS's `PRAGMA create_fts_index` gives them, an index that follows the shards as they land,
 and a reader that queries while a writer is stopped mid-write (fault points, no sleeps)."""
@@ -15,10 +15,10 @@ import duckdb
 import pytest
 from conftest import REPO
 
-from binac_core import feedback_index, sqlrun, storage
-from binac_core.workspace import Workspace
+from binac_core.runs.workspace import Workspace
+from binac_core.store import feedback_index, sqlrun, storage
 
-SEARCH = (REPO / "sql" / "feedback_search.sql").read_text()
+SEARCH = (REPO / "binac_core" / "sql" / "feedback_search.sql").read_text()
 
 if str(REPO) not in sys.path:  # `bench` is a folder of the repository, not an installed package
     sys.path.insert(0, str(REPO))
@@ -174,8 +174,8 @@ def test_a_reader_searches_while_a_writer_is_stopped_mid_write(tmp_path):
     faults = tmp_path / "faults"
     faults.mkdir()
     code = ("import sys; sys.path.insert(0, 'tests');"
-            "from test_feedback_index import _row; from binac_core import storage; "
-            "from binac_core.workspace import Workspace; from pathlib import Path; "
+            "from test_feedback_index import _row; from binac_core.store import storage; "
+            "from binac_core.runs.workspace import Workspace; from pathlib import Path; "
             f"ws = Workspace(Path({str(home)!r})); "
             "storage.write_shard(ws, 'w', 'train', 5, [_row('w', 0, 'giraffe step 5')]); "
             "storage.write_shard(ws, 'w', 'train', 6, [_row('w', 1, 'giraffe step 6')])")

@@ -1,4 +1,4 @@
-"""The update's merged LoRA forward (`binac_core.fused_lora`) against peft's own: the same log-probs and the same
+"""The update's merged LoRA forward (`binac_core.model.fused_lora`) against peft's own: the same log-probs and the same
 gradients on every LoRA matrix (float rounding only), peft's forward wherever merging does not apply (adapters
 disabled, active dropout, a weight larger than the LoRA branch's activation), and peft's forward again after the
 block. One update with each gives the same adapter."""
@@ -7,9 +7,9 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
-from binac_core import fused_lora
-from binac_core.config import load_config
-from binac_core.update import Sample, policy_update, sequence_logprobs
+from binac_core.model import fused_lora
+from binac_core.rl.update import Sample, policy_update, sequence_logprobs
+from binac_core.runs.config import load_config
 
 TOL = 1e-5
 GRAD_RTOL = 1e-4
@@ -19,7 +19,7 @@ that dropped the scaling or a factor would be off by order 1)."""
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    from binac_core.policy import Policy
+    from binac_core.model.policy import Policy
 
     base = build_checkpoint(tmp_path_factory.mktemp("fused") / "model")
     pol = Policy(base, load_config("micro"), seed=0)

@@ -207,7 +207,7 @@ class _Standin:
     """The backend under test, as HFBackend on the same policy, optionally broken in one way."""
 
     def __init__(self, policy, fault=None):
-        from binac_core.generation import HFBackend
+        from binac_core.model.generation import HFBackend
 
         self.policy, self.hf, self.fault, self.first = policy, HFBackend(policy, batch_size=8), fault, {}
 

@@ -7,16 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from binac_core.data import load_benchmark
-from binac_core.grading import (
-    check_program,
-    grade,
-    grade_batch,
-    grade_batch_with_reasons,
-    grade_with_reason,
-    run_python,
-)
-from binac_core.grading.code import extract_program
+from binac_core.benchmarks.data import load_benchmark
+from binac_core.benchmarks.grade import grade, grade_batch, grade_batch_with_reasons, grade_with_reason
+from binac_core.grading.code import check_response, extract_program
+from binac_core.grading.sandbox import run_python
 
 # Reference programs that do not pass their own tests in the sandbox, with the reason (checked by hand) and a
 # piece of the reason the grader gives. At least 99.5 % of the 874 must pass.
@@ -43,7 +37,7 @@ def fenced(code: str) -> str:
 def test_every_reference_program_passes_its_own_tests(rows):
     assert len(rows) == 874
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda r: check_program(r, fenced(r["answer"])), rows))
+        results = list(pool.map(lambda r: check_response(r, fenced(r["answer"])), rows))
     failed = {r["id"]: res.reason for r, res in zip(rows, results, strict=True) if not res.passed}
     unexpected = {
         i: reason for i, reason in failed.items()
@@ -81,7 +75,7 @@ def test_another_tasks_reference_scores_zero(rows):
 
 def test_broken_assert_is_named_in_the_reason(rows):
     row = next(r for r in rows if r["id"] == "11")
-    result = check_program(dict(row, tests=_break_one_assert(row["tests"], 1)), fenced(row["answer"]))
+    result = check_response(dict(row, tests=_break_one_assert(row["tests"], 1)), fenced(row["answer"]))
     assert not result.passed
     assert result.reason.startswith("test 2 failed: assert not (") and "AssertionError" in result.reason
 
@@ -104,8 +98,8 @@ def test_reward_and_execution_error_come_from_one_sandbox_run(rows, monkeypatch)
     assert got[0] == (1.0, None)
     assert got[1][0] == 0.0 and got[1][1].startswith("test 2 failed: assert not (")
     assert grade_with_reason("gsm8k", {"id": "g", "answer": "4"}, "#### 5") == (0.0, None)  # no reason outside code
-    from binac_core.episodes import score_with_errors
-    from binac_core.stage_io import Attempt
+    from binac_core.rl.episodes import score_with_errors
+    from binac_core.rl.stage_io import Attempt
 
     records = [Attempt(p, 0, "", [], fenced(row["answer"]), [], []) for p in ("ok", "broken")]
     scores = score_with_errors("mbpp", {"ok": row, "broken": broken}, records)

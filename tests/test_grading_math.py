@@ -9,10 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from binac_core.data import load_benchmark
+from binac_core.benchmarks.data import load_benchmark
+from binac_core.benchmarks.grade import grade, grade_batch
 from binac_core.errors import BinacError
-from binac_core.grading import grade, grade_batch, grader_stats, reset_grader_stats
 from binac_core.grading import math as math_grader
+from binac_core.grading.counters import grader_counts, reset_grader_counts
 from binac_core.grading.extract import last_boxed
 from binac_core.grading.math import GraderTimeout, normalise, verify_equal
 
@@ -103,12 +104,12 @@ def test_last_boxed_matches_nested_braces():
 
 
 def test_worker_timeout_scores_zero_is_counted_and_logged_then_recovers(monkeypatch, caplog):
-    reset_grader_stats()
+    reset_grader_counts()
     row = {"id": "timeout-row", "answer": "\\frac{3}{7}"}
     monkeypatch.setattr(math_grader, "VERIFY_TIMEOUT_S", 1e-6)
     with caplog.at_level(logging.WARNING, logger="binac.grading"):
         assert grade("math", row, boxed("\\frac{6}{14}")) == 0.0
-    assert grader_stats()["timeouts"] == 1
+    assert grader_counts()["timeouts"] == 1
     assert "timeout-row" in caplog.text and "GraderTimeout" in caplog.text
     monkeypatch.setattr(math_grader, "VERIFY_TIMEOUT_S", 30.0)
     assert grade("math", row, boxed("\\frac{6}{14}")) == 1.0  # a fresh worker replaced the killed one
@@ -122,10 +123,10 @@ def test_verify_timeout_raises_grader_timeout_directly():
 def test_worker_that_cannot_start_scores_zero_and_is_counted(monkeypatch, caplog):
     math_grader._pool().close()  # no idle worker left: the next request starts one
     monkeypatch.setattr(math_grader, "WORKER_MEMORY_BYTES", 16 << 20)  # too small to import sympy
-    reset_grader_stats()
+    reset_grader_counts()
     with caplog.at_level(logging.WARNING, logger="binac.grading"):
         assert grade("math", {"id": "dead-worker", "answer": "\\frac{2}{9}"}, boxed("\\frac{4}{18}")) == 0.0
-    assert grader_stats()["errors"] == 1 and "dead-worker" in caplog.text
+    assert grader_counts()["errors"] == 1 and "dead-worker" in caplog.text
     monkeypatch.undo()
     assert grade("math", {"id": "dead-worker", "answer": "\\frac{2}{9}"}, boxed("\\frac{4}{18}")) == 1.0
 

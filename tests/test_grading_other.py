@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from binac_core.data import load_benchmark
-from binac_core.grading import grade
+from binac_core.benchmarks.data import load_benchmark
+from binac_core.benchmarks.grade import grade
 from binac_core.grading.gpqa import answer_letter
 from binac_core.grading.gsm8k import final_number
 

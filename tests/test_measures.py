@@ -1,4 +1,4 @@
-"""The study's per-iteration measures on hand-built groups and hand-labelled feedback (binac_core/measures.py),
+"""The study's per-iteration measures on hand-built groups and hand-labelled feedback (binac_core/reports/measures.py),
 the oracle's zero false alarm on random attempts, a simulation of noisy critic rewards, the critic's three reward
 forms, and the evaluation schedule's equal-samples point."""
 
@@ -10,8 +10,7 @@ import torch
 
 from binac_core.benchmarks import synthetic
 from binac_core.benchmarks.synthetic import first_wrong_step
-from binac_core.losses import critic_reward_of
-from binac_core.measures import (
+from binac_core.reports.measures import (
     critic_error_measures,
     critic_signal_frac,
     critic_signal_measures,
@@ -19,9 +18,10 @@ from binac_core.measures import (
     usefulness,
     zero_adv_frac,
 )
-from binac_core.plans import evaluation_steps
-from binac_core.records import trajectory_rows
-from binac_core.stage_io import Attempt, Feedback, Refinement, ScoredBatch
+from binac_core.rl.losses import critic_reward_of
+from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
+from binac_core.runs.plans import evaluation_steps
+from binac_core.store.records import trajectory_rows
 
 
 def test_zero_adv_frac_counts_groups_whose_rewards_are_all_equal():
@@ -79,7 +79,7 @@ def test_critic_error_measures_on_hand_labelled_feedback():
                                "critic_approves_wrong": 2 / 7})
     none = critic_error_measures(stored_rows([(RIGHT, 1.0, "Looks correct.", "no alarm")]))
     assert none == {"critic_hits_first_error": None, "critic_false_alarm": 0.0, "critic_approves_wrong": None}
-    # rows without the approval column (binac_core/regimes.py's): hits and alarms only
+    # rows without the approval column (binac_core/runs/regimes.py's): hits and alarms only
     bare = [{"first_wrong_step": 2, "feedback_step": 2}, {"first_wrong_step": None, "feedback_step": 1}]
     assert critic_error_measures(bare) == {"critic_hits_first_error": 1.0, "critic_false_alarm": 1.0,
                                            "critic_approves_wrong": None}
@@ -99,7 +99,7 @@ def test_records_fill_feedback_approves_only_with_an_analysis():
 
 
 def stored_rows(labelled):
-    """The rows the store writes for these (attempt, r0, feedback, label) tuples (binac_core/records.py), one
+    """The rows the store writes for these (attempt, r0, feedback, label) tuples (binac_core/store/records.py), one
     attempt of question Q with one feedback each."""
     meta = {"run_id": "r", "method": "m", "preset": "p", "seed": 0, "benchmark": "synthetic"}
     out = []

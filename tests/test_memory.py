@@ -1,4 +1,4 @@
-"""binac_core.memory: freed heap pages go back to the OS (glibc), which is what keeps a long `binac compare` on a
+"""binac_core.model.memory: freed heap pages go back to the OS (glibc), which is what keeps a long `binac compare` on a
 real model from growing stage after stage (docs/results-smol.md)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from binac_core.memory import return_freed_memory
+from binac_core.model.memory import return_freed_memory
 
 
 def _rss_mib() -> float:
@@ -40,7 +40,7 @@ def test_freed_heap_blocks_below_a_live_one_are_returned():
 _FREE_LARGE = """
 import sys
 from pathlib import Path
-from binac_core.memory import map_large_blocks
+from binac_core.model.memory import map_large_blocks
 def rss():
     return next(int(l.split()[1]) / 1024 for l in Path("/proc/self/status").read_text().splitlines()
                 if l.startswith("VmRSS:"))

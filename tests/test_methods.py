@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from binac_core import sqlrun, tracking
-from binac_core.workspace import Workspace
+from binac_core.runs.workspace import Workspace
+from binac_core.store import sqlrun, tracking
 
 
 def _final_adapter(home: Path, method: str, name: str) -> dict[str, torch.Tensor]:
@@ -117,7 +117,7 @@ def test_critic_only_leaves_the_actor_bit_identical(micro_compare):
 
 
 def test_self_correct_feedback_is_the_fixed_instruction(micro_compare):
-    from binac_core.prompts import SELF_CORRECT_FEEDBACK
+    from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 
     df = sqlrun.run(Workspace(micro_compare["home"]),
                     "SELECT DISTINCT feedback FROM trajectories WHERE method = 'self_correct' AND split = 'train'")
@@ -139,7 +139,7 @@ def test_equal_actor_training_sample_budgets(micro_compare):
     critic prompt: not the fixed text or the oracle's) and the look-ahead refinements. Every method trains the
     whole iterations whose actor training samples fit the budget of 5 GRPO iterations (80), never more;
     critic_only, training no actor, runs GRPO's 5."""
-    from binac_core.methods import method_spec
+    from binac_core.rl.methods import method_spec
 
     home = micro_compare["home"]
     budget = 5 * 4 * 4  # --steps 5 GRPO iterations of 4 problems x 4 samples
@@ -220,7 +220,7 @@ def test_no_critic_prompt_contains_the_reference_answer(micro_compare, micro_bas
 
 
 def _task_cfg(home):
-    from binac_core.config import load_config
+    from binac_core.runs.config import load_config
 
     return load_config("micro").task
 
@@ -228,7 +228,7 @@ def _task_cfg(home):
 def test_each_method_is_evaluated_with_the_feedback_source_it_trains_with(micro_compare):
     """self_correct's held-out feedback rows carry its fixed instruction (not the base critic's feedback); the
     critic methods' carry critic text; every run is tagged with its source, and the report names it per row."""
-    from binac_core.prompts import SELF_CORRECT_FEEDBACK
+    from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 
     ws = Workspace(micro_compare["home"])
     df = sqlrun.run(ws, "SELECT method, protocol, feedback FROM trajectories WHERE split = 'eval' "
@@ -256,9 +256,9 @@ STUDY_EVAL = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_
 
 
 def _sql_equals_mlflow(ws: Workspace, split: str, names: tuple[str, ...]) -> set[str]:
-    """Assert every value of sql/study_measures.sql (the latest comparison) equals the MLflow metric
+    """Assert every value of binac_core/sql/study_measures.sql (the latest comparison) equals the MLflow metric
     `<split>/<name>` at its step (a NULL: no metric there); return the names compared on a value at least once."""
-    df = sqlrun.run(ws, (Path(__file__).resolve().parents[1] / "sql" / "study_measures.sql").read_text(),
+    df = sqlrun.run(ws, (Path(__file__).resolve().parents[1] / "binac_core" / "sql" / "study_measures.sql").read_text(),
                     {"split": split})
     assert len(df) > 0
     c, compared = tracking.client(ws), set()
@@ -275,7 +275,7 @@ def _sql_equals_mlflow(ws: Workspace, split: str, names: tuple[str, ...]) -> set
 
 
 def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
-    """sql/study_measures.sql recomputes the per-iteration measures from the stored rows (its own SQL, not the
+    """binac_core/sql/study_measures.sql recomputes the per-iteration measures from the stored rows (its own SQL, not the
     Python that logged them); every value equals the MLflow metric of the same name and step, for the training
     iterations of all nine methods and for the held-out `feedback` protocol. (Hand-computed values on planted
     stores, including the measures micro's near-chance critic leaves empty: tests/test_study_measures.py.)"""
@@ -304,13 +304,13 @@ COUNTS_8_8_4 = {
 
 
 def _cfg_8_8_4():
-    from binac_core.config import load_config
+    from binac_core.runs.config import load_config
 
     return load_config("micro", {"train.batch_problems": 8, "train.group_size": 8, "train.critic_group_size": 4})
 
 
 def test_actor_training_and_generated_samples_per_iteration():
-    from binac_core.methods import SPECS
+    from binac_core.rl.methods import SPECS
 
     cfg = _cfg_8_8_4()
     got = {m: (s.actor_train_samples_per_iteration(cfg), s.generated_samples_per_iteration(cfg))
@@ -319,7 +319,7 @@ def test_actor_training_and_generated_samples_per_iteration():
 
 
 def test_iterations_for_a_budget_count_actor_training_samples_only():
-    from binac_core.methods import method_spec
+    from binac_core.rl.methods import method_spec
 
     cfg = _cfg_8_8_4()
     budget = 8 * 64  # 8 GRPO iterations
@@ -337,7 +337,7 @@ def test_iterations_for_a_budget_count_actor_training_samples_only():
     ("critic_only", None, 7),  # 0 actor training samples: never reaches 3840 on that axis
 ])
 def test_evaluation_steps_add_the_equal_budget_point_on_each_axis(method, at_samples_step, at_generated_step):
-    from binac_core.plans import evaluation_steps
+    from binac_core.runs.plans import evaluation_steps
 
     trained, generated = COUNTS_8_8_4[method]
     every = {10, 20, 30, 40, 50, 60}
@@ -352,7 +352,7 @@ def test_evaluation_steps_add_the_equal_budget_point_on_each_axis(method, at_sam
 
 
 def test_shared_evaluation_counts_leave_out_a_method_training_no_actor():
-    from binac_core.plans import evaluation_steps, shared_eval_samples
+    from binac_core.runs.plans import evaluation_steps, shared_eval_samples
 
     assert shared_eval_samples([16, 48, 48, 0], 160, 4) == [48, 96, 144]  # lcm(16, 48); critic_only's 0 ignored
     assert shared_eval_samples([16, 48], 80, 4) == [48]
@@ -362,8 +362,8 @@ def test_shared_evaluation_counts_leave_out_a_method_training_no_actor():
 
 
 def test_trajectory_rows_carry_the_cumulative_counts_of_their_step():
-    from binac_core.records import sample_counts, trajectory_rows
-    from binac_core.stage_io import Attempt, ScoredBatch
+    from binac_core.rl.stage_io import Attempt, ScoredBatch
+    from binac_core.store.records import sample_counts, trajectory_rows
 
     per = {"actor_samples": 320, "generated_samples": 832}
     assert sample_counts({"samples_per_iteration": per}, 0) == {"actor_samples": 0, "generated_samples": 0}
@@ -384,7 +384,7 @@ def test_old_shards_without_the_count_columns_still_read(tmp_path):
 
     import duckdb
 
-    from binac_core import storage
+    from binac_core.store import storage
 
     ws = Workspace(tmp_path / "home")
     row = {c: None for c in storage.columns()}
@@ -423,7 +423,7 @@ def test_the_run_table_shows_both_counts():
 
 
 def test_the_comparison_report_states_both_counts(tmp_path):
-    from binac_core.report import build_report
+    from binac_core.reports.report import build_report
 
     ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25}
     runs = [{"method": m, "seed": 0, "samples_per_iteration": a, "generated_per_iteration": g,
@@ -449,7 +449,7 @@ HEALTH = ("verdict_accuracy", "balanced_accuracy", "approves_wrong", "flags_righ
 
 def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflow(micro_compare):
     """Every feedback row a critic (or the oracle) wrote has a verdict, a fixed instruction's none; and
-    sql/critic_health.sql (per run, its own SQL over the stored rows) equals the MLflow metrics
+    binac_core/sql/critic_health.sql (per run, its own SQL over the stored rows) equals the MLflow metrics
     `<split>/critic/<measure>` of every run and step, for training and for the held-out `feedback` protocol."""
     ws = Workspace(micro_compare["home"])
     df = sqlrun.run(ws, "SELECT method, count(feedback) AS fb, count(feedback_verdict) AS v, "
@@ -461,7 +461,7 @@ def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflo
         if m != "self_correct":
             assert df.loc[m, "v"] == df.loc[m, "fb"] > 0, m
     assert df.loc["oracle_critic", "missing"] == 0  # the oracle always says a verdict
-    query = (Path(__file__).resolve().parents[1] / "sql" / "critic_health.sql").read_text()
+    query = (Path(__file__).resolve().parents[1] / "binac_core" / "sql" / "critic_health.sql").read_text()
     c, compared = tracking.client(ws), set()
     for split in ("train", "eval"):
         rows = sqlrun.run(ws, query, {"split": split, "per_run": 1})

@@ -9,13 +9,13 @@ import torch
 from safetensors.torch import load_file
 from tiny_checkpoint import build_checkpoint
 
-from binac_core.config import load_config
-from binac_core.files import file_digest
+from binac_core.runs.config import load_config
+from binac_core.store.files import file_digest
 
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    from binac_core.policy import Policy
+    from binac_core.model.policy import Policy
 
     base = build_checkpoint(tmp_path_factory.mktemp("init") / "model", hostile=False)
     return Policy(base, load_config("micro"), seed=0)

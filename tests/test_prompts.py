@@ -11,9 +11,9 @@ import secrets
 
 import pytest
 
-from binac_core import benchmarks, prompts
-from binac_core.benchmarks import synthetic
-from binac_core.data import benchmark_names, load_benchmark
+from binac_core import benchmarks
+from binac_core.benchmarks import prompts, synthetic
+from binac_core.benchmarks.data import benchmark_names, load_benchmark
 from binac_core.errors import BinacError
 
 SAMPLE = 25

@@ -8,11 +8,11 @@ import pytest
 import torch
 from tiny_checkpoint import EOT, build_checkpoint
 
-from binac_core import update as upd
-from binac_core.config import load_config
 from binac_core.errors import BinacError
-from binac_core.generation import HFBackend, SamplingParams
-from binac_core.update import Sample, policy_update, sequence_logprobs
+from binac_core.model.generation import HFBackend, SamplingParams
+from binac_core.rl import update as upd
+from binac_core.rl.update import Sample, policy_update, sequence_logprobs
+from binac_core.runs.config import load_config
 
 TEMPERATURE = 0.8
 RATIO_TOL = 1e-5
@@ -28,7 +28,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(ckpt):
-    from binac_core.runtime import policy_and_backend
+    from binac_core.model.runtime import policy_and_backend
 
     cfg = load_config("micro", {"lora.dropout": 0.2, "generation.temperature": TEMPERATURE})
     policy, backend = policy_and_backend(ckpt, cfg, seed=0)
@@ -47,7 +47,7 @@ def _prompts(n=16):
 def _spy_sampler(monkeypatch, lean: bool) -> list[torch.Tensor]:
     """The distributions the sampler draws from, one [B, V] tensor per step: the probabilities handed to
     `torch.multinomial` (transformers' sampler) or the differences of the cumulative sums handed to
-    `torch.searchsorted` (`binac_core.decode._draw`)."""
+    `torch.searchsorted` (`binac_core.model.decode._draw`)."""
     drawn = []
     name = "searchsorted" if lean else "multinomial"
     real = getattr(torch, name)
@@ -99,11 +99,11 @@ def test_sampling_is_seeded_by_its_params_and_leaves_the_global_rng_as_it_found_
                                                                                    lean):
     """transformers' sampler draws from torch's global RNG: a generation seeds it from `SamplingParams.seed` and
     restores it afterwards, so the samples are those of the old, leaking implementation (the restore skipped
-    here) and the caller's random stream goes on as if no generation had run. The lean loop (`binac_core.decode`)
+    here) and the caller's random stream goes on as if no generation had run. The lean loop (`binac_core.model.decode`)
     draws from a generator of its own: the same holds without any restore."""
     import contextlib
 
-    from binac_core import generation
+    from binac_core.model import generation
 
     policy, backend = loaded
     backend = HFBackend(policy, backend.batch_size, lean=lean)
@@ -142,7 +142,7 @@ def test_first_pass_ratio_is_one_with_dropout(loaded, tmp_path, monkeypatch):
 
 
 def test_chunked_logprobs_match_a_full_log_softmax():
-    from binac_core.update import chunked_token_logprobs
+    from binac_core.rl.update import chunked_token_logprobs
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(11, 37, generator=gen) * 5
@@ -185,7 +185,7 @@ def test_sequence_logprobs_run_the_lm_head_on_completion_positions_only(loaded):
 
 
 def test_end_of_turn_tokens_are_collected_from_tokenizer_model_and_vocabulary(loaded):
-    from binac_core.generation import eos_token_ids
+    from binac_core.model.generation import eos_token_ids
 
     policy, _ = loaded
     tok = policy.tokenizer
@@ -198,7 +198,7 @@ def test_end_of_turn_tokens_are_collected_from_tokenizer_model_and_vocabulary(lo
 @pytest.mark.parametrize("field", ["generation.max_new_tokens", "generation.feedback_max_new_tokens"])
 @pytest.mark.parametrize("value", [256, 1000])
 def test_an_answer_budget_that_does_not_fit_the_context_is_refused_before_compute(field, value):
-    from binac_core.plans import plan
+    from binac_core.runs.plans import plan
 
     with pytest.raises(BinacError) as exc:
         plan("micro", "grpo", 1, 0, {field: value}, None)
@@ -210,7 +210,7 @@ def test_an_answer_budget_that_does_not_fit_the_context_is_refused_before_comput
 def test_a_local_hub_model_is_checked_from_its_config_and_the_backend_checks_again(ckpt):
     from types import SimpleNamespace
 
-    from binac_core.plans import plan_evaluate
+    from binac_core.runs.plans import plan_evaluate
 
     with pytest.raises(BinacError, match=r"^invalid config micro: generation.max_new_tokens \(128\) must be smaller"):
         plan_evaluate("synthetic", str(ckpt), None, None, "single", 1, 1, "micro", None, 128)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, binac_env, home_with_micro_base, run_binac, trajectory_rows
 
-from binac_core import sqlrun, tracking
-from binac_core.config import load_config
-from binac_core.workspace import Workspace
+from binac_core.runs.config import load_config
+from binac_core.runs.workspace import Workspace
+from binac_core.store import sqlrun, tracking
 
 pytestmark = pytest.mark.integration
 TRAIN = ["train", "--preset", "micro", "--method", "binac", "--steps", "3"]
@@ -39,7 +39,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def wait_for_point(folder: Path, point: str, proc: subprocess.Popen, log: Path) -> None:
-    """Wait until the run reaches fault point `point` (binac_core/faults.py, action `pause`): the process itself
+    """Wait until the run reaches fault point `point` (binac_core/runs/faults.py, action `pause`): the process itself
     says so by creating `<point>.paused`. No deadline: the run decides when, on any machine; pytest's timeout
     guards a hang."""
     while not (folder / f"{point}.paused").exists():
@@ -116,7 +116,7 @@ def test_sigkill_mid_iteration_then_rerun_ends_with_the_rows_of_a_run_that_never
     try:
         wait_for_point(faults, "shard:train@1", proc, log)
         # Another process queries the store while the run is in the middle of writing it.
-        query = run_binac(["sql", "sql/method_summary.sql", "--param", "per_run=1"], env)
+        query = run_binac(["sql", "binac_core/sql/method_summary.sql", "--param", "per_run=1"], env)
         assert "binac" in query.stdout
         resume(faults, "shard:train@1")
         proc.wait()
@@ -183,7 +183,7 @@ def test_two_methods_of_one_seed_at_once_share_the_initial_adapters_without_corr
 # task's cache key (inputs + task source) is the real one.
 FAILING_DRIVER = textwrap.dedent("""
     import sys
-    import binac_core.update as stage
+    import binac_core.rl.update as stage
     from flows.cli import main
     real, calls = stage.policy_update, []
     def failing(*args, **kwargs):

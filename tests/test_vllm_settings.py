@@ -1,8 +1,8 @@
-"""The vLLM engine's settings (`binac_core.generation_vllm.engine_settings`, `engine_kwargs`), pure: what the CPU
+"""The vLLM engine's settings (`binac_core.model.generation_vllm.engine_settings`, `engine_kwargs`), pure: what the CPU
 build and a GPU are started with, and why each differs; no vLLM needed."""
 
-from binac_core.config import load_config
-from binac_core.generation_vllm import GIB, engine_kwargs, engine_settings
+from binac_core.model.generation_vllm import GIB, engine_kwargs, engine_settings
+from binac_core.runs.config import load_config
 
 
 def test_the_cpu_build_gets_chunked_prefill_off_an_explicit_kv_cache_and_bound_threads(monkeypatch):
@@ -42,8 +42,8 @@ def test_engine_settings_are_equal_for_equal_configs_and_differ_by_model():
 def test_vllm_that_cannot_run_here_is_refused_in_one_line_before_any_compute(monkeypatch):
     import pytest
 
-    from binac_core import generation_vllm as gv
     from binac_core.errors import BinacError
+    from binac_core.model import generation_vllm as gv
 
     def missing():
         raise ImportError("No module named 'vllm'")

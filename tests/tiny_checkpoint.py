@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from binac_core.tokenizer import IM_START, train_tokenizer
+from binac_core.model.tokenizer import IM_START, train_tokenizer
 
 EOT = "<|eot_id|>"
 TEXTS = ["Solve: 7+5-3 A: 9", "Feedback: step 2 is wrong.", "1+2=3 then 3*4=12 A: 12", "Looks correct."] * 4

@@ -3,10 +3,10 @@
 | name | module | rows | grader |
 | --- | --- | --- | --- |
 | `synthetic` | `synthetic` | generated (seeded), with an oracle critic and a first-error analysis | `A: <digit>` |
-| `math`, `math500` | `math` | `binac_core.data` (same eval split, MATH-500) | `binac_core.grading.math` |
-| `gsm8k` | `gsm8k` | `binac_core.data` | `binac_core.grading.gsm8k` |
-| `mbpp` | `mbpp` | `binac_core.data`; the critic may see the execution result | `binac_core.grading.code` |
-| `gpqa_diamond` | `gpqa` | `binac_core.data` (eval only) | `binac_core.grading.gpqa` |
+| `math`, `math500` | `math` | `binac_core.benchmarks.data` (same eval split, MATH-500) | `binac_core.grading.math` |
+| `gsm8k` | `gsm8k` | `binac_core.benchmarks.data` | `binac_core.grading.gsm8k` |
+| `mbpp` | `mbpp` | `binac_core.benchmarks.data`; the critic may see the execution result | `binac_core.grading.code` |
+| `gpqa_diamond` | `gpqa` | `binac_core.benchmarks.data` (eval only) | `binac_core.grading.gpqa` |
 
 Adding one: a module here that builds a `Benchmark`, and one `register(...)` line below (README, "Adding a
 benchmark"). Nothing else in the pipeline names a benchmark.

@@ -1,15 +1,15 @@
 """GPQA Diamond (`gpqa_diamond`, eval only): simple-evals' multiple-choice prompt, a science-reviewer critic who
 never names the right option, and the `Answer: X` grader (`binac_core.grading.gpqa`); the rows (options shuffled
-with a fixed seed per question) come from `binac_core.data`."""
+with a fixed seed per question) come from `binac_core.benchmarks.data`."""
 
 from __future__ import annotations
 
 from functools import partial
 
+from binac_core.benchmarks.data import load_benchmark, problem_rows
 from binac_core.benchmarks.interface import Benchmark
-from binac_core.data import load_benchmark, problem_rows
+from binac_core.benchmarks.prompts import CHOICE_CRITIC, CHOICE_FORMAT, critic_instruction, second_turn, user
 from binac_core.grading.gpqa import is_correct
-from binac_core.prompts import CHOICE_CRITIC, CHOICE_FORMAT, critic_instruction, second_turn, user
 
 
 def actor_messages(row: dict) -> list[dict]:
@@ -18,7 +18,7 @@ def actor_messages(row: dict) -> list[dict]:
 
 def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
     """The question (with its options) and the answer; there is no execution result to show. `verdict`: ask for
-    a verdict line (`binac_core.prompts.critic_instruction`)."""
+    a verdict line (`binac_core.benchmarks.prompts.critic_instruction`)."""
     return user(f"{critic_instruction(CHOICE_CRITIC, verdict, 'answer')}\n\nQuestion:\n{row['question']}\n\nStudent answer:\n{attempt}\n\nReview:")
 
 

@@ -1,13 +1,13 @@
 """GSM8K: posed like MATH (`binac_core.benchmarks.math`'s prompts), graded by its final number
-(`binac_core.grading.gsm8k`); the rows come from `binac_core.data`."""
+(`binac_core.grading.gsm8k`); the rows come from `binac_core.benchmarks.data`."""
 
 from __future__ import annotations
 
 from functools import partial
 
+from binac_core.benchmarks.data import load_benchmark, problem_rows
 from binac_core.benchmarks.interface import Benchmark
 from binac_core.benchmarks.math import actor_messages, critic_messages, refine_messages
-from binac_core.data import load_benchmark, problem_rows
 from binac_core.grading.gsm8k import is_correct
 
 

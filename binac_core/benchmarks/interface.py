@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from binac_core.verdict import VERDICT_LINE, VerdictSyntax
+from binac_core.rl.verdict import VERDICT_LINE, VerdictSyntax
 
 if TYPE_CHECKING:
-    from binac_core.config import TaskConfig
+    from binac_core.runs.config import TaskConfig
 
 Messages = list[dict]
 """Chat messages, `[{"role": ..., "content": ...}]`; the tokenizer's chat template renders them."""
@@ -23,7 +23,7 @@ Messages = list[dict]
 @dataclass(frozen=True)
 class FeedbackAnalysis:
     """Feedback read against the known first error of an attempt: the critic measures' columns
-    (`first_wrong_step`, `feedback_step`: binac_core/records.py, binac_core/measures.py)."""
+    (`first_wrong_step`, `feedback_step`: binac_core/store/records.py, binac_core/reports/measures.py)."""
 
     first_wrong_step: Callable[[str, str], int | None]
     """(question, attempt) -> the 1-based number of the attempt's first wrong step, or None when every step is
@@ -33,7 +33,7 @@ class FeedbackAnalysis:
     approves: Callable[[str], bool]
     """feedback -> whether it approves the attempt (says it is correct)."""
     approval: str
-    """The feedback text that approves an attempt (the shortcut check of `binac_core.regimes` gives it to every
+    """The feedback text that approves an attempt (the shortcut check of `binac_core.runs.regimes` gives it to every
     attempt)."""
 
 
@@ -52,7 +52,7 @@ class Benchmark:
     """row -> the first-attempt prompt."""
     critic_messages: Callable[[dict, str, str | None, bool], Messages]
     """(row, attempt, execution result or None, verdict) -> the critic's prompt; with `verdict` (`critic.verdict`)
-    it also asks for a last verdict line (`binac_core.prompts.VERDICT`). Never the reference: it reads the row's
+    it also asks for a last verdict line (`binac_core.benchmarks.prompts.VERDICT`). Never the reference: it reads the row's
     question only, and the execution result only when `critic_sees_execution`."""
     refine_messages: Callable[[dict, str, str], Messages]
     """(row, attempt, feedback) -> the second-attempt prompt."""
@@ -68,7 +68,7 @@ class Benchmark:
     oracle_feedback: Callable[[dict, str], str] | None = None
     """Optional: (row, attempt) -> a rule-based critic's feedback, which reads the reference (`oracle_critic`)."""
     verdict_syntax: VerdictSyntax = VERDICT_LINE
-    """How its feedback states a verdict on the attempt (`binac_core.verdict`): the `Verdict: ...` line the
+    """How its feedback states a verdict on the attempt (`binac_core.rl.verdict`): the `Verdict: ...` line the
     benchmarks' critic prompts ask for, or the synthetic task's own phrases."""
     feedback_analysis: FeedbackAnalysis | None = None
     """Optional: the analysis of feedback against the known first error (the critic measures, a study's regimes)."""

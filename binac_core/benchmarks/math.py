@@ -1,7 +1,7 @@
-"""MATH (`math`) and MATH-500 (`math500`): the same prompts and grader; the rows come from `binac_core.data`.
+"""MATH (`math`) and MATH-500 (`math500`): the same prompts and grader; the rows come from `binac_core.benchmarks.data`.
 
 Prompts: "solve step by step", final answer in `\\boxed{}`; the critic is a math tutor who gives hints and never
-the answer (texts: `binac_core.prompts`). Grader: `binac_core.grading.math` (the last `\\boxed{}` against
+the answer (texts: `binac_core.benchmarks.prompts`). Grader: `binac_core.grading.math` (the last `\\boxed{}` against
 `row["answer"]`). GSM8K is posed with these prompts too (`binac_core.benchmarks.gsm8k`).
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from functools import partial
 
+from binac_core.benchmarks.data import load_benchmark, problem_rows
 from binac_core.benchmarks.interface import Benchmark
-from binac_core.data import load_benchmark, problem_rows
+from binac_core.benchmarks.prompts import MATH_CRITIC, MATH_FORMAT, critic_instruction, second_turn, user
 from binac_core.grading.math import is_correct
-from binac_core.prompts import MATH_CRITIC, MATH_FORMAT, critic_instruction, second_turn, user
 
 
 def actor_messages(row: dict) -> list[dict]:
@@ -21,7 +21,7 @@ def actor_messages(row: dict) -> list[dict]:
 
 def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
     """The problem and the attempt; there is no execution result to show. `verdict`: ask for
-    a verdict line (`binac_core.prompts.critic_instruction`)."""
+    a verdict line (`binac_core.benchmarks.prompts.critic_instruction`)."""
     return user(f"{critic_instruction(MATH_CRITIC, verdict, 'attempt')}\n\nProblem:\n{row['question']}\n\nStudent attempt:\n{attempt}\n\nHints:")
 
 

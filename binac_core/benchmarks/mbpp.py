@@ -1,14 +1,14 @@
 """MBPP: lm-eval's prompt, a programming-mentor critic who is shown the execution result of the attempt on the
-benchmark's asserts, and the sandbox grader (`binac_core.grading.code`); the rows come from `binac_core.data`."""
+benchmark's asserts, and the sandbox grader (`binac_core.grading.code`); the rows come from `binac_core.benchmarks.data`."""
 
 from __future__ import annotations
 
 from functools import partial
 
+from binac_core.benchmarks.data import load_benchmark, problem_rows
 from binac_core.benchmarks.interface import Benchmark
-from binac_core.data import load_benchmark, problem_rows
+from binac_core.benchmarks.prompts import CODE_CRITIC, CODE_FORMAT, critic_instruction, second_turn, user
 from binac_core.grading.code import extract_program, verdict
-from binac_core.prompts import CODE_CRITIC, CODE_FORMAT, critic_instruction, second_turn, user
 
 
 def actor_messages(row: dict) -> list[dict]:
@@ -17,7 +17,7 @@ def actor_messages(row: dict) -> list[dict]:
 
 def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
     """The task, the program extracted from the attempt, and its execution result (`(not run)` without one).
-    `verdict`: ask for a verdict line (`binac_core.prompts.critic_instruction`)."""
+    `verdict`: ask for a verdict line (`binac_core.benchmarks.prompts.critic_instruction`)."""
     result = execution_result or "(not run)"
     return user(
         f"{critic_instruction(CODE_CRITIC, verdict, 'solution')}\n\nTask:\n{row['question']}\n\nSolution:\n```python\n{extract_program(attempt).strip()}\n```"

@@ -17,7 +17,7 @@ cancels it, and "step k is wrong" is a short hint that fixes an attempt. (Multip
 This module holds the problems (seeded generation, disjoint train/eval splits), the chat prompts of the three
 roles (actor, critic, refinement), the grader, the rule-based oracle critic and the analysis of a feedback
 against the first wrong step: the `synthetic` benchmark. The noisy teacher whose solutions, critiques and
-refinements make the pretraining corpus lives with pretraining (`binac_core.pretrain_teacher`). It does not
+refinements make the pretraining corpus lives with pretraining (`binac_core.model.pretrain_teacher`). It does not
 tokenize or touch models.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from binac_core.benchmarks.interface import Benchmark, FeedbackAnalysis
 from binac_core.errors import BinacError
-from binac_core.verdict import VerdictSyntax
+from binac_core.rl.verdict import VerdictSyntax
 
 MOD = 10
 """The one-digit family's modulus (the default `task.modulus`)."""
@@ -46,7 +46,7 @@ _START_RE = re.compile(r"^(\d+)")
 _NAMED_RE = re.compile(r"Step (\d+) is wrong")
 VERDICT_SYNTAX = VerdictSyntax(correct=re.compile(re.escape(LOOKS_CORRECT)),
                                incorrect=re.compile(rf"{_NAMED_RE.pattern}|{re.escape(CHECK_YOUR_WORK)}"))
-"""The synthetic feedback's verdict (`binac_core.verdict`): `Looks correct.` is `correct`; a named step
+"""The synthetic feedback's verdict (`binac_core.rl.verdict`): `Looks correct.` is `correct`; a named step
 (`Step k is wrong.`) or `Check your work.` (the oracle's words for right steps under a wrong or missing answer)
 is `incorrect`; anything else, or both, is `none`. The critic prompt is unchanged by `critic.verdict`."""
 _ANSWER_RE = re.compile(r"A:\s*([^\s.]*)")

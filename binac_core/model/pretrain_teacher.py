@@ -1,0 +1,124 @@
+"""The noisy teacher that writes the tiny base model's pretraining corpus (`binac_core.model.pretrain`).
+
+On the synthetic task family (`binac_core.benchmarks.synthetic`, either modulus): solution traces whose steps go
+wrong with some probability (later steps build on the wrong value), mediocre critiques (helpful, misleading or
+vague), and the second answer a feedback-following student writes. Not a benchmark: nothing but pretraining
+reads it.
+
+The rules, which decide what a critic trained against this base can gain:
+- **solve**: each step's result is wrong with prob `task.step_error_rate` (a value drawn uniformly from the
+  other values of the modulus), later steps build on it;
+- **critique**: helpful (the oracle's feedback: `Looks correct.` on a step-correct attempt, else its first wrong
+  step) with prob `task.critic_helpful_rate`; misleading with prob `task.critic_misleading_rate`, which on an
+  attempt with a wrong step is *approval* (`Looks correct.`) with prob `task.critic_false_approval_rate` and
+  otherwise names a step that is right, and on a step-correct attempt names a right step; vague otherwise;
+- **refine** after approval: always a copy of the attempt, errors included (`task.approval_refinement`: every
+  step, or the answer line alone); after a step hint: the steps before
+  it kept, the named step redone (its right value when it was wrong; another value when it was right: the student
+  trusts the critic), the steps after it with the same noise as a first attempt; after anything else: a fresh
+  solve with first-attempt noise.
+With `critic_false_approval_rate` > 0, approval is followed by a right answer only when the attempt was right, so
+a base model learns "after approval, copy" and not "after approval, write a correct solution" (the first study's
+shortcut, issue 21); the best critic against it approves right attempts and names the first wrong step of wrong
+ones. At 0 (`tiny`, `micro`, the first study) approval is the helpful branch's alone and follows right attempts
+only.
+"""
+
+from __future__ import annotations
+
+import random
+
+from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
+from binac_core.benchmarks.synthetic import (
+    CHECK_YOUR_WORK,
+    LOOKS_CORRECT,
+    Step,
+    apply_op,
+    final_answer,
+    make_row,
+    name_step,
+    named_step,
+    oracle_feedback,
+    parse_question,
+    parse_steps,
+    render_trace,
+    width_of,
+)
+
+
+def _wrong_value(rng: random.Random, right: int, width: int) -> int:
+    """A value other than `right`, uniform over the modulus 10 ** width."""
+    return rng.choice([d for d in range(10**width) if d != right])
+
+
+def _continue(value: int, ops: list[tuple[str, int]], rng: random.Random, error_rate: float,
+              width: int) -> list[Step]:
+    """Steps from `value` on; each result is wrong with prob `error_rate` and later steps build on it."""
+    steps = []
+    for op, b in ops:
+        right = apply_op(value, op, b, 10**width)
+        step = Step(value, op, b, _wrong_value(rng, right, width) if rng.random() < error_rate else right, width)
+        steps.append(step)
+        value = step.c
+    return steps
+
+
+def teacher_solve(question: str, rng: random.Random, error_rate: float) -> str:
+    """A noisy solution trace: each step wrong with prob `error_rate`, errors propagate consistently."""
+    start, ops = parse_question(question)
+    return render_trace(_continue(start, ops, rng, error_rate, width_of(question)))
+
+
+def teacher_critique(
+    question: str, attempt: str, rng: random.Random, helpful_rate: float, misleading_rate: float,
+    false_approval_rate: float = 0.0,
+) -> str:
+    """A mediocre critique of a teacher attempt: helpful, misleading or vague, in these proportions (the
+    module's rules).
+
+    Helpful is the oracle's feedback (the first wrong step, or `Looks correct.`); misleading, on an attempt with a
+    wrong step, is `Looks correct.` with prob `false_approval_rate`, else (and on a step-correct attempt) it names
+    a step whose result is right for its written operands (falls back to vague when there is none); vague is
+    `SELF_CORRECT_FEEDBACK` or `Check your work.`. Expects a well-formed attempt (teacher traces are). At
+    `false_approval_rate` 0 it draws exactly the random numbers it drew before that option existed.
+    """
+    u = rng.random()
+    helpful = oracle_feedback(make_row(question), attempt)
+    if u < helpful_rate:
+        return helpful
+    if u < helpful_rate + misleading_rate:
+        if false_approval_rate > 0 and named_step(helpful) is not None and rng.random() < false_approval_rate:
+            return LOOKS_CORRECT
+        pieces = parse_steps(attempt, width_of(question))
+        fine = [k for k, p in enumerate(pieces, 1) if isinstance(p, Step) and p.locally_right]
+        fine = [k for k in fine if k != named_step(helpful)]
+        if fine:
+            return name_step(rng.choice(fine))
+    return rng.choice([SELF_CORRECT_FEEDBACK, CHECK_YOUR_WORK])
+
+
+def teacher_refine(question: str, attempt: str, feedback: str, rng: random.Random, error_rate: float,
+                   approval_refinement: str = "copy") -> str:
+    """The second answer a feedback-following student writes.
+
+    `Looks correct.`: copy the attempt (`approval_refinement` `copy`), or only its answer line (`answer`: `A: 08`;
+    an attempt without one is copied whole). `Step k is wrong`: keep steps before k, then change step k (its right
+    value if the attempt's was wrong, otherwise any other value: the student trusts the critic), then go on with
+    teacher noise. Anything else (vague): solve again from scratch, with noise.
+    """
+    start, ops = parse_question(question)
+    width = width_of(question)
+    pieces = parse_steps(attempt, width)
+    k = named_step(feedback)
+    if LOOKS_CORRECT in feedback:
+        answer = final_answer(attempt)
+        return f"A: {answer}" if approval_refinement == "answer" and answer is not None else attempt.strip()
+    if k is None or not 1 <= k <= min(len(ops), len(pieces)) or not all(isinstance(p, Step) for p in pieces):
+        return teacher_solve(question, rng, error_rate)
+    kept: list[Step] = pieces[: k - 1]  # type: ignore[assignment]
+    value = kept[-1].c if kept else start
+    op, b = ops[k - 1]
+    right = apply_op(value, op, b, 10**width)
+    old = pieces[k - 1].c  # type: ignore[union-attr]
+    redone = Step(value, op, b, right if old != right else _wrong_value(rng, old, width), width)
+    return render_trace(kept + [redone] + _continue(redone.c, ops[k:], rng, error_rate, width))

@@ -1,0 +1,681 @@
+"""The report of a study (flows/study.py): protocol, the base model's regimes and the shortcut check, tables on both
+budget axes, the pre-registered hypotheses' verdicts, a pilot's choice of settings, plots with seed bands. It
+implements the rules of studies/sparse-feedback-v2.design.md mechanically.
+
+Input: the study (`binac_core.runs.study.Study`), the base measurements by difficulty (`binac_core.runs.regimes`), the
+regimes' difficulties, the study's own deviations, and per run {regime, difficulty, method, variant, seed,
+finished, state, metrics: {MLflow metric: {step: value}}, actor_train_per_iteration, generated_per_iteration}.
+Only finished runs are read. Every number is a mean over the seeds with its 95 % Student-t interval
+(`stats.t_interval`); comparisons between methods are paired by seed (the difference per seed, then its
+interval; `paired`). Verdicts follow fixed rules, written before any result:
+
+- a claim "A > B" is *supported* when the paired difference's interval lies above 0, *not supported* when it lies
+  below 0, *inconclusive* otherwise (one seed: inconclusive); a claim made of several comparisons is supported
+  when all are, not supported when any is, inconclusive otherwise (`verdict`); a hypothesis over both regimes is
+  such a claim over the comparisons of both;
+- a comparison without a paired seed has no data: a hypothesis with no data at all, or one whose available
+  comparisons are not decisive (none is "not supported") while some lack data, reads *inconclusive (no data)*;
+- H5's first half ("GRPO's zero_adv_frac at iteration 1 is at least 0.5") is read on the mean over seeds;
+- H6 has its own margin rule (`margin_verdict`): *not supported* when the interval of binac's held-out
+  `critic_approves_wrong` (last − step 0) has its lower end above 0 (checked first: a significant rise, however
+  small, is drift), *supported* when its upper end is below +0.05, *inconclusive* otherwise.
+
+Reading points. "Equal iterations" reads each run's last evaluation (the study's final iteration). A run's
+equal-budget point on an axis (actor training samples, generated samples; `binac_core.rl.methods`) is its first
+evaluation at an iteration whose cumulative count (iteration × the run's per-iteration count) reaches the axis's
+total (`study.equal_budget_totals`: GRPO's final counts); every table labels the iteration and the exact counts
+reached there by that method, never the nominal total. A method with 0 per iteration on an axis (critic_only's
+actor training samples) never reaches it. Step 0 is before any update (the same base for every method).
+
+A pilot (a study with `variants`) gets a table per method with variants: the selection metric (`study.select`)
+at each run's last evaluation, mean ± interval over seeds, and the chosen variant (`choose_variant`): the highest
+mean; means within 0.001 (0.1 point) of it tie, and a tie goes to the variant whose override values sort
+smallest (the values in the order of the override names, sorted: `train.critic_lr` before `train.t_high`, so the
+smaller learning rate first, then fewer passes). The section ends with the chosen values merged, for the main
+study file. The hypotheses are not tested in a pilot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from binac_core.reports.critic_health import EXPLAINED, health_table
+from binac_core.reports.plots import METHOD_ORDER, seed_band
+from binac_core.reports.stats import t_interval, wilson_interval
+from binac_core.rl.methods import method_spec
+from binac_core.runs.study import equal_budget_totals
+
+ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
+AXES = {"actor_train": ("actor training samples", "actor_train_per_iteration"),
+        "generated": ("generated samples", "generated_per_iteration")}
+"""Budget axis -> (its name in the report, the run dict's per-iteration count)."""
+TIE = 0.001
+"""A pilot's means within this of the highest tie (0.1 point; the design)."""
+H6_MARGIN = 0.05
+"""H6: an increase of binac's approves_wrong below this (5 points) still counts as "no higher" (the design)."""
+SOURCES = (("initial_critic", "initial critic"), ("oracle", "oracle"), ("self_correct", "fixed self-correction"),
+           ("approve", "approval"))
+NO_DATA = "inconclusive (no data)"
+FEEDBACK_RUNS = ("binac", "binac_lam0", "binac_after")
+"""H4's three critic rewards, side by side."""
+
+
+def build_study_report(st, measured: dict, difficulties: dict, deviations: list[str], runs: list[dict],
+                       out_dir: Path) -> dict:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = [r for r in runs if r["finished"]]
+    totals = equal_budget_totals(st)
+    lines = [f"# Study `{st.name}`: results", ""]
+    if len(done) < len(runs):
+        lines += [f"**Partial: {len(done)} of {len(runs)} runs finished.** Every number below is over the finished "
+                  "runs only (the seed count is given per cell when it is not the study's).", ""]
+    lines += _protocol(st, totals, runs, len(done))
+    lines += _regimes(st, measured, difficulties)
+    files = []
+    for regime in st.regimes:
+        rr = [r for r in done if r["regime"] == regime.name]
+        lines += [f"## Regime `{regime.name}` (difficulty {difficulties[regime.name]})", ""]
+        lines += _accuracy_table(st, rr, "(a) equal iterations (each run's last evaluation)", last_eval)
+        for axis, (label, _) in AXES.items():
+            part = "(b)" if axis == "actor_train" else "(c)"
+            lines += _accuracy_table(st, rr, f"{part} the equal-budget point on {label} ({totals[axis]} = "
+                                             f"{st.equal_samples_method}'s total)",
+                                     partial(_point_step, axis=axis, total=totals[axis]), axis=axis)
+        lines += _critic_tables(st, rr)
+        png = out_dir / f"study-{regime.name}.png"
+        if rr:
+            _plot(st, rr, png, regime.name, totals)
+            files.append(str(png))
+            lines += [f"![{regime.name}: accuracy on both budget axes, zero_adv_frac, held-out critic measures]"
+                      f"({png.name})", ""]
+    if st.variants:
+        lines += _pilot(st, done)
+        lines += ["## Hypotheses", "", "Not tested in a pilot: its runs only choose the main study's settings.", ""]
+    else:
+        lines += _hypotheses(st, done, totals)
+    lines += ["## Deviations recorded by the study itself", ""]
+    lines += [f"- {d}" for d in deviations] or ["- none"]
+    failed = [r for r in runs if not r["finished"]]
+    if failed:
+        lines += ["", "Runs not finished: " + ", ".join(f"{r['regime']}/{_arm_name(r['method'], r.get('variant', ''))}"
+                                                        f"/s{r['seed']} ({r.get('state')})" for r in failed)]
+    text = "\n".join(lines) + "\n"
+    (out_dir / "report.md").write_text(text)
+    return {"text": text, "files": [str(out_dir / "report.md"), *files]}
+
+
+# --------------------------------------------------------------------------- reading runs
+
+
+def _evals(r: dict, name: str) -> dict[int, float]:
+    return {int(k): v for k, v in r["metrics"].get(f"eval/{name}", {}).items()}
+
+
+def last_eval(r: dict) -> int | None:
+    """The run's last evaluation (its iteration), None without one."""
+    steps = _evals(r, "acc_single")
+    return max(steps) if steps else None
+
+
+def budget_point(r: dict, axis: str, total: int) -> tuple[int, int] | None:
+    """(iteration, exact count reached) of the run's first evaluation whose cumulative count on `axis`
+    (`actor_train` or `generated`: iteration × the run's per-iteration count) reaches `total`; None when it never
+    does (0 per iteration, or no evaluation that far)."""
+    per = r[AXES[axis][1]]
+    if not per:
+        return None
+    steps = [s for s in _evals(r, "acc_single") if s * per >= total]
+    return (min(steps), min(steps) * per) if steps else None
+
+
+def _point_step(r: dict, axis: str, total: int) -> int | None:
+    point = budget_point(r, axis, total)
+    return point[0] if point else None
+
+
+def _never(r: dict, axis: str) -> str:
+    if not r[AXES[axis][1]]:
+        return "never (actor not trained)" if axis == "actor_train" else "never (nothing generated)"
+    last = last_eval(r)
+    return "not reached" + (f" (last evaluation: iteration {last})" if last is not None else "")
+
+
+def _of(rr: list[dict], method: str, variant: str = "") -> list[dict]:
+    return [r for r in rr if r["method"] == method and r.get("variant", "") == variant]
+
+
+def _values(runs: list[dict], name: str, at) -> dict[int, float]:
+    """seed -> eval metric `name` at step `at(run)` (the runs of one arm)."""
+    out = {}
+    for r in runs:
+        step = at(r)
+        v = _evals(r, name).get(step) if step is not None else None
+        if v is not None:
+            out[r["seed"]] = v
+    return out
+
+
+def _train_at(runs: list[dict], name: str, step: int) -> dict[int, float]:
+    return {r["seed"]: r["metrics"][f"train/{name}"][step] for r in runs
+            if step in r["metrics"].get(f"train/{name}", {})}
+
+
+def _train_mean(runs: list[dict], name: str) -> dict[int, float]:
+    out = {}
+    for r in runs:
+        vals = [v for v in r["metrics"].get(f"train/{name}", {}).values() if v is not None and not math.isnan(v)]
+        if vals:
+            out[r["seed"]] = statistics.fmean(vals)
+    return out
+
+
+def _cell(values: dict[int, float], scale: float = 100.0, digits: int = 1, seeds: int | None = None,
+          sign: bool = False) -> str:
+    """mean ± 95 % t half-width over seeds (scaled); the seed count when it is not the study's."""
+    if not values:
+        return "–"
+    mean, half = t_interval(list(values.values()))
+    n = f" (n={len(values)})" if len(values) != seeds else ""
+    fmt = f"{'+' if sign else ''}.{digits}f"
+    if math.isnan(half):
+        return f"{scale * mean:{fmt}}{n}"
+    return f"{scale * mean:{fmt}} ± {scale * half:.{digits}f}{n}"
+
+
+def _arms(st) -> list[tuple[str, str]]:
+    """(method, variant) in report order: METHOD_ORDER, each method's variants in the study file's order."""
+    methods = [m for m in METHOD_ORDER if m in st.methods] + [m for m in st.methods if m not in METHOD_ORDER]
+    return [(m, v) for m in methods for v in (st.variants.get(m) or {"": {}})]
+
+
+def _arm_name(method: str, variant: str) -> str:
+    return f"{method} [{variant}]" if variant else method
+
+
+def _per_iteration(st, runs: list[dict], method: str) -> dict[str, int]:
+    """The method's per-iteration counts on both axes: as the runs carry them, else from the study's config."""
+    for r in runs:
+        if r["method"] == method:
+            return {axis: r[key] for axis, (_, key) in AXES.items()}
+    spec, cfg = method_spec(method), st.config()
+    return {"actor_train": spec.actor_train_samples_per_iteration(cfg),
+            "generated": spec.generated_samples_per_iteration(cfg)}
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.1f} %"
+
+
+# --------------------------------------------------------------------------- protocol and regimes
+
+
+def _protocol(st, totals: dict[str, int], runs: list[dict], done: int) -> list[str]:
+    cfg = st.config()
+    g, t = cfg.generation, cfg.train
+    mu = t.lam * (1 + t.alpha_shaping)
+    lines = [
+        "## Protocol", "",
+        f"Study file `{st.path.as_posix()}` (key `{st.key()}`), preset `{st.preset}`; {len(runs)} runs "
+        f"({len(st.regimes)} regimes × {len(_arms(st))} method arms × seeds {', '.join(map(str, st.seeds))}), "
+        f"{done} finished. Every run: {st.iterations} iterations of B = {t.batch_problems} problems × "
+        f"G = {t.group_size} attempts, K = {t.critic_group_size} feedbacks per attempt for every method with a second "
+        f"turn. binac's critic reward: (1 + μ)·r1(θ) − μ·r1(θ⁺) with μ = train.lam·(1 + train.alpha_shaping) = "
+        f"{t.lam:g}·(1 + {t.alpha_shaping:g}) = {mu:g}: this μ is the λ of the registered form (1 + λ)·r1(θ) − "
+        f"λ·r1(θ⁺). Held-out evaluation: {cfg.task.n_test} "
+        f"problems × {g.eval_samples} sample(s), temperature {g.eval_temperature}, at step 0, every "
+        f"{st.eval_every} iterations and at the equal-budget points of both axes. Protocols: `acc_single` (actor "
+        "alone), `acc_feedback` (one feedback from the method's own feedback source, then one refinement; "
+        "unassisted), `acc_gated_k2` (verifier-gated, up to 2 feedback rounds: oracle-assisted). Cells: mean ± 95 % "
+        "t-interval over seeds, in % unless stated.", "",
+        f"**Budget axes** (binac_core/rl/methods.py): *actor training samples*, the sequences the actor's loss is "
+        f"computed on (never the look-ahead refinements), and *generated samples*, every sequence sampled from the "
+        f"actor or the critic. The equal-budget totals are {st.equal_samples_method}'s after {st.iterations} "
+        f"iterations: **{totals['actor_train']} actor training samples** and **{totals['generated']} generated "
+        "samples**. A method's equal-budget point on an axis is its first iteration whose cumulative count reaches "
+        "the total (planned below; the tables give what each run reached).", "",
+        "| method | actor training samples / iteration | generated samples / iteration | after all iterations "
+        "(actor training, generated) | equal-budget point, actor training: iteration (count) | equal-budget point, "
+        "generated: iteration (count) |", "| --- | --- | --- | --- | --- | --- |"]
+    for m in dict.fromkeys(m for m, _ in _arms(st)):
+        per = _per_iteration(st, runs, m)
+        planned = []
+        for axis in AXES:
+            if not per[axis]:
+                planned.append("never (actor not trained)" if axis == "actor_train" else "never")
+                continue
+            it = math.ceil(totals[axis] / per[axis])
+            planned.append(f"{it} ({it * per[axis]})" if it <= st.iterations else
+                           f"not within {st.iterations} iterations")
+        lines.append(f"| {m} | {per['actor_train']} | {per['generated']} | {per['actor_train'] * st.iterations}, "
+                     f"{per['generated'] * st.iterations} | {planned[0]} | {planned[1]} |")
+    return lines + [""]
+
+
+def _rule_text(regime) -> str:
+    if regime.rule is None:
+        return "fixed in the study file"
+    r = regime.rule
+    what = {"all_wrong_frac_at_least": "the smallest difficulty whose all-wrong share is at least",
+            "single_closest_to": "the difficulty whose single-turn accuracy is closest to"}.get(r.kind, r.kind)
+    extra = f", otherwise `{r.otherwise}`" if r.kind == "all_wrong_frac_at_least" else ""
+    return f"rule `{r.kind}: {r.value:g}` ({what} {r.value:g}, searched {r.search[0]}–{r.search[1]}{extra})"
+
+
+def _wilson_cell(share, n) -> str:
+    if share is None or not n:
+        return "–" if not n else "– (n=0)"
+    k = round(share * n)
+    lo, hi = wilson_interval(k, n)
+    return f"{100 * share:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] ({k} of {n})"
+
+
+def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
+    lines = ["## The regimes (base model only, before any RL run)", "",
+             f"Held-out problems, G = {st.group_size} first attempts each, measurement seed {st.measure_seed}, "
+             "the base model without adapters (binac_core/runs/regimes.py).", "",
+             "| difficulty | single-turn | all-wrong groups | zero_adv_frac |", "| --- | --- | --- | --- |"]
+    for d, m in sorted(measured.items()):
+        zero = m.get("zero_adv_frac")
+        lines.append(f"| {d} | {_pct(m.get('single'))} | {_num(m.get('all_wrong_frac'))} | {_num(zero)} |")
+    by_name = {r.name: r for r in st.regimes}
+    lines += ["", "Chosen:", ""]
+    lines += [f"- `{name}` = difficulty {d}: {_rule_text(by_name[name])}" if name in by_name else
+              f"- `{name}` = difficulty {d}" for name, d in difficulties.items()]
+    lines += ["", "Bounds of feedback at the chosen difficulties (each first attempt gets one second turn per source; "
+              "fixed = wrong → right, broken = right → wrong, as shares of all attempts; approval = \"Looks "
+              "correct.\" whatever the attempt):", "",
+              "| regime | single-turn | " + " | ".join(label for _, label in SOURCES) + " |",
+              "| --- | --- | " + " | ".join("---" for _ in SOURCES) + " |"]
+    for r, d in difficulties.items():
+        m = measured.get(d, {})
+        cells = [f"{_pct(m.get(s))} (fixed {_pct(m.get(s + '_fixed'))}, broken {_pct(m.get(s + '_broken'))})"
+                 if m.get(s) is not None else "–" for s, _ in SOURCES]
+        lines.append(f"| {r} (d{d}) | {_pct(m.get('single'))} | " + " | ".join(cells) + " |")
+    lines += ["", "**The shortcut check.** Every first attempt is given \"Looks correct.\"; over the attempts with a "
+              "first wrong step, the share whose refinement is right (a base that copies after approval gives ~0; "
+              "95 % Wilson interval) and the share of refinements that keep the attempt's answer (a copy of every step "
+              "or of the answer line alone); then the same right-share "
+              "over the wrong-step attempts the initial critic itself approved (refined after its own feedback):", "",
+              "| regime | wrong-step attempts | right after approval | keeps the attempt's answer | wrong-step attempts the "
+              "initial critic approved | right after its approval |", "| --- | --- | --- | --- | --- | --- |"]
+    for r, d in difficulties.items():
+        m = measured.get(d, {})
+        n, cn = m.get("shortcut_n"), m.get("critic_approved_wrong_n")
+        lines.append(f"| {r} (d{d}) | {n if n is not None else '–'} | {_wilson_cell(m.get('shortcut_right'), n)} | "
+                     f"{_pct(m.get('shortcut_copy'))} | {cn if cn is not None else '–'} | "
+                     f"{_wilson_cell(m.get('critic_approved_wrong_right'), cn)} |")
+    lines += ["", "The initial critic (the base model in the critic role) on the same attempts:", "",
+              "| regime | hits the first error | false alarm | approves wrong | agrees with the oracle |",
+              "| --- | --- | --- | --- | --- |"]
+    for r, d in difficulties.items():
+        m = measured.get(d, {})
+        lines.append(f"| {r} (d{d}) | " + " | ".join(_pct(m.get(k)) for k in (
+            "critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_agrees_with_oracle"))
+            + " |")
+    return lines + [""]
+
+
+def _num(v) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
+# --------------------------------------------------------------------------- per regime
+
+
+def _accuracy_table(st, rr: list[dict], title: str, at, axis: str | None = None) -> list[str]:
+    cell = partial(_cell, seeds=len(st.seeds))
+    lines = [f"**At {title}**", "",
+             "| method | iteration | actor training samples | generated samples | " + " | ".join(ACC) + " |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for _ in ACC) + " |"]
+    for m, v in _arms(st):
+        runs = _of(rr, m, v)
+        if not runs:
+            lines.append(f"| {_arm_name(m, v)} | – | – | – | " + " | ".join("–" for _ in ACC) + " |")
+            continue
+        steps = sorted({at(r) for r in runs if at(r) is not None})
+        if not steps:
+            reasons = sorted({_never(r, axis) for r in runs}) if axis else ["no evaluation"]
+            lines.append(f"| {_arm_name(m, v)} | {'; '.join(reasons)} | – | – | " + " | ".join("–" for _ in ACC) +
+                         " |")
+            continue
+        counts = {a: ", ".join(sorted({str(at(r) * r[key]) for r in runs if at(r) is not None}, key=int))
+                  for a, (_, key) in AXES.items()}
+        lines.append(f"| {_arm_name(m, v)} | {', '.join(map(str, steps))} | {counts['actor_train']} | "
+                     f"{counts['generated']} | " + " | ".join(cell(_values(runs, a, at)) for a in ACC) + " |")
+    return lines + [""]
+
+
+def _critic_tables(st, rr: list[dict]) -> list[str]:
+    cell = partial(_cell, seeds=len(st.seeds))
+    lines = ["**Advantage collapse and the critic, on the training batches** (iteration 1 = the base policies; means "
+             "over all iterations; `critic_signal` in [−1, 1], the rest in %)", "",
+             "| method | zero_adv_frac (it. 1) | refine_zero_adv_frac (it. 1) | critic_signal (mean) | "
+             "critic_useful_mixed_frac (mean) | feedback_gain (mean, points) |", "| --- | --- | --- | --- | --- | --- |"]
+    for m, v in _arms(st):
+        runs = _of(rr, m, v)
+        lines.append(f"| {_arm_name(m, v)} | {cell(_train_at(runs, 'zero_adv_frac', 1))} | "
+                     f"{cell(_train_at(runs, 'refine_zero_adv_frac', 1))} | "
+                     f"{cell(_train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} | "
+                     f"{cell(_train_mean(runs, 'critic_useful_mixed_frac'))} | "
+                     f"{cell(_train_mean(runs, 'feedback_gain'), sign=True)} |")
+    lines += ["", "**The critic on held-out attempts** (the `feedback` protocol: the method's own feedback source on "
+              "its actor's attempts, step 0 → last evaluation; the frozen base critic on the same attempts at the "
+              "last evaluation, for the methods that train their critic; in %)", "",
+              "| method | hits first error | false alarm | approves wrong | frozen critic: hits first error | "
+              "frozen: false alarm | frozen: approves wrong |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for m, v in _arms(st):
+        runs = _of(rr, m, v)
+        own = [f"{cell(_values(runs, k, lambda r: 0))} → {cell(_values(runs, k, last_eval))}"
+               for k in ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong")]
+        frozen = [cell(_values(runs, f"frozen_{k}", last_eval))
+                  for k in ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong")]
+        lines.append(f"| {_arm_name(m, v)} | " + " | ".join(own + frozen) + " |")
+    return lines + [""] + _critic_health(st, rr)
+
+
+def _critic_health(st, rr: list[dict]) -> list[str]:
+    """The critic health table (`binac_core.reports.critic_health`): per arm with verdicts, at step 0 and at its last
+    evaluation."""
+    def at(runs: list[dict], step) -> Callable[[str], list[float]]:
+        return lambda measure: list(_values(runs, f"critic/{measure}", step).values())
+
+    rows = [(f"{_arm_name(m, v)}, {label}", at(_of(rr, m, v), step)) for m, v in _arms(st)
+            if any(_evals(r, "critic/verdict_accuracy") for r in _of(rr, m, v))
+            for label, step in (("step 0", lambda r: 0), ("last", last_eval))]
+    if not rows:
+        return []
+    return ["**Critic health on held-out attempts**, mean ± 95 % t-interval over seeds:", "", *health_table(rows),
+            "", EXPLAINED, ""]
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, int]:
+    """(mean, half-width, n) of the per-seed differences a − b over the seeds both have."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return math.nan, math.nan, 0
+    mean, half = t_interval([a[s] - b[s] for s in seeds])
+    return mean, half, len(seeds)
+
+
+def _state(diff: tuple[float, float, int]) -> str:
+    mean, half, n = diff
+    if n < 2 or math.isnan(half):
+        return "inconclusive"
+    if mean - half > 0:
+        return "supported"
+    if mean + half < 0:
+        return "not supported"
+    return "inconclusive"
+
+
+def verdict(diffs: list[tuple[float, float, int]]) -> str:
+    """The fixed rule of the module doc over claims "difference > 0"."""
+    states = [_state(d) for d in diffs]
+    if "not supported" in states:
+        return "not supported"
+    return "supported" if states and all(s == "supported" for s in states) else "inconclusive"
+
+
+def margin_verdict(diff: tuple[float, float, int], margin: float = H6_MARGIN) -> str:
+    """H6's rule over a difference (last − step 0): not supported when the interval's lower end is above 0 (a
+    significant rise, however small: checked first), supported when its upper end is below `margin`,
+    inconclusive otherwise (one seed: inconclusive; no seed: no data)."""
+    mean, half, n = diff
+    if n == 0:
+        return NO_DATA
+    if n < 2 or math.isnan(half):
+        return "inconclusive"
+    if mean - half > 0:
+        return "not supported"
+    if mean + half < margin:
+        return "supported"
+    return "inconclusive"
+
+
+def claim(diffs: list[tuple[float, float, int]]) -> str:
+    """`verdict` over the comparisons with data; without data for some: not supported when an available one is,
+    inconclusive (no data) otherwise."""
+    have = [d for d in diffs if d[2] > 0]
+    if "not supported" in (_state(d) for d in have):
+        return "not supported"
+    if not have or len(have) < len(diffs):
+        return NO_DATA
+    return verdict(have)
+
+
+def _combine(states: list[str]) -> str:
+    """Per-part verdicts combined like the comparisons of one claim (no data as in `claim`)."""
+    if "not supported" in states:
+        return "not supported"
+    if not states or NO_DATA in states:
+        return NO_DATA
+    return "supported" if all(s == "supported" for s in states) else "inconclusive"
+
+
+def _d(diff: tuple[float, float, int], scale: float = 100.0) -> str:
+    mean, half, n = diff
+    if n == 0:
+        return "no paired seeds"
+    return f"{scale * mean:+.1f} ± {scale * half:.1f} (n={n})" if not math.isnan(half) else f"{scale * mean:+.1f} (n=1)"
+
+
+def _points(runs: list[dict], axis: str, total: int) -> str:
+    """The iterations and exact counts at which these runs reached the axis's total."""
+    found = sorted({budget_point(r, axis, total) for r in runs} - {None})
+    if found:
+        return ", ".join(f"iteration {it} ({count})" for it, count in found)
+    return "; ".join(sorted({_never(r, axis) for r in runs})) or "no runs"
+
+
+def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
+    main = [r for r in done if not r.get("variant")]
+    by_regime = {reg.name: [r for r in main if r["regime"] == reg.name] for reg in st.regimes}
+    sparse = by_regime.get("sparse", [])
+    cell = partial(_cell, seeds=len(st.seeds))
+    at_last, at_0 = last_eval, (lambda r: 0)
+    lines = ["## Hypotheses", "",
+             "The design's verdict rules (studies/sparse-feedback-v2.design.md, module doc of "
+             "binac_core/reports/study_report.py) are applied mechanically: nothing below is judged by hand. Differences in "
+             "points, paired by seed, mean ± 95 % t half-width; \"last\" is each run's last evaluation "
+             f"(iteration {st.iterations}). A hypothesis without data reads \"{NO_DATA}\"."
+             + ("" if "sparse" in by_regime else " The study has no regime named `sparse`: H1, H2 and H5 have no "
+                "data."), ""]
+
+    def order(rr, at, name="acc_single"):
+        b, f, g = (_values(_of(rr, m), name, at) for m in ("binac", "fixed_critic", "grpo"))
+        return paired(b, f), paired(f, g)
+
+    d1, d2 = order(sparse, at_last)
+    lines.append(f"- **H1** (sparse, equal iterations, final acc_single: binac > fixed_critic and fixed_critic > "
+                 f"grpo): **{claim([d1, d2])}**. binac − fixed_critic {_d(d1)}; fixed_critic − grpo {_d(d2)}.")
+    at = {axis: partial(_point_step, axis=axis, total=totals[axis]) for axis in AXES}
+    d1, d2 = order(sparse, at["actor_train"])
+    g1, g2 = order(sparse, at["generated"])
+    pts = {axis: "; ".join(f"{m} {_points(_of(sparse, m), axis, totals[axis])}"
+                           for m in ("binac", "fixed_critic", "grpo")) for axis in AXES}
+    lines.append(f"- **H2** (sparse, the same at the equal-budget point on actor training samples, "
+                 f"{totals['actor_train']}): **{claim([d1, d2])}**. binac − fixed_critic {_d(d1)}; fixed_critic − "
+                 f"grpo {_d(d2)}. Points reached: {pts['actor_train']}.")
+    lines.append(f"  - Beside it, not a hypothesis: the same at the equal-budget point on generated samples "
+                 f"({totals['generated']}): binac − fixed_critic {_d(g1)}; fixed_critic − grpo {_d(g2)} (by the same "
+                 f"rule: {claim([g1, g2])}). Points reached: {pts['generated']}.")
+
+    h3_parts, h3_lines = [], []
+    for name, rr in by_regime.items():
+        binac, fixed = _of(rr, "binac"), _of(rr, "fixed_critic")
+        hits = _values(binac, "critic_hits_first_error", at_last)
+        d_time = paired(hits, _values(binac, "critic_hits_first_error", at_0))
+        d_frozen = paired(hits, _values(binac, "frozen_critic_hits_first_error", at_last))
+        d_fixed = paired(hits, _values(fixed, "critic_hits_first_error", at_last))
+        h3_parts.append(claim([d_time, d_frozen]))
+        h3_lines.append(f"  - {name}: **{h3_parts[-1]}**. last − step 0 {_d(d_time)}; binac − frozen critic on "
+                        f"binac's own attempts {_d(d_frozen)}. Beside it: the frozen critic on fixed_critic's "
+                        f"attempts {cell(_values(fixed, 'critic_hits_first_error', at_last))} %, binac − it "
+                        f"{_d(d_fixed)}.")
+    lines.append(f"- **H3** (both regimes: binac's held-out critic_hits_first_error at the last evaluation > at step "
+                 f"0, and > the frozen base critic's on binac's own held-out attempts): **{_combine(h3_parts)}**.")
+    lines += h3_lines
+
+    h4_parts, h4_lines = [], []
+    for name, rr in by_regime.items():
+        d = paired(_values(_of(rr, "binac"), "acc_feedback", at_last),
+                   _values(_of(rr, "binac_lam0"), "acc_feedback", at_last))
+        h4_parts.append(claim([d]))
+        h4_lines.append(f"  - {name}: **{h4_parts[-1]}**. binac − binac_lam0 {_d(d)}.")
+    lines.append(f"- **H4** (both regimes: penalty-form binac > binac_lam0 on final acc_feedback): "
+                 f"**{_combine(h4_parts)}**.")
+    lines += h4_lines
+    lines += ["", "  The three critic rewards side by side (last evaluation; critic_signal: mean over training "
+              "iterations, in [−1, 1]):", "",
+              "  | regime | method | acc_feedback | critic_hits_first_error | critic_approves_wrong | critic_signal |",
+              "  | --- | --- | --- | --- | --- | --- |"]
+    for name, rr in by_regime.items():
+        for m in FEEDBACK_RUNS:
+            runs = _of(rr, m)
+            lines.append(f"  | {name} | {m} | " + " | ".join(cell(_values(runs, k, at_last)) for k in (
+                "acc_feedback", "critic_hits_first_error", "critic_approves_wrong")) +
+                f" | {cell(_train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} |")
+    lines.append("")
+
+    grpo0 = _train_at(_of(sparse, "grpo"), "zero_adv_frac", 1)
+    feedback_methods = [m for m in st.methods if method_spec(m).feedback]
+    diffs = {m: paired(grpo0, _train_at(_of(sparse, m), "refine_zero_adv_frac", 1)) for m in feedback_methods}
+    first = statistics.fmean(grpo0.values()) if grpo0 else math.nan
+    if math.isnan(first):
+        h5 = NO_DATA
+    elif first < 0.5:
+        h5 = "not supported"
+    else:
+        h5 = claim(list(diffs.values())) if diffs else NO_DATA
+    lines.append(f"- **H5** (sparse: GRPO's zero_adv_frac at iteration 1 ≥ 0.5 (mean over seeds), and every feedback "
+                 f"method's refine_zero_adv_frac at iteration 1 (G unshaped r1 per problem, GRPO's group size) lower "
+                 f"than GRPO's zero_adv_frac, paired): **{h5}**. GRPO: {cell(grpo0)} %; GRPO − refinement groups: "
+                 + ("; ".join(f"{m} {_d(d)}" for m, d in diffs.items()) or "no feedback method") + ".")
+
+    h6_parts, h6_lines = [], []
+    for name, rr in by_regime.items():
+        binac = _of(rr, "binac")
+        d = paired(_values(binac, "critic_approves_wrong", at_last), _values(binac, "critic_approves_wrong", at_0))
+        h6_parts.append(margin_verdict(d))
+        h6_lines.append(f"  - {name}: **{h6_parts[-1]}**. last − step 0 {_d(d)}.")
+    lines.append(f"- **H6** (both regimes, no approval drift: binac's held-out critic_approves_wrong at the last "
+                 f"evaluation no higher than at step 0; not supported when the interval of last − step 0 starts above "
+                 f"0, else supported when it ends below +{100 * H6_MARGIN:g} points): **{_combine(h6_parts)}**.")
+    lines += h6_lines
+    return lines + [""]
+
+
+# --------------------------------------------------------------------------- pilot
+
+
+def _sort_key(overrides: dict) -> tuple:
+    """The override values in the order of their names, sorted (numbers before anything else)."""
+    return tuple((0, v, "") if isinstance(v, int | float) and not isinstance(v, bool) else (1, 0, str(v))
+                 for _, v in sorted(overrides.items()))
+
+
+def choose_variant(means: dict[str, float | None], overrides: dict[str, dict], tie: float = TIE) -> str | None:
+    """The design's rule: the variant with the highest mean; means within `tie` of it tie, and a tie goes to the
+    variant whose override values sort smallest (`_sort_key`). None when no variant has data."""
+    scored = {v: m for v, m in means.items() if m is not None and not math.isnan(m)}
+    if not scored:
+        return None
+    best = max(scored.values())
+    tied = [v for v, m in scored.items() if best - m <= tie + 1e-12]
+    return min(tied, key=lambda v: (_sort_key(overrides.get(v, {})), v))
+
+
+def _pilot(st, done: list[dict]) -> list[str]:
+    lines = ["## Pilot: the variants and the chosen settings", "",
+             "The design's rule, applied mechanically: per method with variants, its selection metric (study file "
+             "`select`) at each run's last evaluation, mean ± 95 % t-interval over seeds; the variant with the highest "
+             f"mean is chosen, means within {TIE:g} ({100 * TIE:g} point) of it tie, and a tie goes to the variant "
+             "whose override values sort smallest (the values in the order of the override names, sorted: "
+             "`train.critic_lr` before `train.t_high`, so the smaller learning rate, then fewer passes).", ""]
+    for regime in st.regimes:
+        rr = [r for r in done if r["regime"] == regime.name]
+        merged, conflicts = {}, []
+        lines += [f"### Regime `{regime.name}`", ""]
+        for method in dict.fromkeys(m for m, v in _arms(st) if v):
+            named, metric = st.variants[method], st.select.get(method)
+            if metric is None:
+                lines += [f"**{method}**: no selection metric (study file `select`): nothing chosen.", ""]
+                continue
+            rows, means = [], {}
+            for v, ov in named.items():
+                runs = _of(rr, method, v)
+                vals = _values(runs, metric, last_eval)
+                means[v] = statistics.fmean(vals.values()) if vals else None
+                steps = sorted({last_eval(r) for r in runs} - {None})
+                rows.append((v, ov, _cell(vals, seeds=len(st.seeds)), ", ".join(map(str, steps)) or "–"))
+            chosen = choose_variant(means, named)
+            best = max((m for m in means.values() if m is not None), default=None)
+            lines += [f"**{method}** (selected by held-out `{metric}`)", "",
+                      f"| variant | overrides | {metric} (%) | iteration | chosen |", "| --- | --- | --- | --- | --- |"]
+            for v, ov, c, steps in rows:
+                tied = (v != chosen and means[v] is not None and best is not None and best - means[v] <= TIE + 1e-12)
+                mark = "**chosen**" if v == chosen else ("tie, not chosen" if tied else "")
+                lines.append(f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {c} | {steps} | {mark} |")
+            lines.append("")
+            if chosen is None:
+                lines += [f"{method}: no variant has data: nothing chosen.", ""]
+                continue
+            for k, val in named[chosen].items():
+                if k in merged and merged[k] != val:
+                    conflicts.append(f"{k}: {merged[k]!r} vs {val!r} ({method})")
+                merged.setdefault(k, val)
+        if conflicts:
+            lines += ["Conflicting chosen values (the first kept): " + "; ".join(conflicts) + ".", ""]
+        lines += [f"main-study overrides: {json.dumps(merged, sort_keys=True)}", ""]
+    return lines
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _plot(st, rr: list[dict], png: Path, regime: str, totals: dict[str, int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(18, 9), dpi=100)
+    panels = [(axes[0][0], "eval/acc_single", None, "held-out acc_single (%)"),
+              (axes[0][1], "eval/acc_single", "actor_train", "held-out acc_single (%)"),
+              (axes[0][2], "eval/acc_single", "generated", "held-out acc_single (%)"),
+              (axes[1][0], "train/zero_adv_frac", None, "zero_adv_frac of first-attempt groups (%)"),
+              (axes[1][1], "eval/critic_hits_first_error", None, "held-out critic_hits_first_error (%)"),
+              (axes[1][2], "eval/critic_approves_wrong", None, "held-out critic_approves_wrong (%)")]
+    styles = ("-", "--", ":", "-.")
+    for ax, key, axis, ylabel in panels:
+        for m, v in _arms(st):
+            runs = [r for r in _of(rr, m, v) if r["metrics"].get(key) and (axis is None or r[AXES[axis][1]])]
+            if not runs:
+                continue
+            points: dict[int, list[float]] = {}
+            for r in runs:
+                per = r[AXES[axis][1]] if axis else 1
+                for step, value in r["metrics"][key].items():
+                    points.setdefault(int(step) * per, []).append(value)
+            variants = list(st.variants.get(m) or {"": {}})
+            seed_band(ax, m, points, marker="o" if key.startswith("eval") else None, label=_arm_name(m, v),
+                      linestyle=styles[variants.index(v) % len(styles)])
+        if axis:
+            ax.axvline(totals[axis], color="grey", linewidth=0.8, linestyle=":")
+        ax.set_xlabel(AXES[axis][0] if axis else "iteration")
+        ax.set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{st.name}, regime {regime}: mean over seeds, band = 95 % t-interval over seeds (dotted line: the "
+                 "equal-budget total)")
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)

@@ -1,0 +1,1 @@
+"""The RL algorithm: episodes, scored batches, losses and updates, methods, evaluation protocols."""

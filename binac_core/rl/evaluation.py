@@ -1,0 +1,236 @@
+"""Held-out evaluation under named protocols (each number is reported with its protocol's name):
+
+- `single`:        the actor alone; pass@1 = mean over problems of (correct samples / samples).
+- `feedback`:      actor → feedback → actor; the refined answer counts. Unassisted: the critic sees the problem and
+                   the attempt only, nothing from the verifier (for code: no execution result either).
+- `feedback_exec`: code benchmarks only (MBPP): as `feedback`, but the critic's prompt also holds the execution
+                   result of the attempt on the benchmark's asserts, i.e. on the very tests that grade the answer
+                   (verifier-assisted: the critic is told whether, and how, the graded tests failed). This is the
+                   feedback the critic is trained with on MBPP (the method's environment feedback).
+- `gated`:         verifier-gated, up to K rounds (oracle-assisted: the verifier decides who gets another round,
+                   as in the authors' precursor scripts); a sample counts if any of its turns is correct. Round 1
+                   reuses the `feedback` protocol's feedback and refinement for the attempts that failed.
+- `gated_exec`:    code only: `gated` with the `feedback_exec` critic prompts (round 1 reuses `feedback_exec`).
+- `feedback_frozen`: as `feedback` on the same first attempts, but the feedback is the frozen base critic's (no
+                   adapter), whatever the method's own source: run for methods that train their critic, so the
+                   trained and the frozen critic are scored on the same actor's attempts (a study's H3).
+
+Metrics: `acc_single`, `acc_feedback`, `acc_feedback_exec`, `acc_gated_k{K}`, `acc_gated_exec_k{K}`,
+`acc_feedback_frozen`.
+
+Feedback source: every method is evaluated with the feedback it was trained with (`method_feedback_source`):
+its own critic adapter (`critic (trained)`), the frozen initial critic = the base model in the critic role
+(`critic (base, frozen)`: `fixed_critic`, and `grpo`, which trains no critic: its feedback protocols show what the
+fixed_critic's feedback source does for a GRPO actor), or the self-correction baseline's fixed instruction
+(`fixed instruction`, `binac_core.benchmarks.prompts.SELF_CORRECT_FEEDBACK`; no critic, so no `_exec` variants).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from binac_core import benchmarks
+from binac_core.errors import BinacError
+from binac_core.model.generation import AdapterRef, GenerationBackend, SamplingParams
+from binac_core.reports.stats import mean as _mean
+from binac_core.rl.episodes import (
+    generate_attempts,
+    generate_refinements,
+    sample_feedback,
+    score_with_errors,
+    stage_seed,
+)
+from binac_core.rl.stage_io import ScoredBatch
+from binac_core.store.files import StageFile, read_json
+
+CRITIC_TRAINED = "critic (trained)"
+CRITIC_BASE = "critic (base, frozen)"
+FIXED_INSTRUCTION = "fixed instruction"
+ORACLE = "oracle (rule-based)"
+"""`oracle_critic`: the synthetic task's oracle, which names the first wrong step (it reads the reference)."""
+CRITIC_ADAPTER = "critic (adapter)"
+"""`binac evaluate --critic-adapter DIR`: an adapter given on the command line (how it was trained is not known)."""
+
+FEEDBACK_PROTOCOLS = ("feedback", "gated")
+EXEC_PROTOCOLS = ("feedback_exec", "gated_exec")
+FROZEN_PROTOCOL = "feedback_frozen"
+"""The frozen base critic's feedback on the evaluated actor's attempts (module docstring)."""
+
+
+def method_feedback_source(method: str) -> str:
+    """The feedback source a training method is evaluated with: the one it is trained with."""
+    from binac_core.rl.methods import SPECS
+
+    spec = SPECS.get(method)
+    if spec is None:
+        return "–"
+    if spec.feedback == "fixed":
+        return FIXED_INSTRUCTION
+    if spec.feedback == "oracle":
+        return ORACLE
+    return CRITIC_TRAINED if spec.train_critic else CRITIC_BASE
+
+
+def training_protocols(benchmark: str, fixed_feedback: str | None, trains_critic: bool = False) -> tuple[str, ...]:
+    """The protocols training evaluates: all of them, with the `_exec` variants where they exist (a code
+    benchmark and a critic), and `feedback_frozen` for a method that trains its critic."""
+    base = ("single", *FEEDBACK_PROTOCOLS)
+    exec_too = benchmarks.get(benchmark).critic_sees_execution and fixed_feedback is None
+    return base + (EXEC_PROTOCOLS if exec_too else ()) + ((FROZEN_PROTOCOL,) if trains_critic else ())
+
+
+def check_protocols(benchmark: str, protocols: tuple[str, ...], fixed_feedback: str | None = None) -> None:
+    known = ("single", *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL)
+    bad = [p for p in protocols if p not in known]
+    if bad:
+        raise BinacError(f"unknown protocol {bad[0]!r} (known: {', '.join(known)})")
+    if set(EXEC_PROTOCOLS) & set(protocols):
+        if not benchmarks.get(benchmark).critic_sees_execution:
+            code = benchmarks.names(having=lambda b: b.critic_sees_execution)
+            raise BinacError(f"the execution-assisted protocols need a code benchmark ({', '.join(code)});"
+                             f" {benchmark!r} has no execution result to show the critic")
+        if fixed_feedback is not None:
+            raise BinacError("the execution-assisted protocols need a critic; the fixed instruction sees nothing")
+
+
+def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = False, feedback: str = "critic"):
+    """`binac evaluate`'s choices as (stages to run, the reported protocol name, the fixed feedback text or None);
+    validated before any compute. `critic_sees_execution` turns feedback/gated into feedback_exec/gated_exec."""
+    from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
+    from binac_core.runs.plans import PROTOCOL_STAGES
+
+    if feedback not in ("critic", "fixed"):
+        raise BinacError(f"--feedback must be critic or fixed (got {feedback!r})")
+    if protocol not in PROTOCOL_STAGES:
+        raise BinacError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOL_STAGES)})")
+    stages = PROTOCOL_STAGES[protocol]
+    if critic_sees_execution:
+        stages = tuple(s if s == "single" else f"{s}_exec" for s in stages)
+    fixed = SELF_CORRECT_FEEDBACK if feedback == "fixed" else None
+    check_protocols(benchmark, stages, fixed)
+    return stages, stages[-1], fixed
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluation's result: the `acc_*` metrics, the feedback source, and each protocol's scored rounds: the
+    first attempts (`single`, always), the `feedback` round and the `gated` rounds (and their `_exec` variants)
+    where computed. In JSON: {"metrics", "feedback_source", "single", and the protocols computed}."""
+
+    metrics: dict[str, float]
+    feedback_source: str
+    single: ScoredBatch
+    feedback: ScoredBatch | None = None
+    gated: list[ScoredBatch] | None = None
+    feedback_exec: ScoredBatch | None = None
+    gated_exec: list[ScoredBatch] | None = None
+    feedback_frozen: ScoredBatch | None = None
+
+    def rounds(self, protocol: str) -> list[ScoredBatch] | None:
+        """A feedback protocol's rounds (one for `feedback`, up to K for `gated`), None where not computed."""
+        found = getattr(self, protocol)
+        return [found] if isinstance(found, ScoredBatch) else found
+
+    def to_json(self) -> dict:
+        out = {"metrics": self.metrics, "feedback_source": self.feedback_source, "single": self.single.to_json()}
+        for protocol in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL):
+            found = getattr(self, protocol)
+            if found is not None:
+                out[protocol] = found.to_json() if isinstance(found, ScoredBatch) else [r.to_json() for r in found]
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> Evaluation:
+        rounds = {
+            p: ScoredBatch.from_json(d[p]) if p.startswith("feedback") else [ScoredBatch.from_json(r) for r in d[p]]
+            for p in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL) if p in d
+        }
+        return cls(d["metrics"], d["feedback_source"], ScoredBatch.from_json(d["single"]), **rounds)
+
+
+def read_evaluation(file: StageFile) -> Evaluation:
+    """The `Evaluation` an evaluation stage wrote (`binac_core.rl.eval_stage`)."""
+    return Evaluation.from_json(read_json(file))
+
+
+def evaluate_protocols(
+    backend: GenerationBackend, benchmark: str, problems: list[dict], *, actor: AdapterRef | None,
+    critic: AdapterRef | None, samples: int, gen: dict, seed: int, step: int, protocols: tuple[str, ...],
+    gated_k: int = 2, fixed_feedback: str | None = None, feedback_source: str = CRITIC_BASE,
+    oracle_feedback: bool = False, verdict: bool = False,
+) -> Evaluation:
+    """The protocols asked for, on `samples` attempts per problem of `actor` (with `critic`'s feedback).
+    `fixed_feedback`: the feedback text given instead of a critic's (the self-correction baseline);
+    `oracle_feedback`: the rule-based oracle's feedback instead of a critic's (`oracle_critic`, synthetic only);
+    `verdict`: the critic is asked for a verdict line (`critic.verdict`)."""
+    check_protocols(benchmark, protocols, fixed_feedback)
+    by_id = {r["id"]: r for r in problems}
+
+    def params(name: str, max_new: int) -> SamplingParams:
+        return SamplingParams(max_new, gen["temperature"], gen["top_p"], stage_seed(seed, step, "eval", name))
+
+    def feedback_round(scored: ScoredBatch, shown: list[str | None] | None, rnd: int | str, frozen: bool = False):
+        """Round `rnd` on `scored`'s attempts: one feedback each (the critic shown `shown`, execution results, or
+        nothing; with `frozen`, the base model's critic role instead of the method's source), the refinements and
+        their scores; returns (the scored round, the refinements' execution results or None)."""
+        fb = sample_feedback(backend, benchmark, by_id, scored.attempts, None if frozen else critic, 1,
+                             params(f"z{rnd}", gen["feedback_max_new_tokens"]),
+                             fixed_text=None if frozen else fixed_feedback, execution_results=shown,
+                             oracle=oracle_feedback and not frozen, verdict=verdict)
+        refined = generate_refinements(backend, benchmark, by_id, scored.attempts, fb, actor,
+                                       params(f"y{rnd}", gen["max_new_tokens"]))
+        scores = score_with_errors(benchmark, by_id, refined)
+        done = replace(scored, feedback=fb, refined=refined, refined_rewards=scores.rewards)
+        return done, scores.execution_results
+
+    attempts = generate_attempts(backend, benchmark, problems, actor, samples, params("y0", gen["max_new_tokens"]))
+    first = score_with_errors(benchmark, by_id, attempts)
+    single, metrics, rounds = ScoredBatch(attempts, first.rewards), {}, {}
+    if "single" in protocols:
+        metrics["acc_single"] = _mean(first.rewards)
+    for suffix in ("", "_exec"):
+        if not {f"feedback{suffix}", f"gated{suffix}"} & set(protocols):
+            continue
+        show_exec = suffix == "_exec"  # the critic is shown the graded tests' execution result
+        one, results = feedback_round(single, first.execution_results if show_exec else None, 1)
+        rounds[f"feedback{suffix}"] = one
+        if f"feedback{suffix}" in protocols:
+            metrics[f"acc_feedback{suffix}"] = _mean(one.refined_rewards)
+        if f"gated{suffix}" in protocols:
+            rounds[f"gated{suffix}"], metrics[f"acc_gated{suffix}_k{gated_k}"] = _gated(
+                one, results if show_exec else None, gated_k, feedback_round)
+    if FROZEN_PROTOCOL in protocols:
+        rounds[FROZEN_PROTOCOL], _ = feedback_round(single, None, "frozen", frozen=True)
+        metrics[f"acc_{FROZEN_PROTOCOL}"] = _mean(rounds[FROZEN_PROTOCOL].refined_rewards)
+    return Evaluation(metrics, feedback_source, single, **rounds)
+
+
+def _gated(first: ScoredBatch, shown: list[str | None] | None, k: int, feedback_round):
+    """Up to `k` rounds; returns (the rounds, the share of samples solved at any turn). Round 1 is `first` (the
+    feedback protocol's round) on the attempts that failed; each later round critiques the latest (still wrong)
+    answer of the samples not yet solved (`feedback_round`). `shown`: the execution results of `first`'s
+    refinements, shown to the critic from round 2 on (None: an unassisted critic)."""
+    show_exec = shown is not None
+    solved = {(a.problem_id, a.sample_idx): r > 0 for a, r in zip(first.attempts, first.first_rewards, strict=True)}
+    failed = [i for i, a in enumerate(first.attempts) if not solved[(a.problem_id, a.sample_idx)]]
+    done = ScoredBatch(*([column[i] for i in failed] for column in (
+        first.attempts, first.first_rewards, first.feedback, first.refined, first.refined_rewards)))
+    results = [shown[i] for i in failed] if show_exec else None
+    rounds, pending, pending_shown = [], None, None
+    for rnd in range(1, k + 1):
+        if rnd > 1:
+            if not pending.attempts:
+                break
+            done, results = feedback_round(pending, pending_shown, rnd)
+            results = results if show_exec else None
+        rounds.append(done)
+        for y, r in zip(done.refined, done.refined_rewards, strict=True):
+            if r > 0:
+                solved[(y.problem_id, y.sample_idx)] = True
+        # The next round critiques the latest (still wrong) answer, keeping the sample's identity.
+        keep = [i for i, y in enumerate(done.refined) if not solved[(y.problem_id, y.sample_idx)]]
+        pending = ScoredBatch(
+            [replace(done.attempts[i], text=done.refined[i].text, token_ids=done.refined[i].token_ids) for i in keep],
+            [done.refined_rewards[i] for i in keep])
+        pending_shown = [results[i] for i in keep] if results is not None else None  # the errors of the answers kept
+    return rounds, _mean([float(v) for v in solved.values()])

@@ -1,0 +1,1 @@
+"""Run infrastructure: config, argument plans, code provenance, workspace, run lock, faults, studies."""

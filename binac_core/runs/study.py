@@ -1,0 +1,310 @@
+"""A study file (`studies/*.yaml`): the pre-registered grid of regimes × methods × seeds, read and checked before
+any compute, and expanded into the training runs it asks for.
+
+    name: sparse-feedback
+    preset: study                    # preset name or YAML file: the base model and RL settings
+    design: sparse-feedback.design.md  # the design text, verbatim at the top of the report (relative to the file)
+    deployment: train/study          # the Prefect deployment each run is submitted to
+    iterations: 40                   # training iterations of every run (equal actor updates)
+    eval_every: 8                    # held-out evaluation every k iterations (and at step 0 and the last)
+    equal_samples_method: grpo       # also evaluate where a run's actor samples first reach this method's total
+    methods: [grpo, fixed_critic, ...]
+    seeds: [0, 1, 2, 3, 4]
+    regimes:
+      moderate: {difficulty: 4}      # or {rule: {single_closest_to: 0.35, search: [2, 10]}}
+      sparse: {rule: {all_wrong_frac_at_least: 0.5, search: [2, 8], otherwise: hardest}}
+    rule_measure: {group_size: 8, seed: 0}   # how the base model is measured for the rule and the bounds
+    overrides: {}                    # config fields set for every run, {"section.field": value}
+    variants:                        # optional: a method run once per named override set (a pilot's grid)
+      grpo: {lr1e-3: {train.actor_lr: 0.001}, lr5e-3: {train.actor_lr: 0.005}}
+    select: {grpo: acc_single}       # optional, with variants: the held-out metric that picks a method's variant
+    gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model
+
+A regime is a task difficulty, fixed or chosen by a rule on the base model alone (`binac_core.runs.regimes`):
+`all_wrong_frac_at_least`: the smallest difficulty in `search` whose share of all-wrong groups is at least the
+threshold, `otherwise: hardest` taking the hardest difficulty searched when none is (the report lists that as a
+deviation) and `otherwise: fail` stopping the study; `single_closest_to`: the difficulty in `search` whose
+single-turn accuracy is closest to the target (a tie: the smaller). A method listed under `variants` runs once
+per variant (its overrides on top of `overrides`), the others once; the variant is part of the run's name.
+`select` names, per method with variants, the held-out metric (one of SELECT_METRICS) by which the report
+chooses its variant (binac_core/reports/study_report.py). `gates` are checks of the base model at every chosen difficulty
+(`gate_failures`), read before any run is submitted: a study whose base fails one stops with one line naming it
+(its report can still be written with `--report-only`). Nothing here imports Prefect or torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from binac_core import benchmarks
+from binac_core.errors import BinacError
+from binac_core.rl.methods import method_spec
+from binac_core.runs.config import Config, load_config
+from binac_core.store.files import read_yaml_mapping
+
+KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
+        "seeds", "regimes", "rule_measure", "overrides", "variants", "select", "gates"}
+SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
+GATES = {
+    "shortcut_right_at_most": "the upper end of the 95 % Wilson interval of the shortcut check (the share of "
+                              "wrong-step attempts right after approval, binac_core/runs/regimes.py) is at most this",
+    "oracle_gain_at_least": "the oracle's bound minus single-turn accuracy (one second turn after the oracle's "
+                            "feedback) is at least this",
+}
+"""The checks a study file's `gates` can ask of the base model at every chosen difficulty."""
+RULE_KINDS = ("all_wrong_frac_at_least", "single_closest_to")
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    """`all_wrong_frac_at_least` (the smallest difficulty whose share of all-wrong groups, G attempts of the base
+    model none right, is at least `value`) or `single_closest_to` (the difficulty whose single-turn accuracy is
+    closest to `value`)."""
+    value: float
+    """The rule's threshold or target (a share in (0, 1])."""
+    search: tuple[int, int]
+    """The difficulties searched, inclusive (they should lie in the base's pretraining range)."""
+    otherwise: str
+    """`all_wrong_frac_at_least` only: `hardest` (take the hardest searched difficulty, a listed deviation) or
+    `fail`."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str
+    difficulty: int | None
+    """Fixed difficulty, or None when `rule` chooses it."""
+    rule: Rule | None
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    path: Path
+    preset: str
+    design: str
+    """The design text (verbatim)."""
+    deployment: str
+    iterations: int
+    eval_every: int
+    equal_samples_method: str
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    regimes: tuple[Regime, ...]
+    group_size: int
+    """G of the rule's measurement."""
+    measure_seed: int
+    overrides: dict
+    variants: dict = field(default_factory=dict)
+    """method -> {variant name -> overrides}: the methods run once per variant (a pilot's grid)."""
+    select: dict = field(default_factory=dict)
+    """method (one with variants) -> the held-out metric (SELECT_METRICS) that chooses its variant in the report."""
+    gates: dict = field(default_factory=dict)
+    """gate name (GATES) -> its threshold: checks of the base model before any run is submitted."""
+
+    def key(self) -> str:
+        """Content hash of everything that determines the runs (not the file's path or the deployment's name);
+        `variants`, `select` and `gates` count when set (a study without them keeps the key it had before they
+        existed)."""
+        blob = {k: v for k, v in self.__dict__.items() if k not in ("path", "deployment", "design")
+                and not (k in ("variants", "select", "gates") and not v)}
+        return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    def config(self, difficulty: int | None = None) -> Config:
+        extra = {} if difficulty is None else {"task.difficulty": difficulty}
+        return load_config(self.preset, {**self.overrides, **extra})
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the grid, as submitted to the `train` deployment."""
+
+    regime: str
+    difficulty: int
+    method: str
+    seed: int
+    overrides: dict
+    variant: str = ""
+    """The variant's name (`Study.variants`), empty for a method run once."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.regime}-{self.method}{'-' + self.variant if self.variant else ''}-s{self.seed}"
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check a study file; one line naming the bad value otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise BinacError(f"study file not found: {path}")
+    raw = read_yaml_mapping(path, f"study file {path}")
+    unknown = set(raw) - KEYS
+    if unknown:
+        raise BinacError(f"study file {path}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(KEYS))})")
+    missing = {"name", "preset", "methods", "seeds", "regimes", "iterations"} - set(raw)
+    if missing:
+        raise BinacError(f"study file {path}: missing key {sorted(missing)[0]!r}")
+    methods = tuple(raw["methods"])
+    for m in methods:
+        method_spec(m)
+    if len(set(methods)) != len(methods):
+        raise BinacError(f"study file {path}: a method is listed twice")
+    seeds = tuple(raw["seeds"])
+    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise BinacError(f"study file {path}: seeds must be distinct non-negative integers (got {list(seeds)})")
+    for name in ("iterations", "eval_every"):
+        if not isinstance(raw.get(name, 1), int) or raw.get(name, 1) < 1:
+            raise BinacError(f"study file {path}: {name} must be a positive integer (got {raw[name]!r})")
+    equal = raw.get("equal_samples_method", "grpo")
+    method_spec(equal)
+    design = ""
+    if raw.get("design"):
+        design_path = path.parent / raw["design"]
+        if not design_path.is_file():
+            raise BinacError(f"study file {path}: design file not found: {design_path}")
+        design = design_path.read_text()
+    measure = raw.get("rule_measure") or {}
+    study = Study(
+        name=str(raw["name"]), path=path, preset=str(raw["preset"]), design=design,
+        deployment=str(raw.get("deployment", "train/study")), iterations=raw["iterations"],
+        eval_every=raw.get("eval_every", 8), equal_samples_method=equal, methods=methods, seeds=seeds,
+        regimes=tuple(_regime(path, n, r) for n, r in (raw["regimes"] or {}).items()),
+        group_size=int(measure.get("group_size", 8)), measure_seed=int(measure.get("seed", 0)),
+        overrides=dict(raw.get("overrides") or {}), variants=_variants(path, raw.get("variants"), methods),
+    )
+    study = replace(study, select=_select(path, raw.get("select"), study.variants),
+                    gates=_gates(path, raw.get("gates")))
+    if not study.regimes:
+        raise BinacError(f"study file {path}: no regimes")
+    for named in study.variants.values():  # every variant must make a valid config
+        for overrides in named.values():
+            load_config(study.preset, {**study.overrides, **overrides})
+    for regime in study.regimes:  # every difficulty the study can reach must make a valid config
+        for d in ([regime.difficulty] if regime.rule is None else range(regime.rule.search[0],
+                                                                         regime.rule.search[1] + 1)):
+            cfg = study.config(d)
+            if not _measures_regimes(benchmarks.get(cfg.task.benchmark)):
+                raise BinacError(f"study file {path}: regimes need a benchmark with an oracle critic and a "
+                                 f"first-error analysis ({', '.join(benchmarks.names(having=_measures_regimes))}; "
+                                 f"preset benchmark is {cfg.task.benchmark!r})")
+    return study
+
+
+def _measures_regimes(bench) -> bool:
+    """Whether the regimes' base measurement (`binac_core.runs.regimes`: the oracle's bound, the critic measures) can
+    run on `bench`."""
+    return bench.oracle_feedback is not None and bench.feedback_analysis is not None
+
+
+def _variants(path: Path, raw, methods: tuple[str, ...]) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BinacError(f"study file {path}: variants must map a method to named override sets")
+    out = {}
+    for method, named in raw.items():
+        if method not in methods:
+            raise BinacError(f"study file {path}: variants of {method!r}, which is not in methods")
+        if not isinstance(named, dict) or not named or not all(isinstance(o, dict) for o in named.values()):
+            raise BinacError(f"study file {path}: variants of {method!r} must be {{name: {{field: value}}}}")
+        out[method] = {str(k): dict(v) for k, v in named.items()}
+    return out
+
+
+def _select(path: Path, raw, variants: dict) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BinacError(f"study file {path}: select must map a method to a metric ({', '.join(SELECT_METRICS)})")
+    for method, metric in raw.items():
+        if method not in variants:
+            raise BinacError(f"study file {path}: select names {method!r}, which has no variants")
+        if metric not in SELECT_METRICS:
+            raise BinacError(f"study file {path}: select of {method!r}: unknown metric {metric!r} "
+                             f"(known: {', '.join(SELECT_METRICS)})")
+    return {str(m): str(v) for m, v in raw.items()}
+
+
+def _gates(path: Path, raw) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BinacError(f"study file {path}: gates must map a gate to a threshold ({', '.join(GATES)})")
+    for name, value in raw.items():
+        if name not in GATES:
+            raise BinacError(f"study file {path}: unknown gate {name!r} (known: {', '.join(GATES)})")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+            raise BinacError(f"study file {path}: gate {name} must be a share in [0, 1] (got {value!r})")
+    return {str(k): float(v) for k, v in raw.items()}
+
+
+def gate_failures(study: Study, measured: dict[int, dict], difficulties: dict[str, int]) -> list[str]:
+    """One line per gate the base model fails at a regime's difficulty (`measured`: binac_core/runs/regimes.py's
+    measurements with the bounds, by difficulty); empty when every gate holds or the study has none."""
+    from binac_core.reports.stats import wilson_interval
+
+    out = []
+    for regime, d in difficulties.items():
+        m = measured[d]
+        limit = study.gates.get("shortcut_right_at_most")
+        if limit is not None:
+            n = m["shortcut_n"]
+            right = round((m["shortcut_right"] or 0.0) * n)
+            high = wilson_interval(right, n)[1]
+            if high > limit:
+                out.append(f"regime {regime} (difficulty {d}): the shortcut check fails: {right} of {n} wrong-step "
+                           f"attempts are right after approval (95 % Wilson interval up to {100 * high:.1f} %, "
+                           f"gate shortcut_right_at_most {limit})")
+        least = study.gates.get("oracle_gain_at_least")
+        if least is not None and m["oracle"] - m["single"] < least:
+            out.append(f"regime {regime} (difficulty {d}): the oracle's hint gains {100 * (m['oracle'] - m['single']):+.1f}"
+                       f" points over single-turn {100 * m['single']:.1f} % (gate oracle_gain_at_least {least})")
+    return out
+
+
+def _regime(path: Path, name: str, raw: dict) -> Regime:
+    if not isinstance(raw, dict) or ("difficulty" in raw) == ("rule" in raw):
+        raise BinacError(f"study file {path}: regime {name!r} needs exactly one of difficulty, rule")
+    if "difficulty" in raw:
+        return Regime(name, int(raw["difficulty"]), None)
+    rule = raw["rule"]
+    kinds = [k for k in RULE_KINDS if isinstance(rule, dict) and k in rule]
+    try:
+        lo, hi = (int(x) for x in rule["search"])
+        value, otherwise = float(rule[kinds[0]]), rule.get("otherwise", "fail")
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise BinacError(f"study file {path}: regime {name!r}: rule needs one of {', '.join(RULE_KINDS)} and "
+                         "search: [lo, hi]") from None
+    if len(kinds) != 1 or not 1 <= lo <= hi or otherwise not in ("hardest", "fail") or not 0 < value <= 1:
+        raise BinacError(f"study file {path}: regime {name!r}: bad rule {rule!r}")
+    return Regime(name, None, Rule(kinds[0], value, (lo, hi), otherwise))
+
+
+def grid(study: Study, difficulties: dict[str, int]) -> list[RunSpec]:
+    """Every run, seed-major (all methods and regimes of seed 0 first), so a grid stopped early is balanced. Every
+    run also evaluates at the equal-budget points of both axes (`equal_budget_totals`)."""
+    totals = equal_budget_totals(study)
+    runs = []
+    for seed in study.seeds:
+        for regime in study.regimes:
+            d = difficulties[regime.name]
+            for method in study.methods:
+                for variant, extra in (study.variants.get(method) or {"": {}}).items():
+                    overrides = {**study.overrides, **extra, "task.difficulty": d,
+                                 "train.eval_every": study.eval_every,
+                                 "train.eval_at_samples": totals["actor_train"],
+                                 "train.eval_at_generated": totals["generated"]}
+                    runs.append(RunSpec(regime.name, d, method, seed, overrides, variant))
+    return runs
+
+
+def equal_budget_totals(study: Study) -> dict[str, int]:
+    """`equal_samples_method`'s counts after all iterations on both budget axes (`binac_core.rl.methods`): its actor
+    training samples (`actor_train`) and its generated samples (`generated`): the equal-budget points."""
+    spec, cfg = method_spec(study.equal_samples_method), study.config()
+    return {"actor_train": spec.actor_train_samples_per_iteration(cfg) * study.iterations,
+            "generated": spec.generated_samples_per_iteration(cfg) * study.iterations}

@@ -1,0 +1,1 @@
+"""Where rows get written: the trajectory store, its records, feedback index, SQL runner, MLflow tracking."""

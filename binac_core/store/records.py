@@ -1,0 +1,70 @@
+"""Building the stored trajectory rows (schema: binac_core/sql/schema.sql) from one step's stage outputs."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from binac_core import benchmarks
+from binac_core.rl.stage_io import Attempt, ScoredBatch
+from binac_core.rl.verdict import parse_verdict
+
+
+def trajectory_rows(
+    meta: dict, step: int, scored: ScoredBatch, *, split: str, protocol: str, critic_rewards: list[float] | None = None,
+    round_: int = 1, questions: dict[str, str] | None = None, verdicts: bool = True,
+) -> list[dict]:
+    """One row per (attempt, feedback); without feedback, one row per attempt. `meta` carries run_id, method,
+    preset, seed, benchmark and, for a training run, `samples_per_iteration` (`sample_counts`). `questions`
+    (problem id -> question, on a benchmark with a `feedback_analysis`: the synthetic task) fills
+    `first_wrong_step`, `feedback_step` and `feedback_approves`, the columns the critic measures read
+    (binac_core/reports/measures.py). `feedback_verdict` is each feedback's verdict (`binac_core.rl.verdict`), read with the
+    benchmark's `verdict_syntax`; `verdicts=False` (a fixed instruction: no critic wrote it) leaves it NULL."""
+    bench = benchmarks.get(meta["benchmark"])
+    analysis = bench.feedback_analysis if questions is not None else None
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    base = {**{k: v for k, v in meta.items() if k != "samples_per_iteration"}, "step": step, "split": split,
+            "protocol": protocol, "created_at": now, **sample_counts(meta, step)}
+    scored_attempts = list(zip(scored.attempts, scored.first_rewards, strict=True))
+    if not scored.feedback:
+        return [
+            {**base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": 0, "round": 0, "feedback": None,
+             "refined": None, "refined_reward": None, "critic_reward": None, "feedback_tokens": None,
+             "refined_tokens": None, "feedback_step": None, "feedback_approves": None,
+             "feedback_verdict": None}
+            for a, r in scored_attempts
+        ]
+    by_key = {(a.problem_id, a.sample_idx): (a, r) for a, r in scored_attempts}
+    rows = []
+    for i, (f, y1) in enumerate(zip(scored.feedback, scored.refined, strict=True)):
+        a, r = by_key[(f.problem_id, f.sample_idx)]
+        rows.append({
+            **base, **_attempt_cols(a, r, questions, analysis), "feedback_idx": f.feedback_idx, "round": round_,
+            "feedback": f.text, "refined": y1.text, "refined_reward": scored.refined_rewards[i],
+            "critic_reward": None if critic_rewards is None else critic_rewards[i],
+            "feedback_tokens": len(f.token_ids), "refined_tokens": len(y1.token_ids),
+            "feedback_step": analysis.named_step(f.text) if analysis is not None else None,
+            "feedback_approves": analysis.approves(f.text) if analysis is not None else None,
+            "feedback_verdict": parse_verdict(f.text, bench.verdict_syntax) if verdicts else None,
+        })
+    return rows
+
+
+def sample_counts(meta: dict, step: int) -> dict:
+    """The `actor_samples` and `generated_samples` columns: the run's cumulative actor training samples and
+    generated samples after `step` (eval rows: at the evaluation's step; step 0: 0), i.e. `step` times the
+    per-iteration counts in `meta["samples_per_iteration"]` (binac_core/rl/methods.py; flows/train.py puts them
+    there). NULL for rows of a run without them (`binac evaluate`)."""
+    per = meta.get("samples_per_iteration")
+    if per is None:
+        return {"actor_samples": None, "generated_samples": None}
+    return {"actor_samples": step * per["actor_samples"], "generated_samples": step * per["generated_samples"]}
+
+
+def _attempt_cols(a: Attempt, reward: float, questions: dict[str, str] | None,
+                  analysis: benchmarks.FeedbackAnalysis | None) -> dict:
+    first = analysis.first_wrong_step(questions[a.problem_id], a.text) if analysis is not None else None
+    return {
+        "problem_id": a.problem_id, "sample_idx": a.sample_idx, "prompt": a.prompt_text,
+        "attempt": a.text, "attempt_reward": reward, "attempt_tokens": len(a.token_ids),
+        "first_wrong_step": first,
+    }
