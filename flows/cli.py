@@ -232,7 +232,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from binac_core.runs.config import METHODS, preset_names
+    from binac_core.rl.methods import METHODS
+    from binac_core.runs.config import preset_names
 
     p = argparse.ArgumentParser(prog="binac", description=__doc__.splitlines()[0], formatter_class=_HelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)

@@ -19,7 +19,8 @@ import hashlib
 from prefect import flow
 
 from binac_core.reports.critic_health import stored_health
-from binac_core.rl.evaluation import CRITIC_ADAPTER, CRITIC_BASE, FIXED_INSTRUCTION, eval_stages
+from binac_core.rl.evaluation import eval_stages
+from binac_core.rl.methods import FeedbackSource
 from binac_core.runs.plans import plan_evaluate
 from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.workspace import workspace
@@ -39,26 +40,27 @@ def evaluate(
 ) -> dict:
     cfg, refs = plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset,
                               temperature, max_new_tokens)
-    stages, name, fixed = eval_stages(benchmark, protocol, critic_sees_execution, feedback)
-    source = FIXED_INSTRUCTION if fixed else CRITIC_ADAPTER if critic_adapter else CRITIC_BASE
+    critic_source = FeedbackSource.CRITIC_ADAPTER if critic_adapter else FeedbackSource.CRITIC_BASE
+    stages, name, source = eval_stages(benchmark, protocol, critic_sees_execution, feedback, critic_source)
     cfg_d, ws = cfg.model_dump(mode="json"), workspace()
-    key = hashlib.sha256(f"{cfg.digest()}|{refs}|{name}|{seed}|{source}|{stage_code_digest()}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        f"{cfg.digest()}|{refs}|{name}|{seed}|{source.value}|{stage_code_digest()}".encode()).hexdigest()[:12]
     g = cfg.generation
     params = {**cfg.flat(), "protocol": name, "samples": str(samples), "limit": str(limit),
               "temperature": str(g.eval_temperature), "max_new_tokens": str(g.max_new_tokens),
               "actor_adapter": str(actor_adapter), "critic_adapter": str(critic_adapter),
-              "eval_feedback_source": source}
+              "eval_feedback_source": source.value}
     tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": name,
-            "eval_feedback_source": source}
+            "eval_feedback_source": source.value}
     run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)
     meta = {"run_id": run_id, "method": "eval", "preset": cfg.name, "seed": seed, "benchmark": benchmark,
             "parent_run_id": None}
     try:
         base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
         data = prepare_data(cfg_d, ("eval",))
-        result = evaluate_task(cfg_d, base, data["eval"], actor=refs["actor"], critic=None if fixed else refs["critic"],
+        result = evaluate_task(cfg_d, base, data["eval"], actor=refs["actor"], critic=refs["critic"] if source.sampled else None,
                                seed=seed, step=0, out_dir=str(ws.run_dir(f"eval-{key}")), protocols=stages,
-                               fixed_feedback=fixed, feedback_source=source)
+                               source=source.value)
         metrics = store_eval(meta, 0, result)
         store_eval_exec(meta, 0, result)
         log_metrics(run_id, metrics, 0)
@@ -66,5 +68,5 @@ def evaluate(
     except BaseException:
         finish_run(run_id, "FAILED")
         raise
-    return {"run_id": run_id, "metrics": metrics, "feedback_source": source,
+    return {"run_id": run_id, "metrics": metrics, "feedback_source": source.value,
             "critic_health": stored_health(ws, run_id)}

@@ -17,10 +17,10 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
-from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.errors import BinacError
 from binac_core.grading.counters import GraderCounts
-from binac_core.rl.evaluation import FIXED_INSTRUCTION, ORACLE, method_feedback_source, training_protocols
+from binac_core.rl.evaluation import training_protocols
+from binac_core.rl.methods import method_spec
 from binac_core.runs.plans import evaluation_steps, plan, train_run_key
 from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.runlock import run_lock
@@ -121,10 +121,9 @@ def train(
                 feedback = refined = refined_rewards = critic_rewards = None
                 gens = [attempts]
                 if spec.feedback:
-                    fixed = SELF_CORRECT_FEEDBACK if spec.feedback == "fixed" else None
                     feedback = sample_feedback(cfg_d, base, batch=batch, attempts=attempts, first_rewards=first_rewards,
-                                               critic=critic if spec.feedback == "critic" else None, fixed_text=fixed,
-                                               oracle=spec.feedback == "oracle", **at)
+                                               source=spec.feedback.value,
+                                               critic=critic if spec.feedback.sampled else None, **at)
                     refined = refine(cfg_d, base, batch=batch, attempts=attempts, feedback=feedback, actor=actor, **at)
                     refined_rewards = score_rewards(cfg_d, batch, refined, out_dir=out, name="refined")
                     gens += [feedback, refined]
@@ -200,7 +199,6 @@ def _frozen_too(method: str, meta: dict, verdict: bool) -> bool:
     (the synthetic task: the first-error measures) or whose critic gives a verdict (`critic.verdict`: the critic
     health measures, `eval/frozen_critic/*`); elsewhere it would only add generation."""
     from binac_core.benchmarks import get
-    from binac_core.rl.methods import method_spec
 
     return method_spec(method).train_critic and (verdict or get(meta["benchmark"]).feedback_analysis is not None)
 
@@ -218,14 +216,11 @@ def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step,
     `generated`: the generated samples so far, the step of the `eval_at_generated/` copies. A method that never
     trains its actor (critic_only) logs `eval_at_samples/` at step 0 only: its count stays 0, and copies of its
     later evaluations would all pile up at x = 0."""
-    source = method_feedback_source(method)
-    fixed = SELF_CORRECT_FEEDBACK if source == FIXED_INSTRUCTION else None
-    oracle = source == ORACLE
-    result = evaluate(cfg_d, base, problems, actor=actor, critic=None if fixed or oracle else critic,
-                      protocols=training_protocols(meta["benchmark"], fixed,
+    source = method_spec(method).eval_feedback
+    result = evaluate(cfg_d, base, problems, actor=actor, critic=critic if source.sampled else None,
+                      protocols=training_protocols(meta["benchmark"], source,
                                                    trains_critic=_frozen_too(method, meta, verdict)),
-                      fixed_feedback=fixed,
-                      feedback_source=source, oracle_feedback=oracle, seed=seed, step=step, out_dir=out_dir)
+                      source=source.value, seed=seed, step=step, out_dir=out_dir)
     metrics = store_eval(meta, step, result, problems)
     store_eval_exec(meta, step, result)
     run_id = meta["run_id"]
@@ -236,5 +231,5 @@ def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step,
     if samples or step == 0:
         log_metrics(run_id, {f"eval_at_samples/{k.removeprefix('eval/')}": v for k, v in metrics.items()}, samples)
     log_metrics(run_id, {f"eval_at_generated/{k.removeprefix('eval/')}": v for k, v in metrics.items()}, generated)
-    tracking.set_tags(workspace(), run_id, {"eval_feedback_source": source})
+    tracking.set_tags(workspace(), run_id, {"eval_feedback_source": source.value})
     return metrics

@@ -1,11 +1,5 @@
-"""Stage 6: the critic's (upper level's) update on its feedback, judged by the actor's refined reward.
-
-Critic reward of feedback z (`binac_core.rl.losses.critic_reward_of`), by the method's form: `penalty`
-(1 + λ(1 + α))·r1(z; θ) − λ(1 + α)·r1(z; θ⁺) (θ⁺: the actor after its update on this batch, α =
-train.alpha_shaping, the actor's turn-2 shaping; docs/algorithm.md derives it from the bilevel objective), `r1`
-(r1(z; θ) alone) or `after` (r1(z; θ⁺) alone), plus, with a verdict weight w > 0, w × [the feedback's verdict
-matches the verifier on the attempt] (`binac_core.rl.batches.verdict_bonus`), with advantages normalised within each
-attempt's group of feedbacks."""
+"""Stage 6: the critic's (upper level's) reward and update on its feedback, judged by the actor's refined reward
+(`binac_core.rl.critic_reward`; the formula: `losses.critic_rewards`, docs/algorithm.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +8,8 @@ from pathlib import Path
 from prefect import task
 
 from binac_core import benchmarks
-from binac_core.rl.batches import critic_reward_values, feedback_samples, verdict_bonus
+from binac_core.rl.batches import feedback_samples
+from binac_core.rl.critic_reward import critic_reward as critic_reward_of_step
 from binac_core.rl.stage_io import AdapterRef, Attempt, Feedback, read_records
 from binac_core.rl.update import AdapterUpdate, update_adapter
 from binac_core.store.files import StageFile, read_json, read_optional, write_json
@@ -30,14 +25,14 @@ def critic_reward(
     """The critic rewards of the step's feedbacks; with `verdict_weight` > 0 the verdict bonus too, read from the
     `feedback`, the `attempts` and their `first_rewards`."""
     cfg = config(cfg_d)
-    train = cfg.train
-    rewards = critic_reward_values(form, read_json(refined_rewards), read_optional(lookahead_rewards), lam=train.lam,
-                                   alpha=train.alpha_shaping)
-    if verdict_weight > 0:
-        syntax = benchmarks.get(cfg.task.benchmark).verdict_syntax
-        bonus = verdict_bonus(read_records(Feedback, feedback), read_records(Attempt, attempts),
-                              read_json(first_rewards), syntax, verdict_weight)
-        rewards = [r + b for r, b in zip(rewards, bonus, strict=True)]
+    weighted = verdict_weight > 0
+    rewards = critic_reward_of_step(
+        form, read_json(refined_rewards), read_optional(lookahead_rewards), lam=cfg.train.lam,
+        alpha=cfg.train.alpha_shaping, verdict_weight=verdict_weight,
+        feedbacks=read_records(Feedback, feedback) if weighted else None,
+        attempts=read_records(Attempt, attempts) if weighted else None,
+        first_rewards=read_json(first_rewards) if weighted else None,
+        syntax=benchmarks.get(cfg.task.benchmark).verdict_syntax)
     return write_json(Path(out_dir) / "critic.rewards.json", rewards)
 
 

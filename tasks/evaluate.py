@@ -7,7 +7,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from binac_core.rl.eval_stage import evaluate_to_file
-from binac_core.rl.evaluation import CRITIC_BASE, read_evaluation
+from binac_core.rl.evaluation import read_evaluation
+from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.stage_io import AdapterRef
 from binac_core.runs.workspace import workspace
 from binac_core.store import step_records
@@ -19,15 +20,14 @@ from tasks._common import CACHED, config, loaded
 def evaluate(
     cfg_d: dict, base: StageFile, problems: StageFile, actor: AdapterRef | None, critic: AdapterRef | None,
     seed: int, step: int, out_dir: str, protocols: tuple[str, ...] = ("single", "feedback", "gated"),
-    fixed_feedback: str | None = None, feedback_source: str = CRITIC_BASE, oracle_feedback: bool = False,
+    source: str = FeedbackSource.CRITIC_BASE.value,
 ) -> StageFile:
-    """`fixed_feedback` (the self-correction text) or `oracle_feedback` (the rule-based oracle) replaces the critic;
-    `feedback_source` names where the feedback comes from. All are inputs of the cache key, and so is the protocol
-    list (the `_exec` variants). Returns the `Evaluation`'s file."""
+    """`source`: where the feedback comes from (a `FeedbackSource` value; a written source replaces the critic).
+    It is an input of the cache key, and so is the protocol list (the `_exec` variants). Returns the
+    `Evaluation`'s file."""
     _, backend = loaded(cfg_d, base, seed)
     return evaluate_to_file(backend, config(cfg_d), read_json(problems), actor=actor, critic=critic, seed=seed,
-                            step=step, out_dir=out_dir, protocols=protocols, fixed_feedback=fixed_feedback,
-                            feedback_source=feedback_source, oracle_feedback=oracle_feedback)
+                            step=step, out_dir=out_dir, protocols=protocols, source=FeedbackSource(source))
 
 
 @task(name="store-eval-exec", cache_policy=NO_CACHE)

@@ -1,4 +1,5 @@
-"""Stage 2: critic feedback z ~ π_φ(·|x, y0), several per attempt (or the fixed self-correction text)."""
+"""Stage 2: critic feedback z ~ π_φ(·|x, y0), several per attempt (or written feedback: the fixed self-correction
+text, the oracle's)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from binac_core.model.generation import SamplingParams
 from binac_core.rl import stage_io
 from binac_core.rl.episodes import sample_feedback as sample
 from binac_core.rl.episodes import stage_seed
+from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.stage_io import AdapterRef, GeneratedFile, RewardsFile
 from binac_core.store.files import StageFile, read_json
 from tasks._common import CACHED, config, loaded
@@ -18,12 +20,11 @@ from tasks._common import CACHED, config, loaded
 
 @task(name="sample-feedback", **CACHED)
 def sample_feedback(
-    cfg_d: dict, base: StageFile, batch: StageFile, attempts: StageFile, critic: AdapterRef | None,
-    fixed_text: str | None, seed: int, step: int, out_dir: str, first_rewards: RewardsFile | None = None,
-    oracle: bool = False,
+    cfg_d: dict, base: StageFile, batch: StageFile, attempts: StageFile, source: str, critic: AdapterRef | None,
+    seed: int, step: int, out_dir: str, first_rewards: RewardsFile | None = None,
 ) -> GeneratedFile:
-    """`first_rewards` (the attempts' rewards) names the execution results of code attempts, if any. `fixed_text`
-    or `oracle` (the rule-based oracle, synthetic only) writes the K feedbacks instead of the critic."""
+    """`source`: a `FeedbackSource` value (a critic's: sampled with `critic`; else written). `first_rewards` (the
+    attempts' rewards) names the execution results of code attempts, if any."""
     cfg = config(cfg_d)
     _, backend = loaded(cfg_d, base, seed)
     g = cfg.generation
@@ -31,9 +32,8 @@ def sample_feedback(
     problems = {r["id"]: r for r in read_json(batch)}
     t0 = time.time()
     out = sample(
-        backend, cfg.task.benchmark, problems, stage_io.read_records(stage_io.Attempt, attempts), critic,
-        cfg.train.critic_group_size, params, fixed_text=fixed_text,
-        execution_results=stage_io.read_execution_results(first_rewards), oracle=oracle,
-        verdict=cfg.critic.verdict,
+        backend, cfg.task.benchmark, problems, stage_io.read_records(stage_io.Attempt, attempts),
+        FeedbackSource(source), critic, cfg.train.critic_group_size, params,
+        execution_results=stage_io.read_execution_results(first_rewards), verdict=cfg.critic.verdict,
     )
     return stage_io.write_generated(Path(out_dir) / "feedback.json", out, t0)

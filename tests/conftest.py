@@ -11,10 +11,12 @@ import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
+from binac_core.rl.methods import METHODS  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 # One folder of tiny base models for the whole session: each workspace would otherwise pretrain its own copy.
 MODEL_CACHE = Path(os.environ.get("BINAC_TEST_MODEL_CACHE") or __import__("tempfile").mkdtemp(prefix="binac-models-"))
-ALL_METHODS = "grpo,fixed_critic,binac,binac_lam0,binac_after,critic_only,self_correct,oracle_critic,binac_disc"
+ALL_METHODS = ",".join(METHODS)  # every method, from the specs (binac_core/rl/methods.py)
 
 
 _PREFECT_API: dict[str, str] = {}  # {"url": ...} while the session's Prefect server runs (fixture `prefect_home`)

@@ -19,6 +19,7 @@ from binac_core.errors import BinacError
 from binac_core.model.generation import Generation, SamplingParams
 from binac_core.rl.episodes import generate_attempts, generate_refinements, sample_feedback, score_with_errors
 from binac_core.rl.evaluation import evaluate_protocols, training_protocols
+from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.stage_io import Attempt, ScoredBatch
 from binac_core.runs.config import load_config
 from binac_core.runs.plans import plan
@@ -99,15 +100,15 @@ def test_a_registered_toy_benchmark_runs_through_the_pipeline(echo):
     scores = score_with_errors("echo", by_id, attempts)
     assert scores.rewards == [0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
     assert scores.execution_results is None  # the critic sees no execution result
-    feedback = sample_feedback(model, "echo", by_id, attempts, None, 1, params)
+    feedback = sample_feedback(model, "echo", by_id, attempts, FeedbackSource.CRITIC_BASE, None, 1, params)
     assert model.sent[-1] == "Check: level -> level" and {f.text for f in feedback} == {"Write it backwards."}
     refined = generate_refinements(model, "echo", by_id, attempts, feedback, None, params)
     assert [y.text for y in refined] == ["reward", "reward", "desserts", "desserts", "level", "level"]
     with pytest.raises(BinacError, match="no oracle"):
-        sample_feedback(model, "echo", by_id, attempts, None, 1, params, oracle=True)
+        sample_feedback(model, "echo", by_id, attempts, FeedbackSource.ORACLE, None, 1, params)
 
     # held-out evaluation under every protocol the toy has (no `_exec` ones: its critic sees no execution)
-    protocols = training_protocols("echo", None)
+    protocols = training_protocols("echo", FeedbackSource.CRITIC_BASE)
     assert protocols == ("single", "feedback", "gated")
     gen = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "feedback_max_new_tokens": 8}
     res = evaluate_protocols(_EchoModel(), "echo", problems, actor=None, critic=None, samples=1, gen=gen, seed=0,
@@ -197,7 +198,7 @@ def test_a_study_needs_a_benchmark_whose_regimes_can_be_measured(echo, tmp_path)
 def test_the_oracle_writes_the_synthetic_feedback_without_a_model():
     row = {"id": "q", "question": "7+5-3", "answer": "9"}
     attempts = [Attempt("q", k, "", [], text, [], []) for k, text in enumerate(["7+5=2 2-3=8 A: 8", "7+5=2 2-3=9 A: 9"])]
-    fb = sample_feedback(None, "synthetic", {"q": row}, attempts, None, 2, SamplingParams(1), oracle=True)
+    fb = sample_feedback(None, "synthetic", {"q": row}, attempts, FeedbackSource.ORACLE, None, 2, SamplingParams(1))
     assert [f.text for f in fb] == ["Step 2 is wrong."] * 2 + ["Looks correct."] * 2
     assert all(f.token_ids == [] for f in fb)  # nothing trains on it
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from binac_core.errors import BinacError
-from binac_core.rl.methods import method_spec
-from binac_core.runs.config import METHODS, TrainConfig, load_config
+from binac_core.rl.methods import METHODS, method_spec
+from binac_core.runs.config import TrainConfig, load_config
 from binac_core.runs.plans import plan, plan_compare
 from flows import cli
 

@@ -114,38 +114,39 @@ def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_sho
 
 
 def test_exec_protocols_are_refused_without_code_or_without_a_critic():
-    from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
     from binac_core.errors import BinacError
     from binac_core.rl.evaluation import check_protocols, training_protocols
+    from binac_core.rl.methods import FeedbackSource
 
     with pytest.raises(BinacError, match="code benchmark"):
         check_protocols("gsm8k", ("single", "feedback_exec"))
-    with pytest.raises(BinacError, match="need a critic"):
-        check_protocols("mbpp", ("feedback_exec",), SELF_CORRECT_FEEDBACK)
-    assert training_protocols("mbpp", None) == ("single", "feedback", "gated", "feedback_exec", "gated_exec")
-    assert training_protocols("mbpp", SELF_CORRECT_FEEDBACK) == ("single", "feedback", "gated")
-    assert training_protocols("synthetic", None) == ("single", "feedback", "gated")
+    with pytest.raises(BinacError, match="need a critic; the fixed instruction sees nothing"):
+        check_protocols("mbpp", ("feedback_exec",), FeedbackSource.FIXED)
+    base = FeedbackSource.CRITIC_BASE
+    assert training_protocols("mbpp", base) == ("single", "feedback", "gated", "feedback_exec", "gated_exec")
+    assert training_protocols("mbpp", FeedbackSource.FIXED) == ("single", "feedback", "gated")
+    assert training_protocols("synthetic", base) == ("single", "feedback", "gated")
 
 
 def test_fixed_feedback_replaces_the_critic_in_every_feedback_round():
     from binac_core.benchmarks.prompts import CODE_CRITIC, SELF_CORRECT_FEEDBACK
-    from binac_core.rl.evaluation import FIXED_INSTRUCTION, evaluate_protocols
+    from binac_core.rl.evaluation import evaluate_protocols
+    from binac_core.rl.methods import FeedbackSource
 
     be = _RecordingBackend()
     res = evaluate_protocols(be, "mbpp", _mbpp_rows(), actor=None, critic=None, samples=1, gen=_GEN, seed=0, step=0,
-                             protocols=("single", "feedback", "gated"), fixed_feedback=SELF_CORRECT_FEEDBACK,
-                             feedback_source=FIXED_INSTRUCTION)
+                             protocols=("single", "feedback", "gated"), source=FeedbackSource.FIXED)
     assert not any(p.startswith(CODE_CRITIC) for p in be.sent)  # no critic was asked
     texts = [f.text for f in res.feedback.feedback] + [f.text for r in res.gated for f in r.feedback]
     assert len(texts) == 3 + 3 + 3 and set(texts) == {SELF_CORRECT_FEEDBACK}  # feedback, gated rounds 1 and 2
-    assert res.feedback_source == FIXED_INSTRUCTION
+    assert res.feedback_source is FeedbackSource.FIXED
 
 
 def test_method_feedback_sources_and_the_report_column(tmp_path):
     from binac_core.reports.report import build_report
-    from binac_core.rl.evaluation import method_feedback_source
+    from binac_core.rl.methods import SPECS
 
-    assert {m: method_feedback_source(m) for m in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")} \
+    assert {m: SPECS[m].eval_feedback.value for m in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")} \
         == {"grpo": "critic (base, frozen)", "fixed_critic": "critic (base, frozen)", "binac": "critic (trained)",
             "critic_only": "critic (trained)", "self_correct": "fixed instruction"}
     ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25, "eval/acc_feedback_exec": 0.75,
@@ -177,6 +178,7 @@ def test_the_frozen_protocol_asks_the_base_critic_about_the_same_attempts():
     from binac_core.benchmarks import synthetic as syn
     from binac_core.model.generation import AdapterRef, Generation
     from binac_core.rl.evaluation import evaluate_protocols, training_protocols
+    from binac_core.rl.methods import FeedbackSource
 
     class Backend:
         def __init__(self):
@@ -195,7 +197,7 @@ def test_the_frozen_protocol_asks_the_base_critic_about_the_same_attempts():
     assert critic_calls == [critic, None]  # the trained critic, then the frozen base
     assert res.feedback_frozen.attempts == res.single.attempts == res.feedback.attempts
     assert res.metrics["acc_feedback_frozen"] == 1 / 3  # "7+5=2 A: 2" is right for 7+5 only
-    assert training_protocols("synthetic", None, trains_critic=True) == ("single", "feedback", "gated",
+    assert training_protocols("synthetic", FeedbackSource.CRITIC_BASE, trains_critic=True) == ("single", "feedback", "gated",
                                                                           "feedback_frozen")
     again = type(res).from_json(res.to_json())
     assert again.feedback_frozen.refined_rewards == res.feedback_frozen.refined_rewards

@@ -481,3 +481,21 @@ def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflo
 def test_the_comparison_report_has_the_critic_health_table(micro_compare):
     assert "**Critic health**" in micro_compare["stdout"]
     assert "| binac_disc, final |" in micro_compare["stdout"] and "| self_correct," not in micro_compare["stdout"]
+
+
+def test_method_specs_are_built_by_keyword_and_name_one_feedback_source():
+    from binac_core.rl.methods import METHODS, SPECS, FeedbackSource, MethodSpec
+
+    assert METHODS == tuple(SPECS) and METHODS[0] == "grpo" and "binac_disc" in METHODS
+    with pytest.raises(TypeError):
+        MethodSpec("x", None, True, False, False, False)  # positional booleans are refused
+    with pytest.raises(ValueError, match="CRITIC_TRAINED"):
+        MethodSpec(name="x", feedback=FeedbackSource.CRITIC_BASE, train_critic=True)
+    sources = {m: (s.feedback and s.feedback.value) for m, s in SPECS.items()}
+    assert sources == {"grpo": None, "fixed_critic": "critic (base, frozen)", "binac": "critic (trained)",
+                       "binac_lam0": "critic (trained)", "binac_after": "critic (trained)",
+                       "critic_only": "critic (trained)", "self_correct": "fixed instruction",
+                       "oracle_critic": "oracle (rule-based)", "binac_disc": "critic (trained)"}
+    assert SPECS["grpo"].eval_feedback is FeedbackSource.CRITIC_BASE
+    assert [s.value for s in FeedbackSource if s.sampled] == ["critic (trained)", "critic (base, frozen)",
+                                                              "critic (adapter)"]

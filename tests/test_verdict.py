@@ -9,6 +9,7 @@ import random
 import pytest
 
 from binac_core import benchmarks
+from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.verdict import parse_verdict
 
 MATH_LIKE = ("math", "math500", "gsm8k", "mbpp", "gpqa_diamond")
@@ -105,8 +106,8 @@ def test_the_option_reaches_the_critic_prompt_through_sample_feedback():
     a = Attempt(problem_id="p1", sample_idx=0, prompt_text="", prompt_ids=[], text="I think 6.", token_ids=[],
                 logprobs=[])
     params = SamplingParams(8, 1.0, 1.0, seed=0)
-    on = sample_feedback(Echo(), "math", {"p1": ROW}, [a], None, 1, params, verdict=True)
-    off = sample_feedback(Echo(), "math", {"p1": ROW}, [a], None, 1, params, verdict=False)
+    on = sample_feedback(Echo(), "math", {"p1": ROW}, [a], FeedbackSource.CRITIC_BASE, None, 1, params, verdict=True)
+    off = sample_feedback(Echo(), "math", {"p1": ROW}, [a], FeedbackSource.CRITIC_BASE, None, 1, params, verdict=False)
     assert "Verdict: correct" in on[0].text and "Verdict" not in off[0].text
 
 
@@ -268,8 +269,8 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
 
 
 def test_binac_disc_is_binac_with_verdict_weight_one_and_the_others_read_the_config():
-    from binac_core.rl.methods import method_spec
-    from binac_core.runs.config import METHODS, load_config
+    from binac_core.rl.methods import METHODS, method_spec
+    from binac_core.runs.config import load_config
 
     cfg = load_config("micro")
     weighted = cfg.model_copy(update={"train": cfg.train.model_copy(update={"critic_verdict_weight": 0.25})})

@@ -3,19 +3,17 @@
 - actor, turn 1: y0 with GRPO advantages of r0 within the problem's group of attempts;
 - actor, turn 2: y1 (conditioned on x, y0, z) with advantages of r1 + α·(r1 − r0) within the problem's group of
   refinements (SCoRe stage-II shaping; α = 0 gives plain r1);
-- critic: z with advantages of its critic reward (`critic_reward_values`, plus `verdict_bonus` when
-  `train.critic_verdict_weight` or the method sets a weight) within the attempt's group of feedbacks, so the
-  critic is compared only against other feedback on the same attempt.
+- critic: z with advantages of its critic reward (`binac_core.rl.critic_reward`) within the attempt's group of
+  feedbacks, so the critic is compared only against other feedback on the same attempt.
 """
 
 from __future__ import annotations
 
 import torch
 
-from binac_core.rl.losses import critic_reward_of, group_advantages
+from binac_core.rl.losses import group_advantages
 from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch, Turn
 from binac_core.rl.update import Sample
-from binac_core.rl.verdict import VerdictSyntax, parse_verdict, verdict_matches
 
 
 def _group_ids(keys: list) -> torch.Tensor:
@@ -56,27 +54,3 @@ def actor_samples(scored: ScoredBatch, scale: bool, alpha: float = 0.0) -> list[
     if scored.refined is not None:
         samples += refinement_samples(scored.refined, refinement_rewards(scored, alpha), scale)
     return samples
-
-
-def critic_reward_values(
-    form: str, refined_rewards: list[float], lookahead_rewards: list[float] | None, *, lam: float, alpha: float
-) -> list[float]:
-    """The critic's reward per feedback in the method's `form` (`losses.critic_reward_of`) from the rewards of the
-    refinements under the actor θ and (`lookahead_rewards`) under the updated actor θ⁺; without a look-ahead actor
-    (θ⁺ = θ) the penalty form is r1 itself."""
-    later = None if lookahead_rewards is None else torch.tensor(lookahead_rewards)
-    return critic_reward_of(form, torch.tensor(refined_rewards), later, lam, alpha).tolist()
-
-
-def verdict_bonus(
-    feedbacks: list[Feedback], attempts: list[Attempt], first_rewards: list[float], syntax: VerdictSyntax,
-    weight: float,
-) -> list[float]:
-    """Per feedback, `weight` × [its verdict (`binac_core.rl.verdict.parse_verdict`) is the verifier's on the attempt
-    it critiques (`verdict_matches`: a `none` verdict never matches)]: the discrimination term of the critic's
-    reward (Critique-RL, which rewards its critic for a correct verdict beside helpful feedback), added to
-    `critic_reward_values`. Within an attempt's feedback group every feedback faces the same verifier verdict, so
-    the bonus ranks a matching verdict above a wrong or missing one and nothing else."""
-    first = {(a.problem_id, a.sample_idx): r for a, r in zip(attempts, first_rewards, strict=True)}
-    return [weight * verdict_matches(parse_verdict(f.text, syntax), first[(f.problem_id, f.sample_idx)])
-            for f in feedbacks]

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 
 from binac_core import benchmarks
 from binac_core.benchmarks.grade import grade_batch_with_reasons
+from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.errors import BinacError
 from binac_core.model.generation import AdapterRef, GenerationBackend, SamplingParams
+from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.stage_io import Attempt, Feedback, Refinement, Scores
 
 
@@ -55,24 +57,21 @@ def generate_attempts(
 
 def sample_feedback(
     backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[Attempt],
-    critic: AdapterRef | None, per_attempt: int, params: SamplingParams, fixed_text: str | None = None,
-    execution_results: list[str | None] | None = None, oracle: bool = False, verdict: bool = False,
+    source: FeedbackSource, critic: AdapterRef | None, per_attempt: int, params: SamplingParams,
+    execution_results: list[str | None] | None = None, verdict: bool = False,
 ) -> list[Feedback]:
-    """`per_attempt` feedbacks for each attempt from the critic adapter, or `per_attempt` copies of the fixed text
-    (self-correction) or of the benchmark's rule-based oracle (`oracle`: the synthetic task's; it reads the
-    reference). `execution_results` (code tasks) are the attempts' execution results (`score_with_errors`), put in the
-    critic's prompt; `verdict` (`critic.verdict`) asks the critic for a last verdict line. Fixed and oracle
-    feedback carry no tokens: nothing trains on them."""
+    """`per_attempt` feedbacks for each attempt from `source`: sampled from the critic role (`critic`: its adapter,
+    None for the base model) for a critic source, else written: the self-correction text (`FIXED`) or the
+    benchmark's rule-based oracle (`ORACLE`: the synthetic task's; it reads the reference). `execution_results`
+    (code tasks) are the attempts' execution results (`score_with_errors`), put in the critic's prompt; `verdict`
+    (`critic.verdict`) asks the critic for a last verdict line."""
     bench = benchmarks.get(benchmark)
-    if oracle and bench.oracle_feedback is None:
-        raise BinacError(f"benchmark {benchmark!r} has no oracle critic")
-    if fixed_text is not None or oracle:
-        return [
-            Feedback(problem_id=a.problem_id, sample_idx=a.sample_idx, feedback_idx=j,
-                     text=bench.oracle_feedback(problems[a.problem_id], a.text) if oracle else fixed_text,
-                     prompt_ids=[], token_ids=[], logprobs=[])
-            for a in attempts for j in range(per_attempt)
-        ]
+    if source is FeedbackSource.ORACLE:
+        if bench.oracle_feedback is None:
+            raise BinacError(f"benchmark {benchmark!r} has no oracle critic")
+        return written_feedback(attempts, per_attempt, lambda a: bench.oracle_feedback(problems[a.problem_id], a.text))
+    if source is FeedbackSource.FIXED:
+        return written_feedback(attempts, per_attempt, lambda a: SELF_CORRECT_FEEDBACK)
     msgs, keys = [], []
     for i, a in enumerate(attempts):
         row = problems[a.problem_id]
@@ -86,6 +85,14 @@ def sample_feedback(
                  token_ids=g.token_ids, logprobs=g.logprobs)
         for (p, s, j), g in zip(keys, gens, strict=True)
     ]
+
+
+def written_feedback(attempts: list[Attempt], per_attempt: int, text_of) -> list[Feedback]:
+    """`per_attempt` copies of the text `text_of(attempt)` for each attempt: feedback that is written, not sampled
+    (it carries no tokens: nothing trains on it)."""
+    return [Feedback(problem_id=a.problem_id, sample_idx=a.sample_idx, feedback_idx=j, text=text_of(a),
+                     prompt_ids=[], token_ids=[], logprobs=[])
+            for a in attempts for j in range(per_attempt)]
 
 
 def generate_refinements(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from binac_core.model.generation import AdapterRef, GenerationBackend
 from binac_core.rl.evaluation import evaluate_protocols
+from binac_core.rl.methods import FeedbackSource
 from binac_core.runs.config import Config
 from binac_core.store.files import StageFile, write_json
 
@@ -15,7 +16,7 @@ from binac_core.store.files import StageFile, write_json
 def evaluate_to_file(
     backend: GenerationBackend, cfg: Config, problems: list[dict], *, actor: AdapterRef | None,
     critic: AdapterRef | None, seed: int, step: int, out_dir: str | Path, protocols: tuple[str, ...],
-    fixed_feedback: str | None, feedback_source: str, oracle_feedback: bool,
+    source: FeedbackSource,
 ) -> StageFile:
     """`evaluate_protocols` with `cfg`'s evaluation settings (eval_samples at eval_temperature, gated_k); returns
     `eval-step<step>-<source>.json` in `out_dir` (an `Evaluation` in JSON)."""
@@ -24,8 +25,7 @@ def evaluate_to_file(
            "feedback_max_new_tokens": g.feedback_max_new_tokens}
     res = evaluate_protocols(
         backend, cfg.task.benchmark, problems, actor=actor, critic=critic, samples=g.eval_samples, gen=gen, seed=seed,
-        step=step, protocols=tuple(protocols), gated_k=cfg.train.gated_k, fixed_feedback=fixed_feedback,
-        feedback_source=feedback_source, oracle_feedback=oracle_feedback, verdict=cfg.critic.verdict,
+        step=step, protocols=tuple(protocols), gated_k=cfg.train.gated_k, source=source, verdict=cfg.critic.verdict,
     )
-    slug = re.sub(r"[^a-z]+", "-", feedback_source.lower()).strip("-")
+    slug = re.sub(r"[^a-z]+", "-", source.value.lower()).strip("-")
     return write_json(Path(out_dir) / f"eval-step{step:05d}-{slug}.json", res.to_json())

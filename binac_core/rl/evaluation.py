@@ -18,11 +18,10 @@
 Metrics: `acc_single`, `acc_feedback`, `acc_feedback_exec`, `acc_gated_k{K}`, `acc_gated_exec_k{K}`,
 `acc_feedback_frozen`.
 
-Feedback source: every method is evaluated with the feedback it was trained with (`method_feedback_source`):
-its own critic adapter (`critic (trained)`), the frozen initial critic = the base model in the critic role
-(`critic (base, frozen)`: `fixed_critic`, and `grpo`, which trains no critic: its feedback protocols show what the
-fixed_critic's feedback source does for a GRPO actor), or the self-correction baseline's fixed instruction
-(`fixed instruction`, `binac_core.benchmarks.prompts.SELF_CORRECT_FEEDBACK`; no critic, so no `_exec` variants).
+Feedback source (`binac_core.rl.methods.FeedbackSource`): every method is evaluated with the feedback it was
+trained with (`MethodSpec.eval_feedback`): its own critic adapter, the frozen initial critic (fixed_critic, and
+grpo, which trains no critic), the self-correction baseline's fixed instruction (no critic, so no `_exec`
+variants) or the synthetic task's oracle.
 """
 
 from __future__ import annotations
@@ -40,46 +39,28 @@ from binac_core.rl.episodes import (
     score_with_errors,
     stage_seed,
 )
+from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.stage_io import ScoredBatch
 from binac_core.store.files import StageFile, read_json
 
-CRITIC_TRAINED = "critic (trained)"
-CRITIC_BASE = "critic (base, frozen)"
-FIXED_INSTRUCTION = "fixed instruction"
-ORACLE = "oracle (rule-based)"
-"""`oracle_critic`: the synthetic task's oracle, which names the first wrong step (it reads the reference)."""
-CRITIC_ADAPTER = "critic (adapter)"
-"""`binac evaluate --critic-adapter DIR`: an adapter given on the command line (how it was trained is not known)."""
-
+PROTOCOL_STAGES = {"single": ("single",), "feedback": ("single", "feedback"), "gated": ("single", "feedback", "gated")}
+"""`binac evaluate --protocol`: the stages each one runs."""
 FEEDBACK_PROTOCOLS = ("feedback", "gated")
 EXEC_PROTOCOLS = ("feedback_exec", "gated_exec")
 FROZEN_PROTOCOL = "feedback_frozen"
 """The frozen base critic's feedback on the evaluated actor's attempts (module docstring)."""
 
 
-def method_feedback_source(method: str) -> str:
-    """The feedback source a training method is evaluated with: the one it is trained with."""
-    from binac_core.rl.methods import SPECS
-
-    spec = SPECS.get(method)
-    if spec is None:
-        return "–"
-    if spec.feedback == "fixed":
-        return FIXED_INSTRUCTION
-    if spec.feedback == "oracle":
-        return ORACLE
-    return CRITIC_TRAINED if spec.train_critic else CRITIC_BASE
-
-
-def training_protocols(benchmark: str, fixed_feedback: str | None, trains_critic: bool = False) -> tuple[str, ...]:
+def training_protocols(benchmark: str, source: FeedbackSource, trains_critic: bool = False) -> tuple[str, ...]:
     """The protocols training evaluates: all of them, with the `_exec` variants where they exist (a code
     benchmark and a critic), and `feedback_frozen` for a method that trains its critic."""
     base = ("single", *FEEDBACK_PROTOCOLS)
-    exec_too = benchmarks.get(benchmark).critic_sees_execution and fixed_feedback is None
+    exec_too = benchmarks.get(benchmark).critic_sees_execution and source.sampled
     return base + (EXEC_PROTOCOLS if exec_too else ()) + ((FROZEN_PROTOCOL,) if trains_critic else ())
 
 
-def check_protocols(benchmark: str, protocols: tuple[str, ...], fixed_feedback: str | None = None) -> None:
+def check_protocols(benchmark: str, protocols: tuple[str, ...],
+                    source: FeedbackSource = FeedbackSource.CRITIC_BASE) -> None:
     known = ("single", *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL)
     bad = [p for p in protocols if p not in known]
     if bad:
@@ -89,15 +70,15 @@ def check_protocols(benchmark: str, protocols: tuple[str, ...], fixed_feedback: 
             code = benchmarks.names(having=lambda b: b.critic_sees_execution)
             raise BinacError(f"the execution-assisted protocols need a code benchmark ({', '.join(code)});"
                              f" {benchmark!r} has no execution result to show the critic")
-        if fixed_feedback is not None:
-            raise BinacError("the execution-assisted protocols need a critic; the fixed instruction sees nothing")
+        if not source.sampled:
+            raise BinacError(f"the execution-assisted protocols need a critic; the {source.value} sees nothing")
 
 
-def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = False, feedback: str = "critic"):
-    """`binac evaluate`'s choices as (stages to run, the reported protocol name, the fixed feedback text or None);
-    validated before any compute. `critic_sees_execution` turns feedback/gated into feedback_exec/gated_exec."""
-    from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
-    from binac_core.runs.plans import PROTOCOL_STAGES
+def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = False, feedback: str = "critic",
+                critic_source: FeedbackSource = FeedbackSource.CRITIC_BASE):
+    """`binac evaluate`'s choices as (stages to run, the reported protocol name, the feedback source: `FIXED` or a
+    critic's, `critic_source`); validated before any compute. `critic_sees_execution` turns feedback/gated into
+    feedback_exec/gated_exec."""
 
     if feedback not in ("critic", "fixed"):
         raise BinacError(f"--feedback must be critic or fixed (got {feedback!r})")
@@ -106,9 +87,9 @@ def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = Fal
     stages = PROTOCOL_STAGES[protocol]
     if critic_sees_execution:
         stages = tuple(s if s == "single" else f"{s}_exec" for s in stages)
-    fixed = SELF_CORRECT_FEEDBACK if feedback == "fixed" else None
-    check_protocols(benchmark, stages, fixed)
-    return stages, stages[-1], fixed
+    source = FeedbackSource.FIXED if feedback == "fixed" else critic_source
+    check_protocols(benchmark, stages, source)
+    return stages, stages[-1], source
 
 
 @dataclass(frozen=True)
@@ -118,7 +99,7 @@ class Evaluation:
     where computed. In JSON: {"metrics", "feedback_source", "single", and the protocols computed}."""
 
     metrics: dict[str, float]
-    feedback_source: str
+    feedback_source: FeedbackSource
     single: ScoredBatch
     feedback: ScoredBatch | None = None
     gated: list[ScoredBatch] | None = None
@@ -132,7 +113,7 @@ class Evaluation:
         return [found] if isinstance(found, ScoredBatch) else found
 
     def to_json(self) -> dict:
-        out = {"metrics": self.metrics, "feedback_source": self.feedback_source, "single": self.single.to_json()}
+        out = {"metrics": self.metrics, "feedback_source": self.feedback_source.value, "single": self.single.to_json()}
         for protocol in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL):
             found = getattr(self, protocol)
             if found is not None:
@@ -145,7 +126,7 @@ class Evaluation:
             p: ScoredBatch.from_json(d[p]) if p.startswith("feedback") else [ScoredBatch.from_json(r) for r in d[p]]
             for p in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL) if p in d
         }
-        return cls(d["metrics"], d["feedback_source"], ScoredBatch.from_json(d["single"]), **rounds)
+        return cls(d["metrics"], FeedbackSource(d["feedback_source"]), ScoredBatch.from_json(d["single"]), **rounds)
 
 
 def read_evaluation(file: StageFile) -> Evaluation:
@@ -156,14 +137,12 @@ def read_evaluation(file: StageFile) -> Evaluation:
 def evaluate_protocols(
     backend: GenerationBackend, benchmark: str, problems: list[dict], *, actor: AdapterRef | None,
     critic: AdapterRef | None, samples: int, gen: dict, seed: int, step: int, protocols: tuple[str, ...],
-    gated_k: int = 2, fixed_feedback: str | None = None, feedback_source: str = CRITIC_BASE,
-    oracle_feedback: bool = False, verdict: bool = False,
+    gated_k: int = 2, source: FeedbackSource = FeedbackSource.CRITIC_BASE, verdict: bool = False,
 ) -> Evaluation:
-    """The protocols asked for, on `samples` attempts per problem of `actor` (with `critic`'s feedback).
-    `fixed_feedback`: the feedback text given instead of a critic's (the self-correction baseline);
-    `oracle_feedback`: the rule-based oracle's feedback instead of a critic's (`oracle_critic`, synthetic only);
-    `verdict`: the critic is asked for a verdict line (`critic.verdict`)."""
-    check_protocols(benchmark, protocols, fixed_feedback)
+    """The protocols asked for, on `samples` attempts per problem of `actor`, with feedback from `source` (a
+    critic's: `critic`'s adapter, None for the base model); `verdict`: the critic is asked for a verdict line
+    (`critic.verdict`)."""
+    check_protocols(benchmark, protocols, source)
     by_id = {r["id"]: r for r in problems}
 
     def params(name: str, max_new: int) -> SamplingParams:
@@ -173,10 +152,10 @@ def evaluate_protocols(
         """Round `rnd` on `scored`'s attempts: one feedback each (the critic shown `shown`, execution results, or
         nothing; with `frozen`, the base model's critic role instead of the method's source), the refinements and
         their scores; returns (the scored round, the refinements' execution results or None)."""
-        fb = sample_feedback(backend, benchmark, by_id, scored.attempts, None if frozen else critic, 1,
-                             params(f"z{rnd}", gen["feedback_max_new_tokens"]),
-                             fixed_text=None if frozen else fixed_feedback, execution_results=shown,
-                             oracle=oracle_feedback and not frozen, verdict=verdict)
+        fb = sample_feedback(backend, benchmark, by_id, scored.attempts,
+                             FeedbackSource.CRITIC_BASE if frozen else source, None if frozen else critic, 1,
+                             params(f"z{rnd}", gen["feedback_max_new_tokens"]), execution_results=shown,
+                             verdict=verdict)
         refined = generate_refinements(backend, benchmark, by_id, scored.attempts, fb, actor,
                                        params(f"y{rnd}", gen["max_new_tokens"]))
         scores = score_with_errors(benchmark, by_id, refined)
@@ -202,7 +181,7 @@ def evaluate_protocols(
     if FROZEN_PROTOCOL in protocols:
         rounds[FROZEN_PROTOCOL], _ = feedback_round(single, None, "frozen", frozen=True)
         metrics[f"acc_{FROZEN_PROTOCOL}"] = _mean(rounds[FROZEN_PROTOCOL].refined_rewards)
-    return Evaluation(metrics, feedback_source, single, **rounds)
+    return Evaluation(metrics, source, single, **rounds)
 
 
 def _gated(first: ScoredBatch, shown: list[str | None] | None, k: int, feedback_round):

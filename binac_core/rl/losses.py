@@ -2,9 +2,8 @@
 
 - `group_advantages`: GRPO advantages, reward minus its group mean, divided by the group std when
   `scale=True` (DeepSeekMath GRPO; `scale=False` is the Dr. GRPO variant). Groups of one or with zero spread get 0.
-- `critic_rewards`: the first-order value-penalty reward of a feedback z,
-  (1 + λ(1 + α))·r1(z; θ) − λ(1 + α)·r1(z; θ⁺), θ⁺ = the actor after its update on the same batch, α the
-  actor's shaping weight (the lower level's shaped r1 term depends on z; docs/algorithm.md derives it).
+- `critic_rewards`: the first-order value-penalty reward of a feedback z (its docstring; docs/algorithm.md
+  derives it).
 - `critic_reward_of`: that reward, r1 alone (λ = 0) or r1⁺ alone, by the `binac` variant's form.
 - `clipped_policy_loss`: PPO clipped surrogate with a token-level mean over every completion token of the batch
   (DAPO's aggregation, as TRL's `loss_type="dapo"`), plus β·k3 KL to a reference (Schulman's unbiased estimator,
@@ -31,7 +30,9 @@ def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: bool = 
 
 
 def critic_rewards(r1: torch.Tensor, r1_lookahead: torch.Tensor, lam: float, alpha: float) -> torch.Tensor:
-    """(1 + μ)·r1 − μ·r1⁺ elementwise with μ = λ(1 + α); λ = 0 (or r1⁺ = r1) gives r1, the reward of the refined
+    """The critic's reward of a feedback z, elementwise: (1 + μ)·r1 − μ·r1⁺ with μ = λ(1 + α), where r1 = r1(z; θ)
+    is the reward of the actor's refinement given z, r1⁺ = r1(z; θ⁺) that of the actor θ⁺ after its update on the
+    same batch, λ = `train.lam` and α = `train.alpha_shaping`; λ = 0 (or r1⁺ = r1) gives r1, the reward of the refined
     answer. The weight μ is the φ-dependent part of the lower level's objective, λ·E[(1 + α)·r1 − α·r0]: the
     −α·r0 term is constant in z and drops out, the α·r1 term does not."""
     mu = lam * (1.0 + alpha)

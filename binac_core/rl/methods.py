@@ -1,39 +1,74 @@
 """What each `--method` trains and where its feedback comes from (the table in README / docs/algorithm.md).
 
 The three `binac` variants differ only in the critic's reward, since the paper's exact form is not recoverable
-(docs/algorithm.md): `binac` the first-order value-penalty form (1 + μ)·r1(θ) − μ·r1(θ⁺), μ = λ(1 + α);
-`binac_lam0` λ = 0, i.e. r1(θ) alone with no look-ahead (the authors' precursor code); `binac_after` r1(θ⁺)
+(docs/algorithm.md): `binac` the first-order value-penalty form (`losses.critic_rewards`); `binac_lam0` λ = 0, i.e. r1(θ) alone with no look-ahead (the authors' precursor code); `binac_after` r1(θ⁺)
 alone, the "downstream effect on the actor after adaptation". `binac_disc` is `binac` whose critic is also
 rewarded for a verdict that matches the verifier (weight 1: Critique-RL's discrimination reward;
-`batches.verdict_bonus`). `oracle_critic` trains the actor exactly as
+`critic_reward.verdict_bonus`). `oracle_critic` trains the actor exactly as
 `fixed_critic` does, on the rule-based oracle's feedback (synthetic task only): a ceiling, not a competitor."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
 
 from binac_core.errors import BinacError
-from binac_core.runs.config import METHODS, Config
+
+if TYPE_CHECKING:
+    from binac_core.runs.config import Config
 
 
-@dataclass(frozen=True)
+class FeedbackSource(str, Enum):
+    """Where a second turn's feedback comes from: the one name for it in specs, stages, evaluations and reports.
+    The value is the label the reports, the `eval_feedback_source` tag and the evaluation files show."""
+
+    CRITIC_TRAINED = "critic (trained)"
+    """The method's own critic adapter, trained by it."""
+    CRITIC_BASE = "critic (base, frozen)"
+    """The initial critic: the base model in the critic role, never trained (fixed_critic; grpo's evaluations)."""
+    CRITIC_ADAPTER = "critic (adapter)"
+    """`binac evaluate --critic-adapter DIR`: an adapter given on the command line (how it was trained is not
+    known)."""
+    FIXED = "fixed instruction"
+    """The self-correction baseline's fixed text (`binac_core.benchmarks.prompts.SELF_CORRECT_FEEDBACK`)."""
+    ORACLE = "oracle (rule-based)"
+    """The synthetic task's rule-based oracle, which names the first wrong step (it reads the reference)."""
+
+    @property
+    def sampled(self) -> bool:
+        """A critic writes it (sampled, counted as generated samples); else it is written text, not sampled."""
+        return self in (FeedbackSource.CRITIC_TRAINED, FeedbackSource.CRITIC_BASE, FeedbackSource.CRITIC_ADAPTER)
+
+
+@dataclass(frozen=True, kw_only=True)
 class MethodSpec:
     name: str
-    feedback: str | None
-    """None (no second turn), "critic" (the critic adapter writes it), "fixed" (the self-correction text) or
-    "oracle" (the rule-based oracle's feedback naming the first wrong step; synthetic task only)."""
-    train_actor: bool
-    actor_second_turn: bool
+    feedback: FeedbackSource | None = None
+    """Where the second turn's feedback comes from; None: no second turn (GRPO)."""
+    train_actor: bool = True
+    actor_second_turn: bool = False
     """The actor is also trained on its refinements y1 (conditioned on x, y0, z)."""
-    train_critic: bool
-    lookahead: bool
+    train_critic: bool = False
+    """The critic adapter is trained (exactly when `feedback` is `CRITIC_TRAINED`)."""
+    lookahead: bool = False
     """Refine again with the updated actor θ⁺ to form the critic's reward (bilevel methods)."""
     critic_reward: str = "r1"
-    """How a feedback is rewarded: "r1" (the refinement's reward under θ), "penalty" ((1 + μ)·r1(θ) − μ·r1(θ⁺))
-    or "after" (r1(θ⁺) alone); the last two need the look-ahead."""
+    """How a feedback is rewarded: "r1" (the refinement's reward under θ), "penalty" (`losses.critic_rewards`)
+    or "after" (r1(θ⁺) alone); the last two need the look-ahead (`binac_core.rl.critic_reward`)."""
     verdict_weight: float | None = None
-    """w of the critic's verdict bonus, w × [verdict matches the verifier] (`batches.verdict_bonus`); None: the
+    """w of the critic's verdict bonus, w × [verdict matches the verifier] (`critic_reward.verdict_bonus`); None: the
     config's `train.critic_verdict_weight` (default 0)."""
+
+    def __post_init__(self):
+        if self.train_critic != (self.feedback is FeedbackSource.CRITIC_TRAINED):
+            raise ValueError(f"method {self.name}: a trained critic is exactly a CRITIC_TRAINED feedback source")
+
+    @property
+    def eval_feedback(self) -> FeedbackSource:
+        """The feedback source the method is evaluated with: the one it trains with; for a method without a second
+        turn (grpo) the initial critic's, so its feedback protocols show what fixed_critic's source does for it."""
+        return self.feedback or FeedbackSource.CRITIC_BASE
 
     def critic_verdict_weight(self, cfg: Config) -> float:
         """The verdict bonus's weight this method's critic reward uses."""
@@ -58,7 +93,7 @@ class MethodSpec:
         attempts = cfg.train.batch_problems * cfg.train.group_size
         if not self.feedback:
             return attempts
-        per_attempt = cfg.train.critic_group_size * (1 + (self.feedback == "critic") + self.lookahead)
+        per_attempt = cfg.train.critic_group_size * (1 + self.feedback.sampled + self.lookahead)
         return attempts * (1 + per_attempt)
 
     def iterations_for_budget(self, cfg: Config, budget: int) -> int:
@@ -73,18 +108,22 @@ class MethodSpec:
                              f"({per_iteration} actor training samples)")
         return budget // per_iteration
 
-SPECS = {
-    "grpo": MethodSpec("grpo", None, True, False, False, False),
-    "fixed_critic": MethodSpec("fixed_critic", "critic", True, True, False, False),
-    "binac": MethodSpec("binac", "critic", True, True, True, True, "penalty"),
-    "binac_lam0": MethodSpec("binac_lam0", "critic", True, True, True, False, "r1"),
-    "binac_after": MethodSpec("binac_after", "critic", True, True, True, True, "after"),
-    "critic_only": MethodSpec("critic_only", "critic", False, False, True, False),
-    "self_correct": MethodSpec("self_correct", "fixed", True, True, False, False),
-    "oracle_critic": MethodSpec("oracle_critic", "oracle", True, True, False, False),
-    "binac_disc": MethodSpec("binac_disc", "critic", True, True, True, True, "penalty", verdict_weight=1.0),
-}
-assert set(SPECS) == set(METHODS)
+_CRITIC, _TRAINED = FeedbackSource.CRITIC_BASE, FeedbackSource.CRITIC_TRAINED
+_BILEVEL = {"feedback": _TRAINED, "actor_second_turn": True, "train_critic": True, "lookahead": True}
+SPECS = {spec.name: spec for spec in (
+    MethodSpec(name="grpo"),
+    MethodSpec(name="fixed_critic", feedback=_CRITIC, actor_second_turn=True),
+    MethodSpec(name="binac", **_BILEVEL, critic_reward="penalty"),
+    MethodSpec(name="binac_lam0", **{**_BILEVEL, "lookahead": False}, critic_reward="r1"),
+    MethodSpec(name="binac_after", **_BILEVEL, critic_reward="after"),
+    MethodSpec(name="critic_only", feedback=_TRAINED, train_actor=False, train_critic=True),
+    MethodSpec(name="self_correct", feedback=FeedbackSource.FIXED, actor_second_turn=True),
+    MethodSpec(name="oracle_critic", feedback=FeedbackSource.ORACLE, actor_second_turn=True),
+    MethodSpec(name="binac_disc", **_BILEVEL, critic_reward="penalty", verdict_weight=1.0),
+)}
+METHODS = tuple(SPECS)
+"""Every method's name, in the order of the table in README / docs/algorithm.md: the one list config, CLI and
+tests read."""
 
 
 def method_spec(name: str) -> MethodSpec:

@@ -15,7 +15,7 @@ first is read as well as one last).
 
 What the verdicts are measured against is the verifier on the first attempt (`binac_core.reports.measures`,
 `critic_verdict_measures`); the critic's optional reward for a matching verdict is
-`binac_core.rl.batches.verdict_bonus` (`train.critic_verdict_weight`).
+`binac_core.rl.critic_reward.verdict_bonus` (`train.critic_verdict_weight`).
 """
 
 from __future__ import annotations

@@ -20,8 +20,6 @@ from binac_core.store.files import read_yaml_mapping
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 SMOL_CONTEXT = 8192
 """SmolLM2-135M-Instruct's `max_position_embeddings` (its GGUF's context length)."""
-METHODS = ("grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic",
-           "binac_disc")
 
 
 class _Section(BaseModel):
@@ -204,7 +202,7 @@ class TrainConfig(_Section):
     """t_H: critic (upper level) optimizer passes over each iteration's batch, taken after the actor's."""
     critic_verdict_weight: float = Field(0.0, ge=0)
     """w: the critic's reward gains w × [its verdict matches the verifier on the first attempt]
-    (`batches.verdict_bonus`; Critique-RL's discrimination reward beside its helpfulness reward). 0: the rewards of
+    (`critic_reward.verdict_bonus`; Critique-RL's discrimination reward beside its helpfulness reward). 0: the rewards of
     `lam`'s forms alone. The `binac_disc` method sets it to 1 whatever this says (binac_core/rl/methods.py)."""
     alpha_shaping: float = Field(1.0, ge=0)
     """α: weight of the (r1 − r0) shaping bonus on the actor's second-turn reward (SCoRe stage II)."""

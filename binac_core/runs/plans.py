@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from binac_core.errors import BinacError
-from binac_core.rl.methods import method_spec
+from binac_core.rl.methods import FeedbackSource, method_spec
 from binac_core.runs.config import load_config
 
 
@@ -17,7 +17,7 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
     from binac_core import benchmarks
 
     bench = benchmarks.get(cfg.task.benchmark)
-    if spec.feedback == "oracle" and bench.oracle_feedback is None:
+    if spec.feedback is FeedbackSource.ORACLE and bench.oracle_feedback is None:
         oracles = benchmarks.names(having=lambda b: b.oracle_feedback is not None)
         raise BinacError(f"method {method!r} needs a benchmark with an oracle critic ({', '.join(oracles)}; "
                          f"benchmark is {cfg.task.benchmark!r})")
@@ -77,13 +77,11 @@ def train_run_key(cfg, method: str, seed: int, iterations: int, parent_key: str,
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-PROTOCOL_STAGES = {"single": ("single",), "feedback": ("single", "feedback"), "gated": ("single", "feedback", "gated")}
-
-
 def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature,
                   max_new_tokens):
     """Validate before any compute; returns (config, {"actor": AdapterRef or None, "critic": ...})."""
     from binac_core import benchmarks
+    from binac_core.rl.evaluation import PROTOCOL_STAGES
 
     bench = benchmarks.get(benchmark)  # an unknown name: one line listing the known ones
     if protocol not in PROTOCOL_STAGES:

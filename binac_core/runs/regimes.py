@@ -22,12 +22,19 @@ measurement is reproducible and cached by the study.
 from __future__ import annotations
 
 from binac_core import benchmarks
-from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.benchmarks.synthetic import final_answer
 from binac_core.model.generation import SamplingParams
 from binac_core.reports.measures import critic_error_measures, zero_adv_frac
 from binac_core.reports.stats import mean as _mean
-from binac_core.rl.episodes import generate_attempts, generate_refinements, sample_feedback, score, stage_seed
+from binac_core.rl.episodes import (
+    generate_attempts,
+    generate_refinements,
+    sample_feedback,
+    score,
+    stage_seed,
+    written_feedback,
+)
+from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.stage_io import Attempt
 
 SOURCES = ("initial_critic", "oracle", "self_correct", "approve")
@@ -53,13 +60,13 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
     if not bounds:
         return out
     feedbacks = {
-        "initial_critic": sample_feedback(backend, benchmark, by_id, attempts, None, 1,
+        "initial_critic": sample_feedback(backend, benchmark, by_id, attempts, FeedbackSource.CRITIC_BASE, None, 1,
                                           params("z", gen.feedback_max_new_tokens)),
-        "oracle": sample_feedback(backend, benchmark, by_id, attempts, None, 1, params("z", 1), oracle=True),
-        "self_correct": sample_feedback(backend, benchmark, by_id, attempts, None, 1, params("z", 1),
-                                        fixed_text=SELF_CORRECT_FEEDBACK),
-        "approve": sample_feedback(backend, benchmark, by_id, attempts, None, 1, params("z", 1),
-                                   fixed_text=bench.feedback_analysis.approval),
+        "oracle": sample_feedback(backend, benchmark, by_id, attempts, FeedbackSource.ORACLE, None, 1,
+                                  params("z", 1)),
+        "self_correct": sample_feedback(backend, benchmark, by_id, attempts, FeedbackSource.FIXED, None, 1,
+                                        params("z", 1)),
+        "approve": written_feedback(attempts, 1, lambda a: bench.feedback_analysis.approval),
     }
     analysis = bench.feedback_analysis
     wrong_steps = [analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text) is not None for a in attempts]

@@ -13,7 +13,8 @@ from binac_core.reports.measures import (
     zero_adv_frac,
 )
 from binac_core.reports.stats import mean
-from binac_core.rl.evaluation import EXEC_PROTOCOLS, FIXED_INSTRUCTION, FROZEN_PROTOCOL, Evaluation
+from binac_core.rl.evaluation import EXEC_PROTOCOLS, FROZEN_PROTOCOL, Evaluation
+from binac_core.rl.methods import FeedbackSource, method_spec
 from binac_core.rl.stage_io import ScoredBatch
 from binac_core.runs.workspace import Workspace
 from binac_core.store import storage
@@ -36,11 +37,9 @@ def store_train_step(
 ) -> dict:
     """Write the iteration's rows; return its metrics (`train_metrics`). `problems` (the batch) gives the synthetic
     task's first wrong steps."""
-    from binac_core.rl.methods import method_spec
-
     questions = analysis_questions(meta["benchmark"], problems)
     rows = trajectory_rows(meta, step, scored, split="train", protocol="train", critic_rewards=critic_rewards,
-                           questions=questions, verdicts=method_spec(meta["method"]).feedback != "fixed")
+                           questions=questions, verdicts=method_spec(meta["method"]).feedback is not FeedbackSource.FIXED)
     storage.write_shard(ws, meta["run_id"], "train", step, rows)
     return train_metrics(rows, scored, critic_rewards=critic_rewards, critic_measures=questions is not None)
 
@@ -80,7 +79,7 @@ def store_eval(ws: Workspace, meta: dict, step: int, result: Evaluation, problem
     which needs critic rewards, nor `critic_useful_mixed_frac`: held-out attempts get one feedback each), and the
     same measures of the frozen base critic's `feedback_frozen` rows as `eval/frozen_critic_*`."""
     critic, questions = {}, analysis_questions(meta["benchmark"], problems)
-    verdicts = result.feedback_source != FIXED_INSTRUCTION
+    verdicts = result.feedback_source is not FeedbackSource.FIXED
     storage.write_shard(ws, meta["run_id"], "eval-single", step,
                         trajectory_rows(meta, step, result.single, split="eval", protocol="single",
                                         questions=questions))
