@@ -18,9 +18,10 @@ import hashlib
 
 from prefect import flow
 
+from binac_core.grading.sandbox import accept
 from binac_core.reports.critic_health import stored_health
 from binac_core.rl.evaluation import CRITIC_ADAPTER, CRITIC_BASE, FIXED_INSTRUCTION, eval_stages
-from binac_core.runs.plans import plan_evaluate
+from binac_core.runs.plans import isolation_used, plan_evaluate
 from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.workspace import workspace
 from tasks.evaluate import evaluate as evaluate_task
@@ -39,6 +40,7 @@ def evaluate(
 ) -> dict:
     cfg, refs = plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset,
                               temperature, max_new_tokens)
+    accept(cfg.grading.sandbox)  # process-wide: the sandbox refuses an isolation the run does not accept
     stages, name, fixed = eval_stages(benchmark, protocol, critic_sees_execution, feedback)
     source = FIXED_INSTRUCTION if fixed else CRITIC_ADAPTER if critic_adapter else CRITIC_BASE
     cfg_d, ws = cfg.model_dump(mode="json"), workspace()
@@ -47,7 +49,7 @@ def evaluate(
     params = {**cfg.flat(), "protocol": name, "samples": str(samples), "limit": str(limit),
               "temperature": str(g.eval_temperature), "max_new_tokens": str(g.max_new_tokens),
               "actor_adapter": str(actor_adapter), "critic_adapter": str(critic_adapter),
-              "eval_feedback_source": source}
+              "eval_feedback_source": source, "grading.isolation": isolation_used(cfg)}
     tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": name,
             "eval_feedback_source": source}
     run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)

@@ -87,6 +87,8 @@ import time
 import warnings
 from dataclasses import dataclass
 
+from binac_core.errors import BinacError
+
 log = logging.getLogger("binac.grading.sandbox")
 
 PYTHON = "/usr/bin/python3"
@@ -269,11 +271,12 @@ def run_python(program: str, tests: list[str], setup: str = "", timeout_s: float
     """Run `program`, then `setup`, then the program-dependent operands of each assert of `tests` in the sandbox;
     decide here whether each assert holds. Never raises for program faults.
 
-    Raises TestFormatError for a test it cannot grade safely, SandboxError when the sandbox cannot run at all."""
+    Raises TestFormatError for a test it cannot grade safely, SandboxError when the sandbox cannot run at all,
+    IsolationRequired when bwrap does not work and the process has not accepted rlimits (`accept`)."""
     plans, sources = _plan(list(tests))
     script, spans = _assemble(program, setup)
     payload = _payload(script, sources)
-    mode = isolation()
+    mode = require_isolation(ACCEPTED["mode"])
     uid = _run_uid()
     with contextlib.ExitStack() as stack:
         src, out, err, res = (stack.enter_context(tempfile.TemporaryFile()) for _ in range(4))
@@ -938,29 +941,69 @@ def _signal_note(rc: int | None) -> str:
 # --------------------------------------------------------------------------- choosing the isolation
 
 
+ACCEPTED = {"mode": "bwrap"}
+"""Process-wide: the weakest isolation this process accepts, set by the run from its `grading.sandbox` (`accept`;
+listed in `binac_core.model.runtime`). `bwrap` (default): `run_python` refuses to run without a working bwrap."""
+
+
+class IsolationRequired(BinacError):
+    """Only the rlimits fallback works here and the run did not accept it (`grading.sandbox: rlimits`): a setup
+    fault, raised before any compute by the entry points' plans and again by `run_python`; never scored as a
+    grader error (binac_core/benchmarks/grade.py lets it through)."""
+
+
+def accept(mode: str) -> None:
+    """Set the process's accepted isolation: `bwrap` (bubblewrap required) or `rlimits` (the fallback accepted)."""
+    if mode not in ("bwrap", "rlimits"):
+        raise BinacError(f"grading.sandbox must be bwrap or rlimits (got {mode!r})")
+    ACCEPTED["mode"] = mode
+
+
+def require_isolation(accepted: str) -> str:
+    """The isolation `run_python` will use here under `accepted`; IsolationRequired (one line naming the fix and
+    the setting) when bwrap does not work and `accepted` is not `rlimits`. Probes bwrap once per process."""
+    mode = isolation()
+    if mode != "bwrap" and accepted != "rlimits":
+        problem = _probe_result()[1] or "bwrap is not used"
+        raise IsolationRequired(
+            f"the code sandbox needs a working bubblewrap: {problem}; install it (Debian: apt-get install "
+            "bubblewrap) or accept the weaker rlimits-only sandbox, where programs can reach the network and read "
+            "world-readable files, with `grading.sandbox: rlimits`"
+        )
+    if mode != "bwrap":
+        _warn_rlimits()
+    return mode
+
+
 @functools.lru_cache(maxsize=1)
+def _warn_rlimits() -> None:
+    message = ("binac sandbox: bubblewrap does not work here; running with rlimits only, as `grading.sandbox: "
+               "rlimits` accepts: programs can reach the network and read world-readable files")
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    log.warning(message)
+
+
 def isolation() -> str:
-    """`bwrap` when bubblewrap works on this machine, else `rlimits` (warned once, loudly). Probed once."""
+    """`bwrap` when bubblewrap works on this machine, else `rlimits`. Probed once per process."""
+    return _probe_result()[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_result() -> tuple[str, str | None]:
     return _choose_isolation()
 
 
-def _choose_isolation() -> str:
+def _choose_isolation() -> tuple[str, str | None]:
+    """(`bwrap`, None) when bubblewrap works, else (`rlimits`, why it does not)."""
     if not os.access(PYTHON, os.X_OK):
         raise SandboxError(f"sandbox interpreter not found: {PYTHON}")
     bwrap = shutil.which("bwrap")
-    problem = "bwrap is not installed (Debian: apt-get install bubblewrap)"
-    if bwrap:
-        probe = _probe_bwrap()
-        if probe is None:
-            return "bwrap"
-        problem = f"bwrap does not work here ({probe})"
-    message = (
-        f"binac sandbox: {problem}; falling back to rlimits only: programs can reach the network and read "
-        "world-readable files"
-    )
-    warnings.warn(message, RuntimeWarning, stacklevel=2)
-    log.warning(message)
-    return "rlimits"
+    if not bwrap:
+        return "rlimits", "bwrap is not installed"
+    probe = _probe_bwrap()
+    if probe is None:
+        return "bwrap", None
+    return "rlimits", f"bwrap does not work here ({probe})"
 
 
 def _probe_bwrap() -> str | None:
