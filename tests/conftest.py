@@ -149,7 +149,7 @@ def _sandbox_accepts_what_works_here(monkeypatch):
     """In-process tests grade code in whatever isolation works on this machine: where bwrap does not, the process
     accepts the rlimits fallback (as `grading.sandbox: rlimits` would), and the tests that need bwrap skip, saying
     so. Restored after each test, so a flow's `accept` leaks into no other test."""
-    from binac_core.grading.sandbox import ACCEPTED, SandboxError, isolation
+    from binac_core.grading.sandbox.isolation import ACCEPTED, SandboxError, isolation
 
     try:
         works = isolation()
