@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from binac_core.runs.process_group import start_in_group, stop_group
+
 REPO = Path(__file__).resolve().parents[1]
 CHILD_TAG = "BENCH_JSON "
 """Prefix of the one stdout line a child process reports its JSON result on (the rest of its output is logs)."""
@@ -170,22 +172,15 @@ def emit(result: dict) -> None:
 def run_child(name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
     """Start `python -m bench.run --child NAME ARGS...` from the repository root; `collect` waits for it."""
     cmd = [sys.executable, "-m", "bench.run", "--child", name, *args]
-    # A session of its own, so that `stop` also reaches what the child started (Prefect's temporary API server).
-    return subprocess.Popen(
-        cmd, cwd=REPO, env=env or dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )
+    # A process group of its own, so that `stop` also reaches what the child started (Prefect's temporary API
+    # server): binac_core/runs/process_group.py, shared with scripts/gpu_check.py.
+    return start_in_group(cmd, cwd=REPO, env=env or dict(os.environ), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """Kill a child started by `run_child` together with its own children."""
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    """Kill a child started by `run_child` together with its own children (SIGKILL to its group, at once)."""
+    stop_group(proc)
 
 
 def collect(proc: subprocess.Popen, timeout: int = 900) -> dict:

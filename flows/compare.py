@@ -65,7 +65,8 @@ def compare(
         ws = workspace()
         meta = {"preset": cfg.name, "seeds": seeds, "budget": budget, "steps": steps, "n_eval": cfg.task.n_test,
                 "eval_samples": cfg.generation.eval_samples, "eval_temperature": cfg.generation.eval_temperature,
-                "shared_samples": shared, "common_samples": math.lcm(*trained) if trained else 0}
+                "shared_samples": shared, "common_samples": math.lcm(*trained) if trained else 0,
+                "grading_sandbox": cfg.grading.sandbox, "isolation": [r["isolation"] for r in runs]}
         report = build_report(runs, meta, ws.home / "reports" / f"compare-{key}")
         for f in report["files"]:
             tracking.log_path(ws, parent, f, "report")

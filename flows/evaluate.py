@@ -18,10 +18,11 @@ import hashlib
 
 from prefect import flow
 
+from binac_core.grading.sandbox import accept
 from binac_core.reports.critic_health import stored_health
 from binac_core.rl.evaluation import eval_stages
 from binac_core.rl.methods import FeedbackSource
-from binac_core.runs.plans import plan_evaluate
+from binac_core.runs.plans import isolation_used, plan_evaluate
 from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.workspace import workspace
 from tasks.evaluate import evaluate as evaluate_task
@@ -40,6 +41,7 @@ def evaluate(
 ) -> dict:
     cfg, refs = plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset,
                               temperature, max_new_tokens)
+    accept(cfg.grading.sandbox)  # process-wide: the sandbox refuses an isolation the run does not accept
     critic_source = FeedbackSource.CRITIC_ADAPTER if critic_adapter else FeedbackSource.CRITIC_BASE
     stages, name, source = eval_stages(benchmark, protocol, critic_sees_execution, feedback, critic_source)
     cfg_d, ws = cfg.model_dump(mode="json"), workspace()
@@ -49,7 +51,7 @@ def evaluate(
     params = {**cfg.flat(), "protocol": name, "samples": str(samples), "limit": str(limit),
               "temperature": str(g.eval_temperature), "max_new_tokens": str(g.max_new_tokens),
               "actor_adapter": str(actor_adapter), "critic_adapter": str(critic_adapter),
-              "eval_feedback_source": source.value}
+              "eval_feedback_source": source.value, "grading.isolation": isolation_used(cfg)}
     tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": name,
             "eval_feedback_source": source.value}
     run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)

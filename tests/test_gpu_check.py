@@ -6,7 +6,6 @@ ignores the adapter or serves a stale one. The smol checkpoint is not needed. Th
 its CPU build or a GPU, is tests/test_vllm.py."""
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -85,86 +84,6 @@ def test_bad_arguments_and_a_missing_model_are_one_line():
     assert gc.parse_args(["--out", "x", "--dtypes", "bfloat16,float32,bfloat16"]).dtypes == ["bfloat16", "float32"]
     with pytest.raises(ValueError, match="no config.json there"):
         gc.resolve_model("/nonexistent/model", None)
-
-
-# --------------------------------------------------------------------------- pure functions on hand-made numbers
-
-
-def test_compare_logprobs_per_token_and_per_sequence():
-    ref = [[-1.0, -2.0, -0.5], [-3.0], []]
-    got = [[-1.0, -2.1, -0.4], [-2.5], []]
-    s = gc.compare_logprobs(ref, got)
-    assert s["sequences"] == 3 and s["tokens"] == 4 and s["length_mismatches"] == 0 and s["nonfinite"] == 0
-    assert s["max_abs"] == pytest.approx(0.5)
-    assert s["mean_abs"] == pytest.approx((0 + 0.1 + 0.1 + 0.5) / 4)
-    assert s["mean_signed"] == pytest.approx((0 - 0.1 + 0.1 + 0.5) / 4)
-    assert s["p99_abs"] == pytest.approx(0.5)
-    assert s["exact_fraction"] == 0.25
-    # per sequence: mean |d| of each non-empty one (0.0667, 0.5); |sum d| of each (0.0, 0.5)
-    assert s["seq_mean_abs_max"] == pytest.approx(0.5)
-    assert s["seq_mean_abs_mean"] == pytest.approx((0.2 / 3 + 0.5) / 2)
-    assert s["seq_sum_abs_max"] == pytest.approx(0.5)
-    assert s["seq_sum_abs_mean"] == pytest.approx(0.25)
-    assert s["worst"] == {"sequence": 1, "position": 0, "measured": -2.5, "reference": -3.0, "abs": 0.5}
-
-
-def test_compare_logprobs_counts_length_mismatches_and_non_finite_values():
-    s = gc.compare_logprobs([[-1.0, -1.0], [-1.0]], [[-1.0], [float("nan")]])
-    assert s["length_mismatches"] == 1 and s["nonfinite"] == 1 and s["tokens"] == 2 and s["max_abs"] == math.inf
-    reasons = gc.judge(s, gc.tolerance_for("float32"))
-    assert any("log-prob count different" in r for r in reasons) and any("non-finite" in r for r in reasons)
-    with pytest.raises(ValueError, match="1 sequences of log-probs for 2"):
-        gc.compare_logprobs([[-1.0], [-1.0]], [[-1.0]])
-
-
-def test_percentile_is_nearest_rank():
-    values = [i / 100 for i in range(1, 201)]  # 0.01 .. 2.00
-    assert gc.percentile(values, 99) == pytest.approx(1.98)
-    assert gc.percentile(values, 100) == 2.0 and gc.percentile([0.3], 99) == 0.3
-    assert math.isnan(gc.percentile([], 99))
-
-
-def test_judge_applies_each_bound_of_the_stated_tolerance():
-    tol = gc.tolerance_for("float32")
-    assert (tol.mean_abs, tol.p99_abs, tol.max_abs, tol.seq_mean_abs) == (0.005, 0.02, 0.1, 0.02)
-    assert gc.tolerance_for("bfloat16").mean_abs > tol.mean_abs
-    with pytest.raises(ValueError):
-        gc.tolerance_for("int8")
-    good = [[-1.0 - 0.001 * (t % 3) for t in range(100)] for _ in range(10)]  # 1000 tokens, |d| <= 0.002
-    ref = [[-1.0] * 100 for _ in range(10)]
-    assert gc.judge(gc.compare_logprobs(ref, good), tol, adapter_effect=0.3) == []
-    # one token far off: the max bound (and only it) fails
-    spiky = [row[:] for row in good]
-    spiky[3][4] = -1.5
-    reasons = gc.judge(gc.compare_logprobs(ref, spiky), tol)
-    assert len(reasons) == 1 and reasons[0].startswith("max |diff| 0.5 > 0.1")
-    # 2 % of tokens at 0.05: p99 fails, mean does not
-    p99 = [row[:] for row in good]
-    for i in range(20):
-        p99[i % 10][i] = -1.05
-    reasons = gc.judge(gc.compare_logprobs(ref, p99), tol)
-    assert [r.split(" ")[0] for r in reasons] == ["p99"]
-    # a systematic shift (wrong temperature): mean, p99 and worst sequence all fail
-    shifted = [[v - 0.03 for v in row] for row in ref]
-    reasons = gc.judge(gc.compare_logprobs(ref, shifted), tol)
-    assert {r.split(" ")[0] for r in reasons} == {"mean", "p99", "worst"}
-    # an adapter too weak to tell an ignored adapter from rounding: inconclusive
-    reasons = gc.judge(gc.compare_logprobs(ref, good), tol, adapter_effect=0.01)
-    assert len(reasons) == 1 and reasons[0].startswith("inconclusive")
-    assert gc.judge(gc.compare_logprobs([[]], [[]]), tol) == ["no tokens to compare"]
-
-
-def test_prefix_agreement_speedups_and_overall_status():
-    g = gc.prefix_agreement([[1, 2, 3], [1, 2, 3, 4]], [[1, 2, 3], [1, 9, 3]])
-    assert g == {"sequences": 2, "identical": 0.5, "mean_prefix_fraction": pytest.approx((1 + 1 / 4) / 2)}
-    rows = [{"backend": "hf", "batch": 1, "tokens_per_s": 50.0}, {"backend": "vllm", "batch": 1, "tokens_per_s": 200.0},
-            {"backend": "hf", "batch": 32, "tokens_per_s": 400.0},
-            {"backend": "vllm", "batch": 32, "tokens_per_s": 6000.0}]
-    assert gc.speedups(rows) == {"1": 4.0, "32": 15.0}
-    assert gc.overall_status([{"status": "pass"}, {"status": "pass"}]) == ("pass", 0)
-    assert gc.overall_status([{"status": "error"}, {"status": "fail"}]) == ("fail", 1)
-    assert gc.overall_status([{"status": "pass"}, {"status": "error"}]) == ("error", 2)
-    assert gc.overall_status([]) == ("error", 2)
 
 
 def test_prompts_are_deterministic_chat_prompts_of_both_kinds():

@@ -443,6 +443,19 @@ def test_the_comparison_report_states_both_counts(tmp_path):
     assert report["metrics"]["summary/critic_only/generated_samples"] == 400
 
 
+def test_the_comparison_report_names_the_code_sandbox(tmp_path):
+    from binac_core.reports.report import build_report, sandbox_line
+
+    ev = {"eval/acc_single": 0.5}
+    runs = [{"method": "grpo", "seed": s, "samples_per_iteration": 16, "generated_per_iteration": 16,
+             "evals": {0: ev, 1: ev}, "isolation": "rlimits"} for s in (0, 1)]
+    meta = {"preset": "llama1b-mbpp", "seeds": [0, 1], "budget": 16, "steps": 1, "n_eval": 2, "eval_samples": 1,
+            "eval_temperature": 1.0, "grading_sandbox": "rlimits", "isolation": [r["isolation"] for r in runs]}
+    line = next(x for x in build_report(runs, meta, tmp_path)["text"].splitlines() if x.startswith("Code sandbox"))
+    assert "`grading.sandbox: rlimits`" in line and line.endswith("isolation used: `rlimits`.")
+    assert sandbox_line("bwrap", ["none", None]).endswith("isolation used: `none`.")
+
+
 HEALTH = ("verdict_accuracy", "balanced_accuracy", "approves_wrong", "flags_right", "verdict_missing",
           "gain_when_flagged", "gain_when_approved")
 

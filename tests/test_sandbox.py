@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from binac_core.grading import sandbox
-from binac_core.grading.sandbox import OUTPUT_CAP, isolation, run_python
+from binac_core.errors import BinacError
+from binac_core.grading.sandbox import IsolationRequired, run_python
+from binac_core.grading.sandbox import isolation as iso
+from binac_core.grading.sandbox.isolation import isolation
+from binac_core.grading.sandbox.protocol import OUTPUT_CAP
 
 needs_bwrap = pytest.mark.skipif(isolation() != "bwrap", reason="needs a working bubblewrap (fallback: rlimits only)")
 
@@ -247,15 +250,82 @@ def test_program_runs_as_an_unprivileged_user():
 # --------------------------------------------------------------------------- fallback (no bubblewrap)
 
 
-def test_fallback_without_bwrap_warns_loudly(monkeypatch, caplog):
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+def _no_bwrap(monkeypatch, accepted: str) -> None:
+    """As on a machine without bubblewrap (the probe finds none), the process accepting `accepted`."""
+    monkeypatch.setattr(iso, "_probe_result", lambda: ("rlimits", "bwrap is not installed"))
+    monkeypatch.setitem(iso.ACCEPTED, "mode", accepted)
+
+
+def test_the_probe_names_a_missing_bwrap(monkeypatch):
+    monkeypatch.setattr(iso.shutil, "which", lambda name: None)
+    assert iso._choose_isolation() == ("rlimits", "bwrap is not installed")
+
+
+def test_without_bwrap_the_sandbox_refuses_unless_rlimits_is_accepted(monkeypatch):
+    _no_bwrap(monkeypatch, "bwrap")
+    with pytest.raises(BinacError) as refused:
+        run_python("def f():\n    return 2\n", ["assert f() == 2"])
+    message = str(refused.value)
+    assert "\n" not in message and "apt-get install bubblewrap" in message and "grading.sandbox: rlimits" in message
+    assert isinstance(refused.value, IsolationRequired)
+
+
+def test_without_bwrap_an_accepted_rlimits_sandbox_runs_and_warns(monkeypatch, caplog):
+    _no_bwrap(monkeypatch, "rlimits")
+    iso._warn_rlimits.cache_clear()
     with caplog.at_level(logging.WARNING, logger="binac.grading.sandbox"), pytest.warns(RuntimeWarning, match="rlimits"):
-        assert sandbox._choose_isolation() == "rlimits"
-    assert "bwrap is not installed" in caplog.text
+        result = run_python("def f():\n    return 2\n", ["assert f() == 2"])
+    assert (result.isolation, result.passed) == ("rlimits", True)
+    assert "grading.sandbox: rlimits" in caplog.text
+
+
+def test_a_refusal_is_not_scored_as_a_grader_error(monkeypatch):
+    from binac_core.benchmarks.grade import grade
+    from binac_core.grading.counters import grader_counts
+
+    _no_bwrap(monkeypatch, "bwrap")
+    before = grader_counts()
+    row = {"id": 1, "question": "q", "tests": ["assert f() == 2"], "setup": ""}
+    with pytest.raises(IsolationRequired):
+        grade("mbpp", row, "```python\ndef f():\n    return 2\n```")
+    assert grader_counts()["errors"] == before["errors"]
+
+
+def test_a_code_benchmark_is_refused_before_any_compute_without_bwrap(monkeypatch):
+    from binac_core.runs.plans import plan, plan_compare
+
+    _no_bwrap(monkeypatch, "bwrap")
+    for check in (lambda: plan("llama1b-mbpp", "grpo", 1, 0, None, None),
+                  lambda: plan_compare("llama1b-mbpp", ["grpo"], [0], 1, None)):
+        with pytest.raises(BinacError, match="apt-get install bubblewrap") as refused:
+            check()
+        assert "grading.sandbox: rlimits" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_code_benchmark_runs_without_bwrap_when_rlimits_is_accepted(monkeypatch):
+    from binac_core.runs.plans import isolation_used, plan
+
+    _no_bwrap(monkeypatch, "bwrap")  # the config's setting is what the plan reads, not the process's
+    overrides = {"grading.sandbox": "rlimits", "generation.backend": "hf"}
+    cfg, _, _ = plan("llama1b-mbpp", "grpo", 1, 0, overrides, None)
+    assert cfg.flat()["grading.sandbox"] == "rlimits" and isolation_used(cfg) == "rlimits"
+
+
+def test_benchmarks_that_run_no_code_never_probe_the_sandbox(monkeypatch):
+    from binac_core.runs.plans import isolation_used, plan
+
+    def probe():
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(iso, "_probe_result", probe)
+    monkeypatch.setitem(iso.ACCEPTED, "mode", "bwrap")
+    cfg, _, _ = plan("micro", "grpo", 1, 0, None, None)
+    assert cfg.flat()["grading.sandbox"] == "bwrap" and isolation_used(cfg) == "none"
 
 
 def test_fallback_mode_still_grades_and_times_out(monkeypatch):
-    monkeypatch.setattr(sandbox, "isolation", lambda: "rlimits")
+    monkeypatch.setattr(iso, "isolation", lambda: "rlimits")
+    monkeypatch.setitem(iso.ACCEPTED, "mode", "rlimits")
     good = run_python("def f():\n    return 2\n", ["assert f() == 2"])
     loop = run_python("while True:\n    pass\n", [], timeout_s=1)
     early = run_python("import os\nos._exit(0)\n", ["assert False"])
@@ -265,7 +335,8 @@ def test_fallback_mode_still_grades_and_times_out(monkeypatch):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the fallback's sweep of leftover processes needs root (a uid per run)")
 def test_fallback_mode_leaves_no_processes_behind(monkeypatch):
-    monkeypatch.setattr(sandbox, "isolation", lambda: "rlimits")
+    monkeypatch.setattr(iso, "isolation", lambda: "rlimits")
+    monkeypatch.setitem(iso.ACCEPTED, "mode", "rlimits")
     marker = f"272.{secrets.randbelow(10**6):06d}"
     program = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
     assert run_python(program, []).passed

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import ast
 import collections
+import os
 import re
 
 import pytest
 
-from binac_core.grading import sandbox
-from binac_core.grading.sandbox import MAX_TASKS, MEMORY_BYTES, TestFormatError, isolation, run_python
+from binac_core.grading.sandbox import TestFormatError, protocol, run_python
+from binac_core.grading.sandbox import plan as planning
+from binac_core.grading.sandbox.isolation import MAX_TASKS, MEMORY_BYTES, isolation
 
 TESTS = ["assert square(2) == 4", "assert square(3) == 9", "assert square(-1) == 1"]
 
@@ -218,9 +220,9 @@ def test_honest_subclass_values_and_containers_pass():
 
 def _holds(test: str, values: list | None = None):
     """Plan `test` and evaluate it here with the given leaf values (in order)."""
-    plans, sources = sandbox._plan([test])
-    results = sandbox._Results(True, {i: ("v", v) for i, v in enumerate(values or [])}, None)
-    return sandbox._judge(plans[0], results), sources
+    plans, sources = planning._plan([test])
+    results = protocol._Results(True, {i: ("v", v) for i, v in enumerate(values or [])}, None)
+    return protocol._judge(plans[0], results), sources
 
 
 @pytest.mark.parametrize(
@@ -292,8 +294,8 @@ def test_tests_that_cannot_be_graded_safely_are_refused(test):
 def _encoded(value) -> bytes:
     """What the sandbox's encoder writes for `value` (run here: it is plain Python)."""
     namespace: dict = {}
-    exec(sandbox._BOOT.split("def _boot")[0].replace("import os, resource, sys", ""), namespace)
-    record, _ = namespace["_encoder"](1 << 20, sandbox.MAX_DEPTH)
+    exec(protocol._BOOT.split("def _boot")[0].replace("import os, resource, sys", ""), namespace)
+    record, _ = namespace["_encoder"](1 << 20, protocol.MAX_DEPTH)
     return record(0, value)
 
 
@@ -304,7 +306,7 @@ def _encoded(value) -> bytes:
     ids=lambda value: type(value).__name__,
 )
 def test_values_survive_the_encoding(value):
-    results = sandbox._Results.parse(b"('ready',)\n" + _encoded(value), 1)
+    results = protocol._Results.parse(b"('ready',)\n" + _encoded(value), 1)
     assert results.problem is None and results.records[0][0] == "v"
     got = results.records[0][1]
     assert type(got) is type(value) and got == value
@@ -312,7 +314,7 @@ def test_values_survive_the_encoding(value):
 
 
 def test_nan_survives_the_encoding():
-    got = sandbox._Results.parse(b"('ready',)\n" + _encoded(float("nan")), 1).records[0][1]
+    got = protocol._Results.parse(b"('ready',)\n" + _encoded(float("nan")), 1).records[0][1]
     assert got != got
 
 
@@ -326,9 +328,9 @@ def test_values_that_are_not_plain_are_named(value, what):
 
 def test_deeply_nested_values_are_refused():
     value: list = []
-    for _ in range(sandbox.MAX_DEPTH + 5):
+    for _ in range(protocol.MAX_DEPTH + 5):
         value = [value]
-    assert _encoded(value) == f"(0,'n','value nested more than {sandbox.MAX_DEPTH} deep')\n".encode()
+    assert _encoded(value) == f"(0,'n','value nested more than {protocol.MAX_DEPTH} deep')\n".encode()
 
 
 @pytest.mark.parametrize(
@@ -345,18 +347,18 @@ def test_deeply_nested_values_are_refused():
         (b"('ready',)\n(0,'v',__import__('os'))\n", "malformed node"),
         (b"('ready',)\n" + b"(" * 1000 + b"\n", "too many nested parentheses"),
         (b"('ready',)\n(0,'v',True)", "an unterminated record"),
-        (b"('ready' ,)\n" + b"x" * sandbox.RESULT_CAP, "over"),
+        (b"('ready' ,)\n" + b"x" * protocol.RESULT_CAP, "over"),
     ],
 )
 def test_the_results_are_read_strictly(data, problem):
-    results = sandbox._Results.parse(data, 1)
+    results = protocol._Results.parse(data, 1)
     assert results.problem is not None and problem in results.problem
 
 
 def test_a_start_record_alone_is_not_a_pass_when_there_are_tests():
-    plans, _ = sandbox._plan(["assert f(1) == 1"])
-    results = sandbox._Results.parse(b"('ready',)\n", 1)
-    passed, reason = sandbox._verdict(plans, results, False, 0, "", [], 10)
+    plans, _ = planning._plan(["assert f(1) == 1"])
+    results = protocol._Results.parse(b"('ready',)\n", 1)
+    passed, reason = protocol._verdict(plans, results, False, 0, "", [], 10)
     assert not passed and reason == "test 1 failed: assert f(1) == 1 (exited with status 0 before the tests finished)"
 
 
@@ -412,7 +414,7 @@ def test_a_run_cannot_start_more_than_max_tasks(kind):
 
 @pytest.mark.skipif(isolation() != "bwrap", reason="needs a working bubblewrap (fallback: rlimits only)")
 def test_the_process_budget_is_exact_as_root():
-    if sandbox.os.geteuid() != 0:
+    if os.geteuid() != 0:
         pytest.skip("as non-root the limit counts the user's other processes")
     result = run_python(f"MEMORY = {MEMORY_BYTES}\nKIND = 'process'\n" + SPAWN, [])
     assert result.stdout.split()[0] == str(MAX_TASKS - 1)
@@ -420,7 +422,7 @@ def test_the_process_budget_is_exact_as_root():
 
 def test_reference_shapes_of_mbpp_asserts_are_planned_as_one_leaf():
     # MBPP asserts compare one call of the program with a literal: the literal never enters the sandbox.
-    plans, sources = sandbox._plan(["assert remove_Occ(\"hello\",\"l\") == \"heo\"", "assert f([1,2]) == (1, -2.5)"])
+    plans, sources = planning._plan(["assert remove_Occ(\"hello\",\"l\") == \"heo\"", "assert f([1,2]) == (1, -2.5)"])
     assert sources == ["remove_Occ('hello', 'l')", "f([1, 2])"]
     assert all("heo" not in s and "2.5" not in s for s in sources)
     assert [len(p.leaves) for p in plans] == [1, 1]

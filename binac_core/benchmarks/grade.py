@@ -2,7 +2,8 @@
 evaluation use. It runs the benchmark's `grade` (its `Benchmark`), which calls the graders of `binac_core.grading`.
 
 A grader failure (an exception, a math-verify timeout, a sandbox that cannot start) scores 0.0, is counted in
-`grader_counts()` and logged at WARNING; it never raises. An unknown benchmark or a row lacking a field its
+`grader_counts()` and logged at WARNING; it never raises, bar one setup fault: a sandbox refusing to run without
+the isolation the run requires (`IsolationRequired`, `grading.sandbox`) stops the run. An unknown benchmark or a row lacking a field its
 grader needs (the benchmark's `required_fields`) is a configuration error and raises `BinacError`.
 """
 
@@ -16,6 +17,7 @@ from binac_core.benchmarks import get
 from binac_core.errors import BinacError
 from binac_core.grading.counters import count_graded, record_failure
 from binac_core.grading.math import GraderTimeout
+from binac_core.grading.sandbox import IsolationRequired
 
 
 def grade(benchmark: str, row: dict, response: str) -> float:
@@ -35,6 +37,8 @@ def grade_with_reason(benchmark: str, row: dict, response: str) -> tuple[float, 
     try:
         correct, reason = bench.grade(row, response)  # a non-str response fails in the grader: counted
         return (1.0, None) if correct else (0.0, reason)
+    except IsolationRequired:  # the run's setup, not this answer: scoring it 0 would train on a broken grader
+        raise
     except GraderTimeout as exc:
         record_failure("timeouts", benchmark, row.get("id"), exc)
     except Exception as exc:  # a grader bug or a broken sandbox must not stop a run: count it and go on

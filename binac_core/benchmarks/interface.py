@@ -62,6 +62,10 @@ class Benchmark:
     critic_sees_execution: bool = False
     """The critic may be shown the attempt's execution result (`grade`'s failure reason, or `All tests passed.`):
     the code benchmarks, which also get the `_exec` evaluation protocols."""
+    runs_code: bool = False
+    """`grade` runs untrusted code from the response (MBPP's programs, in `binac_core.grading.sandbox`): every
+    entry point then checks, before any compute, that the sandbox's isolation is the one `grading.sandbox`
+    requires (`binac_core.runs.plans.check_sandbox`)."""
     check_data: Callable[[str], object] | None = None
     """split -> raises a one-line `BinacError` when the split's data is missing or the benchmark lacks the split
     (checked before any compute); None for a benchmark that builds its rows (the synthetic task)."""

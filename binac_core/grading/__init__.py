@@ -9,5 +9,6 @@ one grading function both RL rewards and evaluation use). Each benchmark's `grad
 | `mbpp` | program from the last code block, run with `row["setup"]` and the asserts `row["tests"]` in the sandbox |
 | `synthetic` | `binac_core.benchmarks.synthetic.grade_response` |
 
-Failures are counted in `counters` (`grader_counts()`); the sandbox for untrusted code is `sandbox`.
+Failures are counted in `counters` (`grader_counts()`); the sandbox for untrusted code is `sandbox`
+(threat model: docs/sandbox.md).
 """

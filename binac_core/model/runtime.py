@@ -23,6 +23,10 @@ Process-wide state, and why each piece is process-wide (everything else is passe
   names its adapter by digest.
 - glibc's allocator settings (`binac_core.model.memory`: large blocks mapped alone, set when a `Policy` loads): a setting
   of the C library, which has no other scope; it changes memory use, never a value.
+- The sandbox's accepted isolation (`binac_core.grading.sandbox.isolation.ACCEPTED`, set by `accept` from the
+  run's `grading.sandbox` when a train or evaluate flow starts): the sandbox runs in grader pool threads deep below the
+  stages, and it must refuse the rlimits fallback unless the run accepted it, without threading the setting
+  through every grading call. Default `bwrap` (bubblewrap required); the flows' plans check it before any compute.
 - Caches of pure functions (`functools.cache`/`lru_cache`: source digests in `binac_core.runs.provenance`, benchmark
   files in `binac_core.benchmarks.data`, the sandbox probe) and the math grader's worker pool (`binac_core.grading.math`):
   they hold no result that differs from recomputing it.

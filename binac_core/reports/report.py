@@ -142,6 +142,8 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
         f"{meta['eval_temperature']}; accuracy is pass@1 (mean over problems of correct/samples), in %, "
         "mean ± 95 % t-interval over seeds (no interval with one seed).",
         "",
+        sandbox_line(meta.get("grading_sandbox", "bwrap"), meta.get("isolation", [])),
+        "",
         *_evaluation_points(meta),
         "| method | feedback source | " + " | ".join(k.removeprefix("eval/") for k, _ in protocols)
         + " | iterations | actor training samples | generated samples |",
@@ -183,6 +185,15 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
     html.write_text(render_html(text, out_dir, f"binac comparison ({meta['preset']})"))
     return {"text": text, "files": [str(out_dir / "report.md"), str(html), str(png)], "table": table,
             "metrics": summary_metrics(runs)}
+
+
+def sandbox_line(setting: str, used: list[str | None]) -> str:
+    """The protocol's sentence on the code sandbox: the accepted isolation (`grading.sandbox`) and what the runs'
+    grader actually isolated untrusted code with (their `grading.isolation` parameter; `none`: no code run)."""
+    seen = sorted({u for u in used if u})
+    actual = ", ".join(f"`{u}`" for u in seen) if seen else "not recorded"
+    return (f"Code sandbox: `grading.sandbox: {setting}` (bwrap = bubblewrap required; rlimits = the weaker "
+            f"fallback accepted; docs/sandbox.md); isolation used: {actual}.")
 
 
 def _critic_health(by_method: dict[str, list[dict]]) -> list[str]:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from binac_core.reports.critic_health import EXPLAINED, health_table
 from binac_core.reports.plots import METHOD_ORDER, seed_band
+from binac_core.reports.report import sandbox_line
 from binac_core.reports.stats import t_interval, wilson_interval
 from binac_core.rl.methods import method_spec
 from binac_core.runs.study import equal_budget_totals
@@ -233,6 +234,7 @@ def _protocol(st, totals: dict[str, int], runs: list[dict], done: int) -> list[s
         "alone), `acc_feedback` (one feedback from the method's own feedback source, then one refinement; "
         "unassisted), `acc_gated_k2` (verifier-gated, up to 2 feedback rounds: oracle-assisted). Cells: mean ± 95 % "
         "t-interval over seeds, in % unless stated.", "",
+        sandbox_line(cfg.grading.sandbox, [r.get("isolation") for r in runs]), "",
         f"**Budget axes** (binac_core/rl/methods.py): *actor training samples*, the sequences the actor's loss is "
         f"computed on (never the look-ahead refinements), and *generated samples*, every sequence sampled from the "
         f"actor or the critic. The equal-budget totals are {st.equal_samples_method}'s after {st.iterations} "

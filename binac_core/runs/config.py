@@ -210,6 +210,15 @@ class TrainConfig(_Section):
     """K of the oracle-assisted `acc_gated@K` protocol (feedback rounds, verifier-gated)."""
 
 
+class GradingConfig(_Section):
+    sandbox: Literal["bwrap", "rlimits"] = "bwrap"
+    """The weakest isolation the code grader may run untrusted programs in (`binac_core.grading.sandbox`, threat
+    model in docs/sandbox.md). `bwrap` (default): bubblewrap's namespaces are required; without a working `bwrap`
+    a run of a code benchmark (MBPP) fails before any compute. `rlimits`: accept the weaker fallback where bwrap
+    does not work (resource limits, a uid per run, a scrubbed environment: the program can reach the network and
+    read world-readable files); bwrap is still used where it works. Benchmarks that run no code ignore it."""
+
+
 class Config(_Section):
     name: str
     """Preset name (recorded as the `preset` tag)."""
@@ -225,11 +234,13 @@ class Config(_Section):
     """What the critic is asked for (its verdict line)."""
     train: TrainConfig = TrainConfig()
     """RL settings for actor (GRPO) and critic (Bi-NAC upper level)."""
+    grading: GradingConfig = GradingConfig()
+    """How answers are graded (the code sandbox's required isolation)."""
 
     def flat(self) -> dict[str, str]:
         """Flat `section.field -> value` strings, for MLflow params."""
         out: dict[str, str] = {"name": self.name}
-        for section in ("model", "task", "lora", "generation", "critic", "train"):
+        for section in ("model", "task", "lora", "generation", "critic", "train", "grading"):
             for key, value in getattr(self, section).model_dump().items():
                 out[f"{section}.{key}"] = ",".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
         return out

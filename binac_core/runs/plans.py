@@ -17,6 +17,7 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
     from binac_core import benchmarks
 
     bench = benchmarks.get(cfg.task.benchmark)
+    check_sandbox(bench, cfg)
     if spec.feedback is FeedbackSource.ORACLE and bench.oracle_feedback is None:
         oracles = benchmarks.names(having=lambda b: b.oracle_feedback is not None)
         raise BinacError(f"method {method!r} needs a benchmark with an oracle critic ({', '.join(oracles)}; "
@@ -36,6 +37,25 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
         check_runnable(cfg)  # no vLLM that runs here, or a tiny model its CPU attention cannot: one line
     iterations = steps if budget is None else spec.iterations_for_budget(cfg, budget)
     return cfg, spec, iterations
+
+
+def check_sandbox(bench, cfg) -> str | None:
+    """For a benchmark whose grader runs untrusted code (`Benchmark.runs_code`): the isolation its sandbox will
+    use, or a one-line `BinacError` (`IsolationRequired`) when bwrap does not work here and `grading.sandbox` is
+    not `rlimits`. None for the other benchmarks (nothing is probed)."""
+    if not bench.runs_code:
+        return None
+    from binac_core.grading.sandbox import require_isolation
+
+    return require_isolation(cfg.grading.sandbox)
+
+
+def isolation_used(cfg) -> str:
+    """What the run's grader isolates untrusted code with here (recorded as the run parameter `grading.isolation`):
+    `bwrap` or `rlimits` for a benchmark that runs code (`check_sandbox`), `none` for the others."""
+    from binac_core import benchmarks
+
+    return check_sandbox(benchmarks.get(cfg.task.benchmark), cfg) or "none"
 
 
 def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, overrides: dict | None):
@@ -106,6 +126,7 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
     if max_new_tokens is not None:
         overrides["generation.max_new_tokens"] = max_new_tokens
     cfg = load_config(preset, overrides)
+    check_sandbox(bench, cfg)
     refs = {}
     for name, folder in (("actor", actor_adapter), ("critic", critic_adapter)):
         if folder is None:

@@ -43,6 +43,7 @@ from binac_core import benchmarks
 from binac_core.errors import BinacError
 from binac_core.rl.methods import method_spec
 from binac_core.runs.config import Config, load_config
+from binac_core.runs.plans import check_sandbox
 from binac_core.store.files import read_yaml_mapping
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
@@ -187,6 +188,7 @@ def load_study(path: str | Path) -> Study:
         for d in ([regime.difficulty] if regime.rule is None else range(regime.rule.search[0],
                                                                          regime.rule.search[1] + 1)):
             cfg = study.config(d)
+            check_sandbox(benchmarks.get(cfg.task.benchmark), cfg)  # code benchmarks: no bwrap, no rlimits: one line
             if not _measures_regimes(benchmarks.get(cfg.task.benchmark)):
                 raise BinacError(f"study file {path}: regimes need a benchmark with an oracle critic and a "
                                  f"first-error analysis ({', '.join(benchmarks.names(having=_measures_regimes))}; "
