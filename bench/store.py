@@ -191,7 +191,7 @@ def markdown(rows: list[tuple], args) -> str:
              f"Measured {datetime.now():%Y-%m-%d} on this machine; {args.rows:,}-row store, shards of {SHARD} rows. "
              "Shard writes: the old row-by-row `executemany` vs the columnar write (one Arrow table, one INSERT). "
              "Search: the old `binac_core/sql/feedback_search.sql` (FTS index rebuilt over every selected row at each query) "
-             "vs the per-shard feedback index merged at query time (same scores: tests/test_feedback_index.py).", "",
+             "vs the per-shard feedback index merged at query time (same scores: tests/store/test_feedback_index.py).", "",
              "| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"

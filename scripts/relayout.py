@@ -6,7 +6,8 @@ comments, presets, the Makefile) from the old location to the new one. Run once 
 What it rewrites, in every tracked text file but this one:
 - `binac_core.<module>` and `binac_core/<module>` (a dotted name or a path) of a moved module;
 - `from binac_core import a, b as c` lines, split per subpackage (`from binac_core.store import storage`);
-- `sql/...` paths (the queries and the schema moved into the package, `binac_core/sql/`, so a wheel has them).
+- `sql/...` paths (the queries and the schema moved into the package, `binac_core/sql/`, so a wheel has them);
+- `tests/test_x.py` paths of the tests moved into the folders that mirror the library (`TEST_MOVES`).
 It does not touch bare module names (`storage.run_sample`, `batches.verdict_bonus`): module names are unchanged.
 Paths computed from `__file__` inside the moved modules are fixed by hand in the same commit.
 """
@@ -34,13 +35,30 @@ PACKAGE_DOC = {
     "runs": "Run infrastructure: config, argument plans, code provenance, workspace, run lock, faults, studies.",
     "reports": "Reports: the comparison and study reports, plots, statistics, the study's measures, critic health.",
 }
+TEST_MOVES = {
+    "model": ("adapters", "base_model", "checkpointing", "decode", "fused_lora", "memory", "policy_init",
+              "real_model_sampling", "smol", "tokenizer", "logprob_check", "vllm_settings"),
+    "rl": ("losses", "methods", "verdict", "evaluate"),
+    "benchmarks": ("benchmarks", "data", "prompts", "synthetic"),
+    "grading": ("grading_code", "grading_math", "grading_other", "grader_counts", "sandbox", "sandbox_forgery"),
+    "store": ("feedback_index", "files", "sql", "sql_comparisons"),
+    "runs": ("cache_keys", "regimes", "cli"),
+    "reports": ("measures", "study_measures", "study_report"),
+    "bench": ("bench", "stage_costs"),
+    "flows": ("fanout",),
+    "integration": ("train", "deployment", "reliability", "study", "ui", "wheel", "vllm", "gpu_check"),
+}
+"""The tests mirror the library's subpackages; `integration/` holds the files whose tests start real servers,
+`binac` subprocesses or Chromium (`make test-fast` leaves them out, with every test that uses a slow fixture)."""
+TEST_FOLDER = {f"test_{name}": folder for folder, names in TEST_MOVES.items() for name in names}
 SUBPACKAGE = {module: package for package, modules in MOVES.items() for module in modules}
 TEXT_SUFFIXES = {".py", ".md", ".sql", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".ini", ""}
 _FROM_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from binac_core import (?P<names>[A-Za-z_][\w, ]*(?: as \w+)?[\w, ]*)$",
                           re.MULTILINE)
 _DOTTED = re.compile(r"\bbinac_core([./])(" + "|".join(sorted(SUBPACKAGE, key=len, reverse=True)) + r")(?![\w])")
 _SQL_PATH = re.compile(r"(?<![\w/.-])sql/")
-_SQL_JOIN = re.compile(r'/ "sql"')
+_SQL_JOIN = re.compile(r'(?<!"binac_core" )/ "sql"')
+_TEST_PATH = re.compile(r"\btests/(" + "|".join(TEST_FOLDER) + r")\.py\b")
 
 
 def move_modules(root: Path) -> None:
@@ -57,6 +75,11 @@ def move_modules(root: Path) -> None:
                 subprocess.run(["git", "mv", str(old), str(folder / old.name)], cwd=root, check=True)
     if (root / "sql").is_dir():
         subprocess.run(["git", "mv", "sql", "binac_core/sql"], cwd=root, check=True)
+    for name, folder in TEST_FOLDER.items():
+        old = root / "tests" / f"{name}.py"
+        if old.exists():
+            (root / "tests" / folder).mkdir(exist_ok=True)
+            subprocess.run(["git", "mv", str(old), str(root / "tests" / folder / old.name)], cwd=root, check=True)
 
 
 def _split_from_import(match: re.Match) -> str:
@@ -72,10 +95,15 @@ def _split_from_import(match: re.Match) -> str:
 
 def rewrite(text: str, path: Path) -> str:
     text = _DOTTED.sub(lambda m: f"binac_core{m[1]}{SUBPACKAGE[m[2]]}{m[1]}{m[2]}", text)
+    text = _TEST_PATH.sub(lambda m: f"tests/{TEST_FOLDER[m[1]]}/{m[1]}.py", text)
+    if path.parts[0] == "tests" and len(path.parts) == 3:  # a moved test: the repository is one folder further up
+        text = text.replace("Path(__file__).resolve().parents[1]", "Path(__file__).resolve().parents[2]")
     if path.suffix == ".py":
         text = _FROM_IMPORT.sub(_split_from_import, text)
         if not path.as_posix().startswith("binac_core/"):  # the library finds its sql/ from its own folder
             text = _SQL_JOIN.sub('/ "binac_core" / "sql"', text)
+    if path.name == "pyproject.toml":  # its package-data globs are relative to the package
+        return text
     return _SQL_PATH.sub("binac_core/sql/", text)
 
 

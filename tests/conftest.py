@@ -158,3 +158,16 @@ def _sandbox_accepts_what_works_here(monkeypatch):
     except SandboxError:  # no sandbox interpreter at all: the sandbox tests fail on that, named
         works = "bwrap"
     monkeypatch.setitem(ACCEPTED, "mode", "bwrap" if works == "bwrap" else "rlimits")
+
+
+SLOW_FIXTURES = {"prefect_home", "micro_compare", "micro_base"}
+"""Fixtures that start a real server or run `binac` subprocesses: a test that uses one (directly or through
+another fixture) is an integration test wherever it lives."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark `integration` every test in tests/integration/ and every test that uses a slow fixture, so that
+    `make test-fast` (`-m "not integration and not vllm"`) leaves out exactly the slow ones."""
+    for item in items:
+        if "integration" in item.path.parts or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.integration)

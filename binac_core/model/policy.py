@@ -120,7 +120,7 @@ class Policy:
         (`flows/train.py`). See `_publish` for a destination that already exists."""
         folder = Path(folder)
         tmp = self._write_temp(name, folder)
-        fault_point(f"adapter-written:{name}", 0)  # tests/test_reliability.py: two writers, one destination
+        fault_point(f"adapter-written:{name}", 0)  # tests/integration/test_reliability.py: two writers, one destination
         try:
             return self._publish(name, tmp, folder)
         finally:

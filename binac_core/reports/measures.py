@@ -41,7 +41,7 @@ step is right" is about the written steps only: such an attempt's answer line ma
   and extra noise in the reward pulls it towards 0, never up. It needs critic rewards (training rows only).
 - `critic_signal_frac`: the share of feedback groups whose realised critic rewards differ (are not all equal),
   the groups that carry a gradient for the critic. Noise raises it: it is not a measure of signal (the penalty
-  form's second draw r1⁺ makes rewards differ more often while `critic_signal` falls; tests/test_measures.py).
+  form's second draw r1⁺ makes rewards differ more often while `critic_signal` falls; tests/reports/test_measures.py).
 
 Critic health (every benchmark), over feedback rows with a verdict (the `feedback_verdict` column: `correct`,
 `incorrect` or `none`, `binac_core.rl.verdict`; NULL for a fixed instruction, so self_correct has none), judged

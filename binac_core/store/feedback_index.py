@@ -13,7 +13,7 @@ Terms are made exactly as DuckDB FTS's `PRAGMA create_fts_index` makes them with
 `tokenize` macro and English stop-word list: lower-cased, accents stripped, split at its ignore pattern, stop
 words and empty tokens dropped, Porter-stemmed). BM25 is computed at query time over the union of the files with
 the corpus statistics (document count, average length, document frequency) aggregated over the rows the query
-selects, so scores are those of an FTS index built over the same rows (tests/test_feedback_index.py).
+selects, so scores are those of an FTS index built over the same rows (tests/store/test_feedback_index.py).
 
 The index is kept current lazily, by readers: `attach` indexes each shard that has no index files for its current
 identity (a new shard, a rewritten one, a shard stored before the index existed), then defines the views

@@ -187,7 +187,7 @@ def test_a_study_needs_a_benchmark_whose_regimes_can_be_measured(echo, tmp_path)
 
     from binac_core.runs.study import load_study
 
-    smoke = yaml.safe_load((Path(__file__).resolve().parents[1] / "studies" / "micro-smoke.yaml").read_text())
+    smoke = yaml.safe_load((Path(__file__).resolve().parents[2] / "studies" / "micro-smoke.yaml").read_text())
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({**smoke, "overrides": {**(smoke.get("overrides") or {}), "task.benchmark": "echo"}}))
     with pytest.raises(BinacError, match="regimes need a benchmark with an oracle critic and a first-error analysis "

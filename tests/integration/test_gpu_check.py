@@ -3,7 +3,7 @@ into its results and exits 3; its comparison and tolerance logic on hand-made nu
 check on a tiny random checkpoint with `HFBackend` standing in for vLLM: it passes when the backend under test
 reports the trainer's distribution, and fails when the backend reports log-probs at the wrong temperature,
 ignores the adapter or serves a stale one. The smol checkpoint is not needed. The check against vLLM itself, on
-its CPU build or a GPU, is tests/test_vllm.py."""
+its CPU build or a GPU, is tests/integration/test_vllm.py."""
 
 import json
 import os

@@ -17,7 +17,7 @@ from binac_core.runs.config import TrainConfig, load_config
 from binac_core.runs.plans import plan, plan_compare
 from flows import cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Actor training samples per iteration on micro: 4 problems x 4 attempts x (1, 1 + K = 2 refinements; binac's
 # look-ahead refinements are not trained on; critic_only trains no actor).
 MICRO_PER_ITERATION = {"grpo": 16, "fixed_critic": 48, "binac": 48, "critic_only": 0}

@@ -258,7 +258,7 @@ STUDY_EVAL = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_
 def _sql_equals_mlflow(ws: Workspace, split: str, names: tuple[str, ...]) -> set[str]:
     """Assert every value of binac_core/sql/study_measures.sql (the latest comparison) equals the MLflow metric
     `<split>/<name>` at its step (a NULL: no metric there); return the names compared on a value at least once."""
-    df = sqlrun.run(ws, (Path(__file__).resolve().parents[1] / "binac_core" / "sql" / "study_measures.sql").read_text(),
+    df = sqlrun.run(ws, (Path(__file__).resolve().parents[2] / "binac_core" / "sql" / "study_measures.sql").read_text(),
                     {"split": split})
     assert len(df) > 0
     c, compared = tracking.client(ws), set()
@@ -278,7 +278,7 @@ def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
     """binac_core/sql/study_measures.sql recomputes the per-iteration measures from the stored rows (its own SQL, not the
     Python that logged them); every value equals the MLflow metric of the same name and step, for the training
     iterations of all nine methods and for the held-out `feedback` protocol. (Hand-computed values on planted
-    stores, including the measures micro's near-chance critic leaves empty: tests/test_study_measures.py.)"""
+    stores, including the measures micro's near-chance critic leaves empty: tests/reports/test_study_measures.py.)"""
     ws = Workspace(micro_compare["home"])
     compared = _sql_equals_mlflow(ws, "train", STUDY_TRAIN)
     assert {"zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_approves_wrong",
@@ -474,7 +474,7 @@ def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflo
         if m != "self_correct":
             assert df.loc[m, "v"] == df.loc[m, "fb"] > 0, m
     assert df.loc["oracle_critic", "missing"] == 0  # the oracle always says a verdict
-    query = (Path(__file__).resolve().parents[1] / "binac_core" / "sql" / "critic_health.sql").read_text()
+    query = (Path(__file__).resolve().parents[2] / "binac_core" / "sql" / "critic_health.sql").read_text()
     c, compared = tracking.client(ws), set()
     for split in ("train", "eval"):
         rows = sqlrun.run(ws, query, {"split": split, "per_run": 1})

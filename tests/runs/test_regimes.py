@@ -68,7 +68,7 @@ def test_the_shortcut_check_tells_a_copying_student_from_a_shortcut(after_approv
 
 def test_the_base_checks_script_measures_a_micro_base(tmp_path, micro_base):
     """scripts/base_checks.py, the checks of a base without a study: measures a base it finds in `<out>/model` (the
-    session's micro base; building one is `build_base_model`, tested in tests/test_base_model.py) and writes the
+    session's micro base; building one is `build_base_model`, tested in tests/model/test_base_model.py) and writes the
     measurements."""
     import json
     import shutil

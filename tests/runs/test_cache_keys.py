@@ -20,7 +20,7 @@ ARGS = ["train", "--preset", "micro", "--method", "grpo", "--steps", "1", "--see
 
 
 def copy_project(dest: Path) -> Path:
-    for folder in ("binac_core", "tasks", "flows", "sql"):
+    for folder in ("binac_core", "tasks", "flows"):
         shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
@@ -59,12 +59,11 @@ def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
     env = binac_env(home, prefect_home)
     env.pop("PYTHONPATH", None)
 
-    binac_in(project, ARGS, env)  # (that the same command again is served from the cache: tests/test_train.py)
+    binac_in(project, ARGS, env)  # (that the same command again is served from the cache: tests/integration/test_train.py)
     first = mtimes(home)
     assert len(runs_of(home)) == 1
 
-    losses = project / "binac_core" / "losses.py"  # an edit to a library function no task's source shows
-    losses.write_text(losses.read_text() + "\n\ndef edited_after_the_first_run() -> int:\n    return 1\n")
+    move_a_function_between_subpackages(project)  # a library change no task's source shows
     binac_in(project, ARGS, env)
     after_edit = mtimes(home)
     assert all(after_edit[f] == t for f, t in first.items() if f.startswith("runs/")), "old results kept"
@@ -83,23 +82,51 @@ def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
     assert len(runs_of(home)) == 3
 
 
+def move_a_function_between_subpackages(project: Path) -> None:
+    """Move `k3_kl` (the KL estimate the actor update uses) from `binac_core/rl/losses.py` into a new module of
+    another subpackage, `binac_core/reports/kl.py`, which `losses.py` then imports it from: the same code, in a
+    file no stage imported before."""
+    losses = project / "binac_core" / "rl" / "losses.py"
+    text = losses.read_text()
+    start = text.index("def k3_kl(")
+    end = text.index("\ndef ", start + 1)
+    function = text[start:end].rstrip() + "\n"
+    (project / "binac_core" / "reports" / "kl.py").write_text(
+        '"""The k3 KL estimate (moved here by a test)."""\n\nimport torch  # noqa: F401\n\n\n' + function)
+    text = text[:start] + text[end + 1:].lstrip("\n")
+    losses.write_text(text.replace("import torch\n", "import torch\n\nfrom binac_core.reports.kl import k3_kl\n", 1))
+
+
+def test_a_function_moved_between_subpackages_changes_the_stage_code_digest(tmp_path):
+    project = copy_project(tmp_path / "project")
+    before = digest_in(project, "p.stage_code_digest()")
+    assert "binac_core.reports.kl" not in digest_in(project, "sorted(p.module_closure('binac_core.rl.losses'))")
+    move_a_function_between_subpackages(project)
+    assert "binac_core.reports.kl" in digest_in(project, "sorted(p.module_closure('binac_core.rl.losses'))")
+    assert digest_in(project, "p.stage_code_digest()") != before
+    moved = digest_in(project, "p.stage_code_digest()")
+    kl = project / "binac_core" / "reports" / "kl.py"  # the moved function's new file is followed: editing it
+    kl.write_text(kl.read_text() + "\n# edited\n")  # changes the digest again
+    assert digest_in(project, "p.stage_code_digest()") != moved
+
+
 def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
     project = copy_project(tmp_path / "project")
     before = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
                                            "p.module_digest('binac_core.model.pretrain')])"))
-    losses = project / "binac_core" / "losses.py"
+    losses = project / "binac_core" / "rl" / "losses.py"
     losses.write_text(losses.read_text() + "\n# edited\n")
     after_loss = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
                                                "p.module_digest('binac_core.model.pretrain')])"))
     assert after_loss[0] != before[0], "an edit to a module a stage imports changes the stage code digest"
     assert after_loss[1] == before[1], "a loss is not part of pretraining: the base model is kept"
-    report = project / "binac_core" / "study_report.py"  # imported by flows only: computes no stage
+    report = project / "binac_core" / "reports" / "study_report.py"  # imported by flows only: computes no stage
     report.write_text(report.read_text() + "\n# edited\n")
     assert digest_in(project, "p.stage_code_digest()") == after_loss[0]
     helpers = project / "tasks" / "_common.py"  # the stages' own helpers count, not only the task sources
     helpers.write_text(helpers.read_text() + "\n# edited\n")
     assert digest_in(project, "p.stage_code_digest()") != after_loss[0]
-    tok = project / "binac_core" / "tokenizer.py"
+    tok = project / "binac_core" / "model" / "tokenizer.py"
     tok.write_text(tok.read_text() + "\n# edited\n")
     assert digest_in(project, "p.module_digest('binac_core.model.pretrain')") != after_loss[1]
 

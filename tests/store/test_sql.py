@@ -119,7 +119,7 @@ def test_method_summary_equals_the_mlflow_numbers(micro_compare):
     per_run = sqlrun.run(ws, query, {"per_run": "1", "comparison": parent})
     c = tracking.client(ws)
     # The comparison's training runs: the parent compare run has no rows of its own, and the benchmark evaluations
-    # that share this store (tests/test_evaluate.py, method "eval") belong to no comparison.
+    # that share this store (tests/rl/test_evaluate.py, method "eval") belong to no comparison.
     children = [r for r in c.search_runs([tracking.experiment_id(c, ws)])
                 if r.data.tags.get("mlflow.parentRunId") == parent]
     assert sorted(per_run["run_id"]) == sorted(r.info.run_id for r in children)

@@ -1,6 +1,6 @@
 """flows/fanout.py without a server: a Prefect API that fails a look with a server error is looked at again (the
 SQLite-backed server answers 503 "database is locked" under load), any other error stops the study, and so do
-too many failed looks in a row. The real server and workers: tests/test_study.py."""
+too many failed looks in a row. The real server and workers: tests/integration/test_study.py."""
 
 import contextlib
 from types import SimpleNamespace

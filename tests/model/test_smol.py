@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 RATIO_TOL = 1e-4
 """|log ratio| allowed per token on the first pass. Not bitwise: generation runs KV-cached over left-padded
 prompts, the update one right-padded forward, and float32 rounding differs through SmolLM2's 30 layers (measured
-here: at most 2.3e-5; the tiny model's 2 layers stay under 1e-6, tests/test_real_model_sampling.py). LoRA dropout
+here: at most 2.3e-5; the tiny model's 2 layers stay under 1e-6, tests/model/test_real_model_sampling.py). LoRA dropout
 left on in either pass would move log-probs by orders of magnitude more (p = 0.2 on every adapted projection)."""
 SMOL_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 
