@@ -203,13 +203,13 @@ class BinacGRPO:
 
 def batch_layout(cfg: Config) -> tuple[int, int, str]:
     """(per_device_train_batch_size, gradient_accumulation_steps, note) so that one TRL optimizer step = one
-    generation of B×G completions, with binac's `minibatch_size` as the micro-batch when it divides B×G."""
-    n, mb = cfg.train.batch_problems * cfg.train.group_size, cfg.train.minibatch_size
+    generation of B×G completions, with binac's `micro_batch_size` as the micro-batch when it divides B×G."""
+    n, mb = cfg.train.batch_problems * cfg.train.group_size, cfg.train.micro_batch_size
     if n <= mb:
         return n, 1, ""
     if n % mb == 0:
         return mb, n // mb, ""
-    return n, 1, f"B×G={n} is not a multiple of minibatch_size={mb}: TRL runs it as one micro-batch"
+    return n, 1, f"B×G={n} is not a multiple of micro_batch_size={mb}: TRL runs it as one micro-batch"
 
 
 def trl_config(cfg: Config, out_dir: Path, max_steps: int):

@@ -4,11 +4,11 @@ preset's lengths: the numbers behind `generation.vllm_gpu_memory_utilization` in
     python scripts/gpu_memory.py [--check-on-cpu]
 
 What is counted, per model (the public configs of Llama-3.2-1B/3B-Instruct, `MODELS`) at the `llama1b-*` /
-`llama3b-*` presets' settings (bfloat16, LoRA r = 16 on the 7 projections, two adapters, minibatch 32, answers of
+`llama3b-*` presets' settings (bfloat16, LoRA r = 16 on the 7 projections, two adapters, micro-batch 32, answers of
 1024 tokens, feedback of 512):
 - Trainer (transformers + peft): the base weights; both adapters' weights, gradients and AdamW moments in float32
   (peft keeps LoRA weights in float32 next to a bf16 base only under autocast, so this is the upper end; binac
-  keeps an optimizer per adapter); the activations autograd saves for one minibatch's backward (`activation_bytes`:
+  keeps an optimizer per adapter); the activations autograd saves for one micro-batch's backward (`activation_bytes`:
   the tensors each decoder layer saves, counted below, times tokens and layers; no activation checkpointing, as
   `update.policy_update` runs); the LM head's one live chunk (`update.LOGPROB_CHUNK` positions × vocabulary in
   float32: logits, their softmax and its gradient).
@@ -123,19 +123,19 @@ def kv_bytes_per_token(s: Shape, e: int) -> int:
     return 2 * s.layers * s.kv * e
 
 
-def budget(s: Shape, rank: int = 16, e: int = 2, minibatch: int = 32, prompt: int = 1700, answer: int = 1024,
+def budget(s: Shape, rank: int = 16, e: int = 2, micro_batch: int = 32, prompt: int = 1700, answer: int = 1024,
            gen_batch: int = 256, chunk: int = 1024) -> dict[str, float]:
     """GiB of each part at the GPU presets' settings. `prompt`: the longest prompt of a run, a refinement prompt
     (problem, first attempt up to 1024 tokens, feedback up to 512, template). With activation checkpointing a
     layer keeps only its input (h × e per token) and one layer's saved tensors live during its recomputation."""
     adapter = lora_params(s, rank)
     seq = prompt + answer
-    tokens = minibatch * seq
+    tokens = micro_batch * seq
     per_layer = saved_per_token(s, rank) * tokens
     return {k: v / GIB for k, v in {
         "trainer: base weights": s.params * e,
         "trainer: 2 adapters (weights, grads, AdamW, fp32)": 2 * adapter * 16,
-        f"trainer: activations, minibatch {minibatch} x {seq} tokens": s.layers * per_layer,
+        f"trainer: activations, micro-batch {micro_batch} x {seq} tokens": s.layers * per_layer,
         "trainer: the same with activation checkpointing": s.layers * s.hidden * e * tokens + per_layer,
         "trainer: LM head chunk (fp32 logits, softmax, grad)": 3 * chunk * s.vocab * 4,
         "vLLM: base weights": s.params * e,

@@ -12,7 +12,7 @@ one pass over the heap, milliseconds, plus the page faults of re-touching the re
 It is a no-op where glibc is not the allocator (macOS, musl): those allocators return memory on their own terms.
 It does not collect garbage: tensors are freed by reference counting when a stage's locals go away.
 
-Returning memory at the end of a stage is not enough: within one stage (an update over several minibatches, a
+Returning memory at the end of a stage is not enough: within one stage (an update over several micro-batches, a
 generation over several batches) tensors of changing sizes fragment the heap, and the same comparison still peaked
 at 17.4 GB inside one stage. `map_large_blocks` therefore has glibc serve every block of 4 MiB or more (activations,
 attention scores, logits of a real model) with its own `mmap`, unmapped the moment it is freed, instead of from the

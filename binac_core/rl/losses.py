@@ -72,7 +72,7 @@ def clipped_policy_loss(
     """logp/old_logp/ref_logp/mask [B, T], adv [B]. Returns (loss, stats).
 
     loss = Σ_tokens [ −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A) + β·k3 ] / n_tokens, with n_tokens = mask.sum() unless
-    given (callers that accumulate minibatches pass the whole batch's token count so the sum is one token mean).
+    given (callers that accumulate micro-batches pass the whole batch's token count so the sum is one token mean).
     """
     mask = mask.float()
     # Padding positions may hold anything (even -inf): neutralise them before they can turn the sum into NaN.

@@ -5,8 +5,9 @@ refinement: problem, first attempt and feedback) and the sampling log-probs, so 
 on-policy in its real context; training a refinement as if the critique were absent is the off-policy failure
 reported for critique-guided GRPO (critique-GRPO issue #6).
 
-An update = `passes` full passes over the batch; each pass accumulates gradients over minibatches, normalised by
-the batch's total completion tokens (one token-level mean), then takes one clipped-gradient AdamW step.
+An update = `passes` full passes over the batch; each pass accumulates gradients over micro-batches of
+`train.micro_batch_size` sequences, normalised by the batch's total completion tokens (one token-level mean), then
+takes one clipped-gradient AdamW step: the micro-batch size changes memory, not the update beyond float rounding.
 
 The training forward runs in eval mode, as sampling does: LoRA dropout (`lora.dropout`, 0.05 in the real-model
 presets) is off in both, so the recomputed log-probs are those the backend sampled with (the first-pass ratio is 1
@@ -166,7 +167,7 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
     if not samples:
         return {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "tokens": 0.0}
     pad, temp = policy.tokenizer.pad_token_id, cfg.generation.temperature
-    mb = cfg.train.minibatch_size
+    mb = cfg.train.micro_batch_size
     chunks = [samples[i : i + mb] for i in range(0, len(samples), mb)]
     n_tokens = sum(len(s.token_ids) for s in samples)
     refs = [None] * len(chunks)

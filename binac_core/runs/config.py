@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -156,12 +157,19 @@ class TrainConfig(_Section):
     """AdamW learning rate of the actor adapter."""
     clip_eps: float = Field(0.2, gt=0)
     """PPO/GRPO ratio clip range."""
-    minibatch_size: int = Field(64, gt=0)
-    """Sequences per gradient step inside an update."""
+    micro_batch_size: int = Field(64, gt=0)
+    """Sequences per forward/backward chunk of an update (`binac_core.rl.update.policy_update`): the batch is cut
+    into chunks of this many sequences, gradients accumulate over the chunks (each chunk's loss is divided by the
+    whole batch's token count) and there is one optimizer step per pass over the batch (`t_low`, `t_high`). It
+    changes memory, not the update's math beyond float rounding. A gradient-accumulation micro-batch, the term and
+    role of verl's `ppo_micro_batch_size_per_gpu` and OpenRLHF's `micro_train_batch_size` (TRL:
+    `per_device_train_batch_size` with `gradient_accumulation_steps`), not a PPO minibatch (verl's
+    `ppo_mini_batch_size`: one optimizer step per minibatch). Formerly `train.minibatch_size`, still read as this
+    (`RENAMED`)."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward of an update instead of keeping them
-    (`update.checkpointed_layers`): a minibatch then keeps only the layers' inputs, for about one more forward.
-    The GPU presets need it (Llama-3.2-1B, minibatch 32 at their lengths: ~195 GiB of activations without, ~18
+    (`update.checkpointed_layers`): a micro-batch then keeps only the layers' inputs, for about one more forward.
+    The GPU presets need it (Llama-3.2-1B, micro-batch 32 at their lengths: ~195 GiB of activations without, ~18
     with; docs/gpu.md); the CPU presets' short sequences do not."""
     kl_coef: float = Field(0.0, ge=0)
     """Weight of the k3 KL estimate to the base model (adapter disabled); 0 disables the reference pass."""
@@ -268,6 +276,45 @@ class Config(_Section):
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
+RENAMED = {"train.minibatch_size": ("train.micro_batch_size", "a gradient-accumulation micro-batch")}
+"""Old name -> (the field it is now, what that is): a preset file, a `--set` override or a study file that gives
+an old name is read as the new field, with one deprecation line on stderr per process (`current_key`). MLflow
+params of runs logged before a rename keep the old name; nothing reads params back into a config."""
+_WARNED: set[str] = set()
+
+
+def current_key(dotted: str, warn: bool = True) -> str:
+    """The field `section.key` names now: itself, or for an old name (`RENAMED`) the new one, printing its
+    deprecation line the first time in this process (unless `warn` is false)."""
+    if dotted not in RENAMED:
+        return dotted
+    new, what = RENAMED[dotted]
+    if warn and dotted not in _WARNED:
+        _WARNED.add(dotted)
+        print(f"warning: {dotted} is deprecated: it is {new} ({what}); read as that", file=sys.stderr, flush=True)
+    return new
+
+
+def current_keys(mapping: dict, where: str, section: str = "") -> dict:
+    """`mapping` with old names read as the new ones (`current_key`): dotted overrides, or with `section` one
+    section of a preset file (bare keys). An old and a new name of one field with different values: one line
+    naming both, prefixed by `where`."""
+    out: dict = {}
+    given: dict[str, str] = {}  # new key -> the name it was given under
+    for key, value in mapping.items():
+        dotted = f"{section}.{key}" if section else str(key)
+        new = current_key(dotted, warn=False)
+        new_key = new.partition(".")[2] if section else new
+        if new_key in out and out[new_key] != value:
+            (a, va), (b, vb) = sorted([(given[new_key], out[new_key]), (dotted, value)], key=lambda kv: kv[0] == new)
+            raise BinacError(f"{where}{a}={va!r} and {b}={vb!r} both given: {a} is the old name of {new}; "
+                             f"give {new} alone")
+        out[new_key], given[new_key] = value, dotted
+    for key in mapping:  # no conflict: the deprecation lines
+        current_key(f"{section}.{key}" if section else str(key))
+    return out
+
+
 def _sections() -> dict[str, type[_Section]]:
     return {name: f.annotation for name, f in Config.model_fields.items()
             if isinstance(f.annotation, type) and issubclass(f.annotation, _Section)}
@@ -285,7 +332,7 @@ def unknown_key(section: str, key: str | None = None, top_level: tuple[str, ...]
         hint = f" (did you mean {close[0]}?)" if close else ""
         what = "top-level key" if top_level else "section"
         return f"unknown {what} {section}{hint}; valid {what}s: {', '.join(valid)}"
-    if key is None or key in sections[section].model_fields:
+    if key is None or key in sections[section].model_fields or f"{section}.{key}" in RENAMED:
         return None
     fields = sorted(sections[section].model_fields)
     # The same field in another section first, then close spellings, then fields with it as a word (lr: actor_lr).
@@ -311,7 +358,10 @@ def load_config(preset: str, overrides: dict | None = None) -> Config:
         raise BinacError(f"config file not found: {preset}")
     raw = read_yaml_mapping(path, f"config file {preset}")
     raw.setdefault("name", path.stem)
-    for dotted, value in (overrides or {}).items():
+    for section, values in raw.items():  # old field names (RENAMED) read as the new ones
+        if isinstance(values, dict):
+            raw[section] = current_keys(values, f"invalid config {preset}: ", section)
+    for dotted, value in current_keys(overrides or {}, "overrides: ").items():
         section, _, key = dotted.partition(".")
         unknown = unknown_key(section, key)
         if unknown:  # `binac --set` checks its own first, naming the option (flows/cli.py)

@@ -42,7 +42,7 @@ from pathlib import Path
 from binac_core import benchmarks
 from binac_core.errors import BinacError
 from binac_core.rl.methods import method_spec
-from binac_core.runs.config import Config, load_config
+from binac_core.runs.config import Config, current_keys, load_config
 from binac_core.runs.plans import check_sandbox
 from binac_core.store.files import read_yaml_mapping
 
@@ -175,7 +175,8 @@ def load_study(path: str | Path) -> Study:
         eval_every=raw.get("eval_every", 8), equal_samples_method=equal, methods=methods, seeds=seeds,
         regimes=tuple(_regime(path, n, r) for n, r in (raw["regimes"] or {}).items()),
         group_size=int(measure.get("group_size", 8)), measure_seed=int(measure.get("seed", 0)),
-        overrides=dict(raw.get("overrides") or {}), variants=_variants(path, raw.get("variants"), methods),
+        overrides=current_keys(dict(raw.get("overrides") or {}), f"study file {path}: overrides: "),
+        variants=_variants(path, raw.get("variants"), methods),  # both with old field names read as the new ones
     )
     study = replace(study, select=_select(path, raw.get("select"), study.variants),
                     gates=_gates(path, raw.get("gates")))
@@ -213,7 +214,8 @@ def _variants(path: Path, raw, methods: tuple[str, ...]) -> dict:
             raise BinacError(f"study file {path}: variants of {method!r}, which is not in methods")
         if not isinstance(named, dict) or not named or not all(isinstance(o, dict) for o in named.values()):
             raise BinacError(f"study file {path}: variants of {method!r} must be {{name: {{field: value}}}}")
-        out[method] = {str(k): dict(v) for k, v in named.items()}
+        out[method] = {str(k): current_keys(dict(v), f"study file {path}: variant {k} of {method}: ")
+                       for k, v in named.items()}
     return out
 
 

@@ -197,7 +197,7 @@ def _no_engine_left(before):
     assert not shm - before[1], f"shared memory left: {shm - before[1]}"
 
 
-SMALL = ["train.batch_problems=2", "train.group_size=2", "train.critic_group_size=1", "train.minibatch_size=4",
+SMALL = ["train.batch_problems=2", "train.group_size=2", "train.critic_group_size=1", "train.micro_batch_size=4",
          "task.n_test=2", "generation.max_new_tokens=12", "generation.feedback_max_new_tokens=8",
          "generation.backend=vllm"]
 

@@ -155,7 +155,7 @@ def test_one_binac_iteration_on_smol_synthetic(tmp_path, prefect_home, smol_dir)
     from binac_core.store import sqlrun, tracking
 
     home = tmp_path / "home"
-    small = ["train.batch_problems=2", "train.group_size=2", "train.critic_group_size=1", "train.minibatch_size=4",
+    small = ["train.batch_problems=2", "train.group_size=2", "train.critic_group_size=1", "train.micro_batch_size=4",
              "task.n_test=2", "generation.max_new_tokens=12", "generation.feedback_max_new_tokens=8"]
     args = ["train", "--preset", "smol-synthetic", "--method", "binac", "--steps", "1", "--seed", "0"]
     for item in small:

@@ -217,3 +217,99 @@ def test_every_default_comparison_fits_its_budget():
         plan_compare(p["preset"], p["methods"], p["seeds"], p["steps"], p.get("overrides"))
     micro = next(dep for dep in deployments if dep["name"] == "micro")["parameters"]
     assert micro["steps"] == 5, "80 actor training samples: 5 grpo iterations, 1 of binac (48; the smallest is 3)"
+
+
+# --- train.micro_batch_size, formerly train.minibatch_size (config.RENAMED) ---
+
+DEPRECATION = ("warning: train.minibatch_size is deprecated: it is train.micro_batch_size (a gradient-accumulation "
+               "micro-batch); read as that")
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """The deprecation line is printed once per process: each test starts as a fresh process would."""
+    from binac_core.runs import config
+
+    monkeypatch.setattr(config, "_WARNED", set())
+
+
+def _preset(tmp_path, name: str, train: dict) -> Path:
+    raw = yaml.safe_load((REPO / "binac_core" / "presets" / "micro.yaml").read_text())
+    raw["train"] = {k: v for k, v in raw.get("train", {}).items() if k != "micro_batch_size"} | train
+    raw["name"] = "micro"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_the_micro_batch_field_says_it_is_gradient_accumulation():
+    doc = TrainConfig.model_fields["micro_batch_size"].description
+    text = " ".join(doc.split())
+    for needle in ("forward/backward chunk", "gradients accumulate", "one optimizer step per pass",
+                   "changes memory, not the update's math", "gradient-accumulation micro-batch",
+                   "ppo_micro_batch_size_per_gpu", "micro_train_batch_size", "minibatch_size"):
+        assert needle in text, (needle, text)
+    assert "minibatch_size" not in TrainConfig.model_fields
+
+
+def test_the_old_name_in_a_preset_file_is_the_same_config_with_one_deprecation_line(tmp_path, capsys,
+                                                                                      fresh_warnings):
+    new = load_config(str(_preset(tmp_path, "new", {"micro_batch_size": 3})))
+    assert capsys.readouterr().err == ""
+    old_path = _preset(tmp_path, "old", {"minibatch_size": 3})
+    old = [load_config(str(old_path)) for _ in range(3)]
+    assert capsys.readouterr().err.splitlines() == [DEPRECATION], "one line, however often the file is read"
+    assert all(c == new and c.digest() == new.digest() for c in old) and new.train.micro_batch_size == 3
+    assert "train.micro_batch_size" in new.flat() and "train.minibatch_size" not in new.flat()
+    # the same value under both names is accepted
+    assert load_config(str(_preset(tmp_path, "both", {"minibatch_size": 3, "micro_batch_size": 3}))) == new
+
+
+def test_the_old_name_as_an_override_is_the_new_one(capsys, fresh_warnings):
+    new = load_config("micro", {"train.micro_batch_size": 2})
+    old = load_config("micro", {"train.minibatch_size": 2})
+    assert old == new and old.digest() == new.digest() and old.train.micro_batch_size == 2
+    assert load_config("micro", {"train.minibatch_size": 2}) == new
+    assert capsys.readouterr().err.splitlines() == [DEPRECATION]
+    # `binac --set` takes it too (its own check of the field names, flows/cli.py)
+    assert load_config("micro", cli._overrides(["train.minibatch_size=2"])) == new
+
+
+def test_an_old_name_override_replaces_the_preset_files_new_name(tmp_path, fresh_warnings):
+    """An override wins over the file whichever name either gives: both spell one field."""
+    path = _preset(tmp_path, "new", {"micro_batch_size": 3})
+    assert load_config(str(path), {"train.minibatch_size": 2}).train.micro_batch_size == 2
+    path = _preset(tmp_path, "old", {"minibatch_size": 3})
+    assert load_config(str(path), {"train.micro_batch_size": 2}).train.micro_batch_size == 2
+
+
+def test_both_names_with_different_values_are_one_line_naming_both(tmp_path, binac, fresh_warnings):
+    path = _preset(tmp_path, "both", {"micro_batch_size": 4, "minibatch_size": 3})
+    with pytest.raises(BinacError) as info:
+        load_config(str(path))
+    assert str(info.value) == (f"invalid config {path}: train.minibatch_size=3 and train.micro_batch_size=4 both "
+                               "given: train.minibatch_size is the old name of train.micro_batch_size; give "
+                               "train.micro_batch_size alone")
+    rc, out, err = binac("compare", "--preset", "micro", "--set", "train.micro_batch_size=8",
+                         "--set", "train.minibatch_size=4")
+    assert rc == 2 and out == "" and err.splitlines() == [
+        "error: overrides: train.minibatch_size=4 and train.micro_batch_size=8 both given: train.minibatch_size is "
+        "the old name of train.micro_batch_size; give train.micro_batch_size alone"], err
+
+
+def test_a_study_file_may_give_the_old_name(tmp_path, capsys, fresh_warnings):
+    from binac_core.runs.study import load_study
+
+    raw = yaml.safe_load((REPO / "studies" / "micro-smoke.yaml").read_text())
+    keys, configs = [], []
+    for name in ("micro_batch_size", "minibatch_size"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({**raw, "overrides": {f"train.{name}": 2},
+                                        "variants": {"grpo": {"a": {f"train.{name}": 3}}}}))
+        st = load_study(path)
+        assert st.overrides == {"train.micro_batch_size": 2}
+        assert st.variants == {"grpo": {"a": {"train.micro_batch_size": 3}}}
+        keys.append(st.key())
+        configs.append(st.config(2))
+    assert keys[0] == keys[1] and configs[0] == configs[1] and configs[0].train.micro_batch_size == 2
+    assert capsys.readouterr().err.splitlines() == [DEPRECATION]
