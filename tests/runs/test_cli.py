@@ -85,8 +85,8 @@ def test_set_unknown_field_names_the_closest_and_the_valid_fields(binac):
                             "generation.temperature?); valid: architecture, dtype, "),
     ("train.zzz=1", "--set train.zzz: unknown field of section train; valid: activation_checkpointing, actor_lr, "),
     ("trian.actor_lr=1", "--set trian.actor_lr: unknown section trian (did you mean train?); valid sections: "
-                         "critic, generation, lora, model, task, train"),
-    ("name.x=1", "--set name.x: unknown section name; valid sections: critic, generation, lora, model, task, train"),
+                         "critic, generation, grading, lora, model, task, train"),
+    ("name.x=1", "--set name.x: unknown section name; valid sections: critic, generation, grading, lora, model, task, train"),
 ])
 def test_set_unknown_key_is_one_line_naming_it(binac, item, needle):
     rc, _, err = binac("compare", "--preset", "micro", "--set", item)
