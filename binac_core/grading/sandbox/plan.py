@@ -2,7 +2,7 @@
 
 `_plan` splits each test, one `assert` statement, into what is evaluated here (comparisons, `and`/`or`/`not`,
 `math.isclose`, `isinstance`, and operands of literals and `PURE_CALLS`) and the *leaves*, the operands naming a
-program or setup name, whose sources go to the sandbox. `_evaluate` computes an assert with Python's semantics
+program or setup name, whose sources go to the sandbox. `_compute` computes an assert with Python's semantics
 from the leaves' returned values; it never runs code of the program nor calls `eval`.
 """
 
@@ -157,7 +157,7 @@ def _free_names(node: ast.AST) -> set[str]:
 
 
 def _is_pure(node: ast.expr) -> bool:
-    """Whether `_evaluate` can compute `node` here with no leaf: literals and the operations listed below."""
+    """Whether `_compute` can compute `node` here with no leaf: literals and the operations listed below."""
     pure = _is_pure
     if isinstance(node, ast.Constant):
         return node.value is not Ellipsis
@@ -197,10 +197,10 @@ class _LeafFailed(Exception):
     """A leaf raised in the sandbox, or returned something that is not a plain value."""
 
 
-def _evaluate(node: ast.expr, test: _Test, leaf) -> object:
+def _compute(node: ast.expr, test: _Test, leaf) -> object:
     """`node` with Python's semantics, reading leaf values through `leaf(number, source)`; never runs code of
     the program or calls `eval`. Raises what Python would (ValueError, TypeError...) and _LeafMissing/_LeafFailed."""
-    ev = functools.partial(_evaluate, test=test, leaf=leaf)
+    ev = functools.partial(_compute, test=test, leaf=leaf)
     if id(node) in test.leaves:
         return leaf(*test.leaves[id(node)])
     if isinstance(node, ast.Constant):

@@ -14,7 +14,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-from binac_core.grading.sandbox.plan import _evaluate, _LeafFailed, _LeafMissing, _Test
+from binac_core.grading.sandbox.plan import _compute, _LeafFailed, _LeafMissing, _Test
 
 OUTPUT_CAP = 16 << 10
 RESULT_CAP = 1 << 20  # bytes of encoded leaf values a run may return; over it, the run fails
@@ -307,7 +307,7 @@ def _judge(test: _Test, results: _Results):
         return record[1]
 
     try:
-        holds = bool(_evaluate(test.expr, test, leaf))
+        holds = bool(_compute(test.expr, test, leaf))
     except _LeafMissing:
         return _LeafMissing
     except _LeafFailed as exc:
@@ -319,7 +319,7 @@ def _judge(test: _Test, results: _Results):
     notes = []
     if test.msg is not None:
         with contextlib.suppress(Exception):
-            notes.append(_safe_repr(_evaluate(test.msg, test, leaf), str_=True))
+            notes.append(_safe_repr(_compute(test.msg, test, leaf), str_=True))
     if len(seen) == 1:
         notes.append(f"got {_safe_repr(seen[0][1])}")
     elif seen:
