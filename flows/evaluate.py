@@ -25,6 +25,7 @@ from binac_core.rl.methods import FeedbackSource
 from binac_core.runs.plans import isolation_used, plan_evaluate
 from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.workspace import workspace
+from binac_core.store.identity import RunIdentity
 from tasks.evaluate import evaluate as evaluate_task
 from tasks.evaluate import store_eval_exec
 from tasks.prepare import build_base_model, prepare_data
@@ -55,16 +56,15 @@ def evaluate(
     tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": name,
             "eval_feedback_source": source.value}
     run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)
-    meta = {"run_id": run_id, "method": "eval", "preset": cfg.name, "seed": seed, "benchmark": benchmark,
-            "parent_run_id": None}
+    run = RunIdentity(run_id=run_id, method="eval", preset=cfg.name, seed=seed, benchmark=benchmark)
     try:
         base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
         data = prepare_data(cfg_d, ("eval",))
         result = evaluate_task(cfg_d, base, data["eval"], actor=refs["actor"], critic=refs["critic"] if source.sampled else None,
                                seed=seed, step=0, out_dir=str(ws.run_dir(f"eval-{key}")), protocols=stages,
                                source=source.value)
-        metrics = store_eval(meta, 0, result)
-        store_eval_exec(meta, 0, result)
+        metrics = store_eval(run, 0, result)
+        store_eval_exec(run, 0, result)
         log_metrics(run_id, metrics, 0)
         finish_run(run_id)
     except BaseException:

@@ -11,14 +11,12 @@ same command reuses finished work and a killed run resumes where it stopped.
 from __future__ import annotations
 
 import hashlib
-import time
 
 from prefect import flow
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 from binac_core.errors import BinacError
-from binac_core.grading.counters import GraderCounts
 from binac_core.grading.sandbox import accept
 from binac_core.rl.evaluation import training_protocols
 from binac_core.rl.methods import method_spec
@@ -27,7 +25,9 @@ from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.runlock import run_lock
 from binac_core.runs.workspace import workspace
 from binac_core.store import tracking
-from flows.reporting import closing_artifact, progress, refuse
+from binac_core.store.identity import RunIdentity
+from flows.bookkeeping import IterationLog
+from flows.reporting import closing_artifact, refuse
 from tasks.actor_update import update_actor
 from tasks.critic_update import critic_reward, update_critic
 from tasks.evaluate import evaluate, store_eval_exec
@@ -100,50 +100,48 @@ def train(
                            parent_run_id)
         per_iteration = spec.actor_train_samples_per_iteration(cfg)
         gen_per_iteration = spec.generated_samples_per_iteration(cfg)
-        # The per-iteration counts ride in `meta` to the rows: their `actor_samples`, `generated_samples` columns
-        # hold step x each (binac_core/store/records.py).
-        meta = {"run_id": run_id, "method": method, "preset": cfg.name, "seed": seed, "benchmark": cfg.task.benchmark,
-                "parent_run_id": parent_run_id,
-                "samples_per_iteration": {"actor_samples": per_iteration, "generated_samples": gen_per_iteration}}
+        # The per-iteration counts ride in the run's identity to the rows: their `actor_samples`,
+        # `generated_samples` columns hold step x each (binac_core/store/records.py).
+        run = RunIdentity(run_id=run_id, method=method, preset=cfg.name, seed=seed, benchmark=cfg.task.benchmark,
+                          parent_run_id=parent_run_id, actor_samples_per_iteration=per_iteration,
+                          generated_samples_per_iteration=gen_per_iteration)
         try:
             adapters = init_adapters(cfg_d, base, seed, str(shared))
             actor, critic = adapters["actor"], adapters["critic"]
             log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
-            evals = {0: _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method, meta=meta,
+            evals = {0: _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method, run=run,
                                   seed=seed, step=0, out_dir=str(shared), verdict=cfg.critic.verdict)}
-            samples, generated, t_start = 0, 0, time.time()
+            log = IterationLog(f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration)
             eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
                                        per_iteration, cfg.train.eval_at_samples, shared_samples,
                                        generated_per_iteration=gen_per_iteration,
                                        at_generated=cfg.train.eval_at_generated)
             for step in range(1, iterations + 1):
-                t0, graded, out = time.time(), GraderCounts(), str(run_dir / f"step-{step:05d}")
+                log.begin()
+                out = str(run_dir / f"step-{step:05d}")
                 at = {"seed": seed, "step": step, "out_dir": out}  # the step's stages: their seed, step and folder
                 batch, attempts = generate_rollouts(cfg_d, base, data["train"], actor=actor, **at)
                 first_rewards = score_rewards(cfg_d, batch, attempts, out_dir=out, name="attempts")
-                feedback = refined = refined_rewards = critic_rewards = None
-                gens = [attempts]
+                feedback = refined = refined_rewards = ahead = critic_rewards = None
                 if spec.feedback:
                     feedback = sample_feedback(cfg_d, base, batch=batch, attempts=attempts, first_rewards=first_rewards,
                                                source=spec.feedback.value,
                                                critic=critic if spec.feedback.sampled else None, **at)
                     refined = refine(cfg_d, base, batch=batch, attempts=attempts, feedback=feedback, actor=actor, **at)
                     refined_rewards = score_rewards(cfg_d, batch, refined, out_dir=out, name="refined")
-                    gens += [feedback, refined]
-                stats = {}
+                update_metrics = {}
                 if spec.train_actor:
                     two = spec.actor_second_turn
                     upd = update_actor(cfg_d, base, seed, actor=actor, attempts=attempts, first_rewards=first_rewards,
                                        refined=refined if two else None,
                                        refined_rewards=refined_rewards if two else None, out_dir=out)
-                    actor, stats["train/actor_loss"], stats["train/kl"] = upd.adapter, upd.loss, upd.kl
+                    actor, update_metrics["train/actor_loss"], update_metrics["train/kl"] = upd.adapter, upd.loss, upd.kl
                 if spec.feedback:
                     lookahead_rewards = None
                     if spec.lookahead:  # θ⁺ = the actor just updated on this batch
                         ahead = refine(cfg_d, base, batch=batch, attempts=attempts, feedback=feedback, actor=actor,
                                        name="lookahead", **at)
                         lookahead_rewards = score_rewards(cfg_d, batch, ahead, out_dir=out, name="lookahead")
-                        gens.append(ahead)
                     critic_rewards = critic_reward(cfg_d, refined_rewards, lookahead_rewards, out_dir=out,
                                                    form=spec.critic_reward,
                                                    verdict_weight=spec.critic_verdict_weight(cfg), feedback=feedback,
@@ -151,27 +149,16 @@ def train(
                 if spec.train_critic:
                     upd = update_critic(cfg_d, base, seed, critic=critic, feedback=feedback,
                                         critic_rewards=critic_rewards, out_dir=out)
-                    critic, stats["train/critic_loss"] = upd.adapter, upd.loss
-                samples, generated = samples + per_iteration, generated + gen_per_iteration
-                gen_s = sum(g.seconds for g in gens)
-                stats.update({f"grader/{k}": v for k, v in graded.since().items()})  # this iteration's grading
-                stats.update({
-                    "train/actor_samples": samples, "train/generated_samples": generated,
-                    "perf/step_s": time.time() - t0,
-                    "perf/gen_tokens_per_s": sum(g.tokens for g in gens) / max(gen_s, 1e-9),
-                })
-                metrics = store_train_step(meta, step, attempts=attempts, first_rewards=first_rewards,
+                    critic, update_metrics["train/critic_loss"] = upd.adapter, upd.loss
+                extra = log.metrics(update_metrics, [attempts, feedback, refined, ahead])
+                metrics = store_train_step(run, step, attempts=attempts, first_rewards=first_rewards,
                                            feedback=feedback, refined=refined, refined_rewards=refined_rewards,
-                                           critic_rewards=critic_rewards, batch=batch, extra=stats)
+                                           critic_rewards=critic_rewards, batch=batch, extra=extra)
                 if step in eval_at:
-                    evals[step] = _evaluate(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method,
-                                            meta=meta, samples=samples, generated=generated,
+                    evals[step] = _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method,
+                                            run=run, samples=log.samples, generated=log.generated,
                                             verdict=cfg.critic.verdict, **at)
-                eta = (time.time() - t_start) / step * (iterations - step)
-                acc = f" acc_single {evals[step]['eval/acc_single']:.3f}" if step in evals else ""
-                progress(f"[{method} {cfg.name} seed {seed}] iteration {step}/{iterations}: reward_first "
-                         f"{metrics['train/reward_first']:.3f}{acc}, actor training samples {samples}, generated samples "
-                         f"{generated}, ETA {eta:.0f}s")
+                log.progress(step, metrics, evals)
             finalize_run(run_id, cfg_d, actor, critic)
         except BaseException:
             finish_run(run_id, "FAILED")
@@ -196,17 +183,17 @@ def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: 
     return "\n".join(lines)
 
 
-def _frozen_too(method: str, meta: dict, verdict: bool) -> bool:
+def _frozen_too(method: str, benchmark: str, verdict: bool) -> bool:
     """Whether evaluations also run `feedback_frozen` (the frozen base critic on the same attempts): for a method
     that trains its critic, where the two critics can be compared: on a benchmark whose feedback can be analysed
     (the synthetic task: the first-error measures) or whose critic gives a verdict (`critic.verdict`: the critic
     health measures, `eval/frozen_critic/*`); elsewhere it would only add generation."""
     from binac_core.benchmarks import get
 
-    return method_spec(method).train_critic and (verdict or get(meta["benchmark"]).feedback_analysis is not None)
+    return method_spec(method).train_critic and (verdict or get(benchmark).feedback_analysis is not None)
 
 
-def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step, out_dir, verdict, samples=0,
+def _evaluation_point(cfg_d, base, problems, *, actor, critic, method, run: RunIdentity, seed, step, out_dir, verdict, samples=0,
               generated=0) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/rl/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
@@ -221,12 +208,12 @@ def _evaluate(cfg_d, base, problems, *, actor, critic, method, meta, seed, step,
     later evaluations would all pile up at x = 0."""
     source = method_spec(method).eval_feedback
     result = evaluate(cfg_d, base, problems, actor=actor, critic=critic if source.sampled else None,
-                      protocols=training_protocols(meta["benchmark"], source,
-                                                   trains_critic=_frozen_too(method, meta, verdict)),
+                      protocols=training_protocols(run.benchmark, source,
+                                                   trains_critic=_frozen_too(method, run.benchmark, verdict)),
                       source=source.value, seed=seed, step=step, out_dir=out_dir)
-    metrics = store_eval(meta, step, result, problems)
-    store_eval_exec(meta, step, result)
-    run_id = meta["run_id"]
+    metrics = store_eval(run, step, result, problems)
+    store_eval_exec(run, step, result)
+    run_id = run.run_id
     log_metrics(run_id, metrics, step)
     # The same numbers again with each cumulative count as the step: MLflow's default charts of
     # eval_at_samples/<metric> (actor training samples) and eval_at_generated/<metric> (generated samples) then

@@ -13,6 +13,7 @@ from binac_core.rl.stage_io import AdapterRef
 from binac_core.runs.workspace import workspace
 from binac_core.store import step_records
 from binac_core.store.files import StageFile, read_json
+from binac_core.store.identity import RunIdentity
 from tasks._common import CACHED, config, loaded
 
 
@@ -31,6 +32,6 @@ def evaluate(
 
 
 @task(name="store-eval-exec", cache_policy=NO_CACHE)
-def store_eval_exec(meta: dict, step: int, result: StageFile) -> int:
+def store_eval_exec(run: RunIdentity, step: int, result: StageFile) -> int:
     """The execution-assisted protocols' rows (`binac_core.store.step_records.store_eval_exec`); returns their number."""
-    return step_records.store_eval_exec(workspace(), meta, step, read_evaluation(result))
+    return step_records.store_eval_exec(workspace(), run, step, read_evaluation(result))

@@ -12,11 +12,12 @@ from binac_core.rl.stage_io import read_scored_batch
 from binac_core.runs.workspace import workspace
 from binac_core.store import step_records, tracking
 from binac_core.store.files import StageFile, read_optional
+from binac_core.store.identity import RunIdentity
 
 
 @task(name="store-train-step", cache_policy=NO_CACHE)
 def store_train_step(
-    meta: dict, step: int, attempts: StageFile, first_rewards: StageFile, feedback: StageFile | None = None,
+    run: RunIdentity, step: int, attempts: StageFile, first_rewards: StageFile, feedback: StageFile | None = None,
     refined: StageFile | None = None, refined_rewards: StageFile | None = None,
     critic_rewards: StageFile | None = None, batch: StageFile | None = None,
     extra: dict | None = None,
@@ -27,14 +28,14 @@ def store_train_step(
     ws = workspace()
     scored = read_scored_batch(attempts, first_rewards, feedback=feedback, refined=refined,
                                refined_rewards=refined_rewards)
-    metrics = step_records.store_train_step(ws, meta, step, scored, critic_rewards=read_optional(critic_rewards),
+    metrics = step_records.store_train_step(ws, run, step, scored, critic_rewards=read_optional(critic_rewards),
                                             problems=read_optional(batch))
     metrics.update(extra or {})
-    tracking.log_metrics_once(ws, meta["run_id"], metrics, step)
+    tracking.log_metrics_once(ws, run.run_id, metrics, step)
     return metrics
 
 
 @task(name="store-eval", cache_policy=NO_CACHE)
-def store_eval(meta: dict, step: int, result: StageFile, problems: StageFile | None = None) -> dict:
+def store_eval(run: RunIdentity, step: int, result: StageFile, problems: StageFile | None = None) -> dict:
     """Write one shard per protocol evaluated; return the `eval/acc_*` metrics (and `eval/critic_*`)."""
-    return step_records.store_eval(workspace(), meta, step, read_evaluation(result), read_optional(problems))
+    return step_records.store_eval(workspace(), run, step, read_evaluation(result), read_optional(problems))

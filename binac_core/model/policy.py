@@ -25,6 +25,7 @@ from peft.utils import get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from binac_core.errors import BinacError
 from binac_core.model.generation import AdapterRef
 from binac_core.model.memory import map_large_blocks
 from binac_core.runs.config import Config
@@ -61,6 +62,8 @@ class Policy:
         self.model.add_adapter("critic", lora_config(cfg))
         self.model.eval()
         self.loaded: dict[str, str] = {}
+        self.holds = 0
+        """How many in-memory references `hold` has handed out (the number in their digests)."""
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.lrs = {"actor": cfg.train.actor_lr, "critic": cfg.train.critic_lr}
 
@@ -94,6 +97,9 @@ class Policy:
     def sync(self, ref: AdapterRef) -> None:
         if self.loaded.get(ref.name) == ref.digest:
             return
+        if not ref.path:
+            raise BinacError(f"adapter {ref.name} {ref.digest} was held in memory only (`Policy.hold`) and another "
+                             "has been loaded since: no folder holds it")
         folder = Path(ref.path)
         state = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
         set_peft_model_state_dict(self.model, state, adapter_name=ref.name)
@@ -125,6 +131,16 @@ class Policy:
             return self._publish(name, tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def hold(self, name: str) -> AdapterRef:
+        """A reference to adapter `name` as it is in memory, written nowhere (an update with no folder:
+        `update_adapter`, the in-memory loop `binac_core.rl.loop`). Its digest, `memory:<name>:<n>` (n counts this
+        policy's holds), is recorded as loaded, so `sync` of it is a no-op until another reference of `name` is
+        synced; its `path` is empty, and syncing it after that is refused (`sync`)."""
+        self.holds += 1
+        digest = f"memory:{name}:{self.holds}"
+        self.loaded[name] = digest
+        return AdapterRef(name, "", digest)
 
     def _write_temp(self, name: str, folder: Path) -> Path:
         """The adapter's files in a fresh temporary folder beside `folder` (tempfile.mkdtemp: never shared)."""

@@ -219,11 +219,14 @@ class AdapterUpdate:
 
 
 def update_adapter(policy, adapter: AdapterRef, samples: list[Sample], *, passes: int, kl_coef: float,
-                   folder: str | Path) -> AdapterUpdate:
+                   folder: str | Path | None) -> AdapterUpdate:
     """One update stage: `adapter` trained on `samples` (`policy_update`) and saved into `folder`; returns the
     new adapter's reference and the update's statistics. A failure mid-way leaves the in-memory adapter marked
-    unsynced (`Policy.begin_update`), so the next stage reloads it from disk."""
+    unsynced (`Policy.begin_update`), so the next stage reloads it from disk.
+    `folder` None: the adapter is not written; the reference is an in-memory one (`Policy.hold`), the same
+    weights a saved one would load (saving changes no value)."""
     policy.begin_update(adapter)
     stats = policy_update(policy, adapter.name, samples, passes, kl_coef)
     return_freed_memory()  # the update's activations and gradients: binac_core/model/memory.py
-    return AdapterUpdate(policy.save(adapter.name, folder), **stats)
+    ref = policy.hold(adapter.name) if folder is None else policy.save(adapter.name, folder)
+    return AdapterUpdate(ref, **stats)

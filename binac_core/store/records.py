@@ -7,23 +7,24 @@ from datetime import datetime, timezone
 from binac_core import benchmarks
 from binac_core.rl.stage_io import Attempt, ScoredBatch
 from binac_core.rl.verdict import parse_verdict
+from binac_core.store.identity import RunIdentity
 
 
 def trajectory_rows(
-    meta: dict, step: int, scored: ScoredBatch, *, split: str, protocol: str, critic_rewards: list[float] | None = None,
+    run: RunIdentity, step: int, scored: ScoredBatch, *, split: str, protocol: str, critic_rewards: list[float] | None = None,
     round_: int = 1, questions: dict[str, str] | None = None, verdicts: bool = True,
 ) -> list[dict]:
-    """One row per (attempt, feedback); without feedback, one row per attempt. `meta` carries run_id, method,
-    preset, seed, benchmark and, for a training run, `samples_per_iteration` (`sample_counts`). `questions`
+    """One row per (attempt, feedback); without feedback, one row per attempt, each with the identity columns of
+    `run` and, for a training run, the cumulative counts of `step` (`sample_counts`). `questions`
     (problem id -> question, on a benchmark with a `feedback_analysis`: the synthetic task) fills
     `first_wrong_step`, `feedback_step` and `feedback_approves`, the columns the critic measures read
     (binac_core/reports/measures.py). `feedback_verdict` is each feedback's verdict (`binac_core.rl.verdict`), read with the
     benchmark's `verdict_syntax`; `verdicts=False` (a fixed instruction: no critic wrote it) leaves it NULL."""
-    bench = benchmarks.get(meta["benchmark"])
+    bench = benchmarks.get(run.benchmark)
     analysis = bench.feedback_analysis if questions is not None else None
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    base = {**{k: v for k, v in meta.items() if k != "samples_per_iteration"}, "step": step, "split": split,
-            "protocol": protocol, "created_at": now, **sample_counts(meta, step)}
+    base = {**run.columns(), "step": step, "split": split, "protocol": protocol, "created_at": now,
+            **sample_counts(run, step)}
     scored_attempts = list(zip(scored.attempts, scored.first_rewards, strict=True))
     if not scored.feedback:
         return [
@@ -49,15 +50,15 @@ def trajectory_rows(
     return rows
 
 
-def sample_counts(meta: dict, step: int) -> dict:
+def sample_counts(run: RunIdentity, step: int) -> dict:
     """The `actor_samples` and `generated_samples` columns: the run's cumulative actor training samples and
     generated samples after `step` (eval rows: at the evaluation's step; step 0: 0), i.e. `step` times the
-    per-iteration counts in `meta["samples_per_iteration"]` (binac_core/rl/methods.py; flows/train.py puts them
-    there). NULL for rows of a run without them (`binac evaluate`)."""
-    per = meta.get("samples_per_iteration")
-    if per is None:
+    run's per-iteration counts (binac_core/rl/methods.py; flows/train.py sets them). NULL for rows of a run without
+    them (`binac evaluate`)."""
+    if run.actor_samples_per_iteration is None:
         return {"actor_samples": None, "generated_samples": None}
-    return {"actor_samples": step * per["actor_samples"], "generated_samples": step * per["generated_samples"]}
+    return {"actor_samples": step * run.actor_samples_per_iteration,
+            "generated_samples": step * run.generated_samples_per_iteration}
 
 
 def _attempt_cols(a: Attempt, reward: float, questions: dict[str, str] | None,

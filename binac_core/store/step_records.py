@@ -18,6 +18,7 @@ from binac_core.rl.methods import FeedbackSource, method_spec
 from binac_core.rl.stage_io import ScoredBatch
 from binac_core.runs.workspace import Workspace
 from binac_core.store import storage
+from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
 
 
@@ -32,15 +33,15 @@ def analysis_questions(benchmark: str, problems: list[dict] | None) -> dict[str,
 
 
 def store_train_step(
-    ws: Workspace, meta: dict, step: int, scored: ScoredBatch, *, critic_rewards: list[float] | None = None,
+    ws: Workspace, run: RunIdentity, step: int, scored: ScoredBatch, *, critic_rewards: list[float] | None = None,
     problems: list[dict] | None = None,
 ) -> dict:
     """Write the iteration's rows; return its metrics (`train_metrics`). `problems` (the batch) gives the synthetic
     task's first wrong steps."""
-    questions = analysis_questions(meta["benchmark"], problems)
-    rows = trajectory_rows(meta, step, scored, split="train", protocol="train", critic_rewards=critic_rewards,
-                           questions=questions, verdicts=method_spec(meta["method"]).feedback is not FeedbackSource.FIXED)
-    storage.write_shard(ws, meta["run_id"], "train", step, rows)
+    questions = analysis_questions(run.benchmark, problems)
+    rows = trajectory_rows(run, step, scored, split="train", protocol="train", critic_rewards=critic_rewards,
+                           questions=questions, verdicts=method_spec(run.method).feedback is not FeedbackSource.FIXED)
+    storage.write_shard(ws, run.run_id, "train", step, rows)
     return train_metrics(rows, scored, critic_rewards=critic_rewards, critic_measures=questions is not None)
 
 
@@ -71,30 +72,30 @@ def train_metrics(
     return {k: v for k, v in metrics.items() if v is not None}
 
 
-def store_eval(ws: Workspace, meta: dict, step: int, result: Evaluation, problems: list[dict] | None = None) -> dict:
+def store_eval(ws: Workspace, run: RunIdentity, step: int, result: Evaluation, problems: list[dict] | None = None) -> dict:
     """Write one shard per protocol evaluated (single, feedback, gated, feedback_frozen); return the `eval/acc_*`
     metrics, the critic health measures of the `feedback` protocol's rows (`eval/critic/*`; and of the frozen
     critic's, `eval/frozen_critic/*`) where they have verdicts, and, on the synthetic task (with `problems`, the held-out split), the critic measures of the `feedback`
     protocol's rows (`eval/critic_hits_first_error`, `eval/critic_false_alarm`, `eval/critic_approves_wrong`; not `critic_signal`,
     which needs critic rewards, nor `critic_useful_mixed_frac`: held-out attempts get one feedback each), and the
     same measures of the frozen base critic's `feedback_frozen` rows as `eval/frozen_critic_*`."""
-    critic, questions = {}, analysis_questions(meta["benchmark"], problems)
+    critic, questions = {}, analysis_questions(run.benchmark, problems)
     verdicts = result.feedback_source is not FeedbackSource.FIXED
-    storage.write_shard(ws, meta["run_id"], "eval-single", step,
-                        trajectory_rows(meta, step, result.single, split="eval", protocol="single",
+    storage.write_shard(ws, run.run_id, "eval-single", step,
+                        trajectory_rows(run, step, result.single, split="eval", protocol="single",
                                         questions=questions))
     if result.feedback is not None:
-        rows = _protocol_rows(meta, step, "feedback", result.rounds("feedback"), questions, verdicts)
-        storage.write_shard(ws, meta["run_id"], "eval-feedback", step, rows)
+        rows = _protocol_rows(run, step, "feedback", result.rounds("feedback"), questions, verdicts)
+        storage.write_shard(ws, run.run_id, "eval-feedback", step, rows)
         critic = health_metrics("eval/critic/", rows)
         if questions is not None:
             critic |= {f"eval/{k}": v for k, v in critic_error_measures(rows).items()}
     if result.gated is not None:
-        storage.write_shard(ws, meta["run_id"], "eval-gated", step,
-                            _protocol_rows(meta, step, "gated", result.gated, questions, verdicts))
+        storage.write_shard(ws, run.run_id, "eval-gated", step,
+                            _protocol_rows(run, step, "gated", result.gated, questions, verdicts))
     if result.feedback_frozen is not None:  # the frozen base critic on the same attempts (`eval/frozen_critic_*`)
-        rows = _protocol_rows(meta, step, FROZEN_PROTOCOL, [result.feedback_frozen], questions)
-        storage.write_shard(ws, meta["run_id"], f"eval-{FROZEN_PROTOCOL}", step, rows)
+        rows = _protocol_rows(run, step, FROZEN_PROTOCOL, [result.feedback_frozen], questions)
+        storage.write_shard(ws, run.run_id, f"eval-{FROZEN_PROTOCOL}", step, rows)
         critic |= health_metrics("eval/frozen_critic/", rows)
         if questions is not None:
             critic |= {f"eval/frozen_{k}": v for k, v in critic_error_measures(rows).items()}
@@ -102,7 +103,7 @@ def store_eval(ws: Workspace, meta: dict, step: int, result: Evaluation, problem
     return {k: v for k, v in metrics.items() if v is not None}
 
 
-def store_eval_exec(ws: Workspace, meta: dict, step: int, result: Evaluation) -> int:
+def store_eval_exec(ws: Workspace, run: RunIdentity, step: int, result: Evaluation) -> int:
     """The rows of the execution-assisted protocols (`feedback_exec`, `gated_exec`), one shard each, named by their
     protocol (`store_eval` writes single, feedback and gated). Returns the number of rows written."""
     n = 0
@@ -110,8 +111,8 @@ def store_eval_exec(ws: Workspace, meta: dict, step: int, result: Evaluation) ->
         rounds = result.rounds(protocol)
         if rounds is None:
             continue
-        rows = _protocol_rows(meta, step, protocol, rounds)
-        storage.write_shard(ws, meta["run_id"], f"eval-{protocol}", step, rows)
+        rows = _protocol_rows(run, step, protocol, rounds)
+        storage.write_shard(ws, run.run_id, f"eval-{protocol}", step, rows)
         n += len(rows)
     return n
 
@@ -122,12 +123,12 @@ def health_metrics(prefix: str, rows: list[dict]) -> dict[str, float]:
     return {prefix + k: v for k, v in critic_verdict_measures(rows).items() if v is not None}
 
 
-def _protocol_rows(meta: dict, step: int, protocol: str, rounds: list[ScoredBatch],
+def _protocol_rows(run: RunIdentity, step: int, protocol: str, rounds: list[ScoredBatch],
                    questions: dict[str, str] | None = None, verdicts: bool = True) -> list[dict]:
     """The held-out rows of a feedback protocol's rounds (one for `feedback`, up to K for `gated`); `verdicts`:
     False for a fixed instruction (`records.trajectory_rows`)."""
     rows = []
     for k, scored in enumerate(rounds, start=1):
-        rows += trajectory_rows(meta, step, scored, split="eval", protocol=protocol, round_=k, questions=questions,
+        rows += trajectory_rows(run, step, scored, split="eval", protocol=protocol, round_=k, questions=questions,
                                 verdicts=verdicts)
     return rows

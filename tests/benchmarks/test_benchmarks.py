@@ -23,6 +23,7 @@ from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.stage_io import Attempt, ScoredBatch
 from binac_core.runs.config import load_config
 from binac_core.runs.plans import plan
+from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
 
 WORDS = {"train": ("abc", "bird"), "eval": ("drawer", "stressed", "level")}
@@ -116,7 +117,7 @@ def test_a_registered_toy_benchmark_runs_through_the_pipeline(echo):
     assert res.metrics == {"acc_single": pytest.approx(1 / 3), "acc_feedback": 1.0, "acc_gated_k2": 1.0}
 
     # stored rows: no first-error analysis, so its columns stay empty
-    meta = {"run_id": "r", "method": "fixed_critic", "preset": "micro", "seed": 0, "benchmark": "echo"}
+    meta = RunIdentity(run_id="r", method="fixed_critic", preset="micro", seed=0, benchmark="echo")
     scored = ScoredBatch(attempts, scores.rewards, feedback, refined, [1.0] * 6)
     rows = trajectory_rows(meta, 1, scored, split="train", protocol="train")
     assert [r["refined_reward"] - r["attempt_reward"] for r in rows] == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]

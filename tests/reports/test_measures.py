@@ -21,6 +21,7 @@ from binac_core.reports.measures import (
 from binac_core.rl.losses import critic_reward_of
 from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.runs.plans import evaluation_steps
+from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
 
 
@@ -88,7 +89,7 @@ def test_critic_error_measures_on_hand_labelled_feedback():
 def test_records_fill_feedback_approves_only_with_an_analysis():
     rows = stored_rows([(WRONG_AT_1, 0.0, "Looks correct.", ""), (RIGHT, 1.0, "Step 1 is wrong.", "")])
     assert [r["feedback_approves"] for r in rows] == [True, False]
-    meta = {"run_id": "r", "method": "m", "preset": "p", "seed": 0, "benchmark": "synthetic"}
+    meta = RunIdentity(run_id="r", method="m", preset="p", seed=0, benchmark="synthetic")
     a = Attempt("q", 0, "", [], RIGHT, [], [])
     without_feedback = trajectory_rows(meta, 1, ScoredBatch([a], [1.0]), split="eval", protocol="single",
                                        questions={"q": Q})
@@ -101,7 +102,7 @@ def test_records_fill_feedback_approves_only_with_an_analysis():
 def stored_rows(labelled):
     """The rows the store writes for these (attempt, r0, feedback, label) tuples (binac_core/store/records.py), one
     attempt of question Q with one feedback each."""
-    meta = {"run_id": "r", "method": "m", "preset": "p", "seed": 0, "benchmark": "synthetic"}
+    meta = RunIdentity(run_id="r", method="m", preset="p", seed=0, benchmark="synthetic")
     out = []
     for i, (attempt, r0, feedback, _) in enumerate(labelled):
         a = Attempt("q", i, "", [], attempt, [], [])
@@ -114,7 +115,7 @@ def stored_rows(labelled):
 def group_rows(groups: list[tuple[str, list[tuple[str, float]]]], problem: str = "q") -> list[dict]:
     """The stored rows of one step in which attempt i (of `problem`, question Q) gets the K feedbacks of
     `groups[i]` = (attempt, [(feedback, critic reward), ...]); refinements all r1 = 0."""
-    meta = {"run_id": "r", "method": "m", "preset": "p", "seed": 0, "benchmark": "synthetic"}
+    meta = RunIdentity(run_id="r", method="m", preset="p", seed=0, benchmark="synthetic")
     attempts = [Attempt(problem, i, "", [], attempt, [], []) for i, (attempt, _) in enumerate(groups)]
     feedback = [Feedback(problem, i, k, text, [], [], []) for i, (_, fs) in enumerate(groups)
                 for k, (text, _) in enumerate(fs)]
@@ -230,7 +231,7 @@ def test_the_oracle_never_false_alarms_always_hits_and_never_approves_a_wrong_at
     """Random attempts at random questions of both answer spaces, each with the rule-based oracle's feedback: by
     construction it names a step only when one is wrong, and then the first, so 0 false alarms and 1 hit."""
     rng = random.Random(21)
-    meta = {"run_id": "r", "method": "oracle_critic", "preset": "p", "seed": 0, "benchmark": "synthetic"}
+    meta = RunIdentity(run_id="r", method="oracle_critic", preset="p", seed=0, benchmark="synthetic")
     rows, moduli = [], set()
     for i in range(1500):
         moduli.add(modulus := rng.choice([10, 100]))

@@ -5,6 +5,8 @@ MLflow: test_study_measures_run.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import pytest
 from conftest import REPO
@@ -12,13 +14,14 @@ from conftest import REPO
 from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.runs.workspace import Workspace
 from binac_core.store import sqlrun, storage
+from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
 from binac_core.store.step_records import train_metrics
 
 MEASURES = (REPO / "binac_core" / "sql" / "study_measures.sql").read_text()
 NAMES = ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",
          "critic_approves_wrong", "critic_signal", "critic_useful_mixed_frac", "critic_signal_frac", "feedback_gain")
-META = {"run_id": "r", "parent_run_id": "P", "method": "binac", "preset": "micro", "seed": 0, "benchmark": "synthetic"}
+META = RunIdentity(run_id="r", parent_run_id="P", method="binac", preset="micro", seed=0, benchmark="synthetic")
 
 # question 7+5-3+4: correct steps 7+5=2 2-3=9 9+4=3, answer 3
 Q = "7+5-3+4"
@@ -67,7 +70,7 @@ def _complete(rows: list[dict]) -> list[dict]:
 
 def _train_rows(groups, run_id: str = "r") -> tuple[list[dict], ScoredBatch, list[float]]:
     scored, critic = _scored(groups)
-    rows = trajectory_rows({**META, "run_id": run_id}, 1, scored, split="train", protocol="train",
+    rows = trajectory_rows(dataclasses.replace(META, run_id=run_id), 1, scored, split="train", protocol="train",
                            critic_rewards=critic, questions={"p1": Q, "p2": Q})
     return _complete(rows), scored, critic
 
@@ -93,7 +96,7 @@ def test_a_method_without_critic_rewards_or_feedback_gets_null_for_what_it_lacks
     rows = [{**r, "critic_reward": None} for r in rows]  # a method whose critic is not trained
     storage.write_shard(ws, "r", "train", 1, rows)
     grpo = ScoredBatch(scored.attempts, [0.0, 1.0, 1.0, 1.0])
-    no_feedback = trajectory_rows({**META, "run_id": "g", "method": "grpo"}, 1, grpo, split="train",
+    no_feedback = trajectory_rows(dataclasses.replace(META, run_id="g", method="grpo"), 1, grpo, split="train",
                                   protocol="train", questions={"p1": Q, "p2": Q})
     storage.write_shard(ws, "g", "train", 1, _complete(no_feedback))
     got = {r["run_id"]: r for r in _measures(ws)}

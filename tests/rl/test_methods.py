@@ -1,5 +1,6 @@
 """The nine methods on the micro preset: what each trains, what it stores, and the comparison's records."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -363,19 +364,20 @@ def test_shared_evaluation_counts_leave_out_a_method_training_no_actor():
 
 def test_trajectory_rows_carry_the_cumulative_counts_of_their_step():
     from binac_core.rl.stage_io import Attempt, ScoredBatch
+    from binac_core.store.identity import RunIdentity
     from binac_core.store.records import sample_counts, trajectory_rows
 
-    per = {"actor_samples": 320, "generated_samples": 832}
-    assert sample_counts({"samples_per_iteration": per}, 0) == {"actor_samples": 0, "generated_samples": 0}
-    assert sample_counts({"samples_per_iteration": per}, 5) == {"actor_samples": 1600, "generated_samples": 4160}
-    assert sample_counts({}, 5) == {"actor_samples": None, "generated_samples": None}  # `binac evaluate`
-    meta = {"run_id": "r", "method": "binac", "preset": "p", "seed": 0, "benchmark": "synthetic",
-            "parent_run_id": None, "samples_per_iteration": per}
+    meta = RunIdentity(run_id="r", method="binac", preset="p", seed=0, benchmark="synthetic",
+                       actor_samples_per_iteration=320, generated_samples_per_iteration=832)
+    assert sample_counts(meta, 0) == {"actor_samples": 0, "generated_samples": 0}
+    assert sample_counts(meta, 5) == {"actor_samples": 1600, "generated_samples": 4160}
+    evaluate = dataclasses.replace(meta, actor_samples_per_iteration=None, generated_samples_per_iteration=None)
+    assert sample_counts(evaluate, 5) == {"actor_samples": None, "generated_samples": None}  # `binac evaluate`
     a = Attempt(problem_id="q", sample_idx=0, prompt_text="p", prompt_ids=[1], text="A: 1", token_ids=[1],
                 logprobs=[0.0])
     (row,) = trajectory_rows(meta, 3, ScoredBatch([a], [0.0]), split="eval", protocol="single")
     assert (row["actor_samples"], row["generated_samples"]) == (960, 2496)
-    assert "samples_per_iteration" not in row
+    assert "actor_samples_per_iteration" not in row and row["parent_run_id"] is None
 
 
 def test_old_shards_without_the_count_columns_still_read(tmp_path):

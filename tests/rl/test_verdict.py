@@ -185,6 +185,7 @@ def test_the_synthetic_verdict_measures_agree_with_the_first_error_measures_on_t
     from binac_core.reports.measures import critic_error_measures, critic_verdict_measures
     from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
     from binac_core.runs.config import load_config
+    from binac_core.store.identity import RunIdentity
     from binac_core.store.records import trajectory_rows
 
     rows = synthetic.make_split(load_config("micro").task, "eval")[:40]
@@ -206,8 +207,7 @@ def test_the_synthetic_verdict_measures_agree_with_the_first_error_measures_on_t
         refined.append(Refinement(problem_id=row["id"], sample_idx=0, feedback_idx=0, prompt_ids=[], text=text,
                                   token_ids=[1], logprobs=[0.0]))
     assert 0 < sum(r0) < len(r0)
-    meta = {"run_id": "r", "method": "binac", "preset": "micro", "seed": 0, "benchmark": "synthetic",
-            "parent_run_id": None}
+    meta = RunIdentity(run_id="r", method="binac", preset="micro", seed=0, benchmark="synthetic")
     stored = trajectory_rows(meta, 1, ScoredBatch(attempts, r0, feedback, refined, r0), split="eval",
                              protocol="feedback", questions={r["id"]: r["question"] for r in rows})
     assert all((r["first_wrong_step"] is None) == (r["attempt_reward"] > 0) for r in stored), "the premise"

@@ -1,0 +1,36 @@
+"""Which run a stored row belongs to: the identity columns every trajectory row carries (binac_core/sql/schema.sql)
+and the per-iteration sample counts its cumulative count columns are computed from (`records.sample_counts`).
+
+Built once per run (flows/train.py for a training run, flows/evaluate.py for `binac evaluate`) and handed to the
+store tasks as it is: a frozen dataclass of JSON values, which Prefect passes and hashes as it does the stages'
+`AdapterRef`s (the store tasks are not cached anyway: tasks/store.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunIdentity:
+    run_id: str
+    """The MLflow run id (`binac_core.store.tracking`); also the folder of the run's shards."""
+    method: str
+    """The method trained (binac_core/rl/methods.py), or `eval` for a `binac evaluate` run."""
+    preset: str
+    """The config's name (`Config.name`: the preset's, e.g. `micro`)."""
+    seed: int
+    """The run seed."""
+    benchmark: str
+    """The task's benchmark (`task.benchmark`), whose grader, verdict syntax and feedback analysis the rows use."""
+    parent_run_id: str | None = None
+    """The comparison's MLflow run, for a run `binac compare` started; None otherwise."""
+    actor_samples_per_iteration: int | None = None
+    """Actor training samples per iteration (`MethodSpec.actor_train_samples_per_iteration`); None for a run that
+    does not train (`binac evaluate`), whose count columns stay NULL."""
+    generated_samples_per_iteration: int | None = None
+    """Sequences sampled per iteration (`MethodSpec.generated_samples_per_iteration`); None as above."""
+
+    def columns(self) -> dict:
+        """The identity columns of a stored row: run_id, method, preset, seed, benchmark, parent_run_id."""
+        return {"run_id": self.run_id, "method": self.method, "preset": self.preset, "seed": self.seed,
+                "benchmark": self.benchmark, "parent_run_id": self.parent_run_id}
