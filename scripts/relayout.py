@@ -38,7 +38,7 @@ PACKAGE_DOC = {
 TEST_MOVES = {
     "model": ("adapters", "base_model", "checkpointing", "decode", "fused_lora", "memory", "policy_init",
               "real_model_sampling", "smol", "tokenizer", "logprob_check", "vllm_settings"),
-    "rl": ("losses", "methods", "verdict", "evaluate"),
+    "rl": ("losses", "methods", "verdict", "evaluate", "loop"),
     "benchmarks": ("benchmarks", "data", "prompts", "synthetic"),
     "grading": ("grading_code", "grading_math", "grading_other", "grader_counts", "sandbox", "sandbox_forgery"),
     "store": ("feedback_index", "files", "sql", "sql_comparisons"),

@@ -108,7 +108,7 @@ def test_no_import_circle(root):
 
 
 def test_the_library_is_folders_by_concern_with_no_flat_module_left():
-    """Every module lives in a subpackage; the old flat paths (`binac_core/storage.py`, ...) are gone, with no
+    """Every module lives in a subpackage; the old flat paths (binac_core/<module>.py) are gone, with no
     shim: only the package marker and the one error type stay at the top (scripts/relayout.py holds the moves)."""
     top = sorted(p.name for p in (REPO / "binac_core").glob("*.py"))
     assert top == ["__init__.py", "errors.py"]
