@@ -28,10 +28,11 @@ from pathlib import Path
 import torch
 
 from binac_core.benchmarks.synthetic import actor_messages, make_split
-from binac_core.model.generation import HFBackend, SamplingParams
+from binac_core.model.generation import HFBackend
 from binac_core.rl.batches import attempt_samples
-from binac_core.rl.episodes import generate_attempts, sample_problems, score, stage_seed
-from binac_core.rl.update import policy_update
+from binac_core.rl.loop import IterationResult, iteration
+from binac_core.rl.methods import SPECS
+from binac_core.rl.update import Sample
 from binac_core.runs.config import Config
 
 SEED = 0
@@ -158,10 +159,11 @@ class Probe:
 
 
 class BinacGRPO:
-    """binac's GRPO iteration on an in-process `Policy`: HFBackend.generate → grade → advantages → policy_update.
-
-    The same calls the `generate-rollouts`, `score` and `update-actor` tasks make, without their Prefect
-    wrapping and without saving the adapter (see `save_seconds`).
+    """binac's GRPO iteration on an in-process `Policy`: the in-memory loop's iteration with the grpo spec
+    (`binac_core.rl.loop.iteration`: HFBackend.generate → grade → advantages → update_adapter), whose numbers are
+    the pipeline's (tests/test_loop.py), without its Prefect wrapping and without saving the adapter (the updated
+    actor stays in the policy, `Policy.hold`; see `save_seconds`). The task's benchmark is the config's
+    (`train_rows`: the synthetic task).
     """
 
     def __init__(self, cfg: Config, base_dir: Path, work_dir: Path, rows: list[dict]):
@@ -174,27 +176,30 @@ class BinacGRPO:
         # Generation takes the actor as a checkpoint reference; saving once here makes later syncs no-ops.
         self.actor = self.policy.save("actor", self.work_dir / "actor-0")
         self.tokens: list[float] = []
-        self.last_samples: list = []
-        """The `Sample`s of the latest update (the smol bench's memory measurement reuses them)."""
+        self.last: IterationResult | None = None
+
+    @property
+    def last_samples(self) -> list[Sample]:
+        """The `Sample`s of the latest update (the smol bench's memory measurement reuses them): grpo's actor
+        batch, its attempts with their group advantages (`batches.attempt_samples`, as the update computed them)."""
+        if self.last is None:
+            return []
+        return attempt_samples(self.last.attempts, self.last.first_rewards, self.cfg.train.scale_rewards)
 
     def iteration(self) -> None:
-        cfg, t = self.cfg, self.cfg.train
-        problems = sample_problems(self.rows, t.batch_problems, SEED, self.step)
-        g = cfg.generation
-        params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, stage_seed(SEED, self.step, "attempts"))
-        attempts = generate_attempts(self.backend, "synthetic", problems, self.actor, t.group_size, params)
-        rewards = score("synthetic", {p["id"]: p for p in problems}, attempts)
-        samples = attempt_samples(attempts, rewards, t.scale_rewards)
-        stats = policy_update(self.policy, "actor", samples, t.t_low, t.kl_coef)
-        self.last_samples = samples
-        self.tokens.append(stats["tokens"] / len(attempts))
+        """One iteration at step 0, 1, ... of seed `SEED`; grpo never uses the critic (no critic reference)."""
+        self.last = iteration(self.policy, self.backend, self.cfg, SPECS["grpo"], self.rows, SEED, self.step,
+                              self.actor, None)
+        self.actor = self.last.actor
+        self.tokens.append(self.last.actor_update.tokens / len(self.last.attempts))
         self.step += 1
 
     def save_seconds(self) -> float:
         """What the real pipeline adds per iteration and this comparison leaves out: writing the actor adapter
-        and its optimizer state (atomic folder swap + content digest)."""
+        and its optimizer state (atomic folder swap + content digest). The saved reference (the same weights)
+        replaces the in-memory one."""
         t0 = time.perf_counter()
-        self.policy.save("actor", self.work_dir / "actor-save")
+        self.actor = self.policy.save("actor", self.work_dir / "actor-save")
         return time.perf_counter() - t0
 
 

@@ -11,9 +11,10 @@ the last iteration evaluate, and the last interval is left out.
 Per task, the child also times each call from outside (`Task.__call__`: Prefect's engine included) and the task
 function inside; the difference is Prefect's part.
 
-The bare side is `BinacGRPO.iteration()` (`bench.grpo`: generate, grade, policy update, no Prefect, no files, no
-adapter save) in the parent process, same config, base model and torch thread count. Interleaved: per repeat, one
-pipeline child run, then as many bare iterations; the ratio is per repeat (each side the median of its
+The bare side is `BinacGRPO.iteration()` (`bench.grpo`: the in-memory loop `binac_core.rl.loop.iteration` with the
+grpo spec, whose numbers are the flow's: generate, grade, policy update, no Prefect, no files, no adapter save) in
+the parent process, same config, base model and torch thread count. Interleaved: per repeat, one pipeline child
+run, then as many bare iterations; the ratio is per repeat (each side the median of its
 iterations). Not measured: a real Prefect server and workers (`make serve`), methods with feedback.
 `tree` runs the pipeline child once more on another checkout's `binac_core`, `tasks` and `flows` (first on
 `sys.path`), e.g. a commit before a change: the same harness, so its stage breakdown is directly comparable.
@@ -66,13 +67,14 @@ def _run(preset: str, iterations: int, method: str) -> dict:
     import flows.train
 
     ends: list[float] = []
-    progress = flows.train.progress
+    printer = _progress_printer()
+    progress = printer.progress
 
     def stamped(message: str) -> None:
         ends.append(time.perf_counter())
         progress(message)
 
-    flows.train.progress = stamped
+    printer.progress = stamped
     outer, inner = _instrument(prefect.tasks.Task, flows.train)
     flows.train.train(preset=preset, method=method, steps=iterations, seed=0, fresh=f"bench-{time.time()}")
     gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)][:-1]  # the last iteration evaluates
@@ -88,6 +90,20 @@ def _run(preset: str, iterations: int, method: str) -> dict:
             tasks[name] = {"calls": len(out_s) / len(gaps), "outer_ms": 1000 * statistics.median(out_s),
                            "inner_ms": 1000 * statistics.median(in_s)}
     return {"iteration_s": gaps, "tasks": tasks, "code": str(Path(flows.train.__file__).parent.parent)}
+
+
+def _progress_printer():
+    """The module whose `progress` prints the train flow's iteration lines: flows/bookkeeping.py, or in older code
+    (a `tree` checkout without it) flows/train.py itself."""
+    import importlib.util
+
+    import flows.train
+
+    if importlib.util.find_spec("flows.bookkeeping") is None:
+        return flows.train
+    import flows.bookkeeping
+
+    return flows.bookkeeping
 
 
 def _instrument(task_cls, flow_module) -> tuple[dict, dict]:
