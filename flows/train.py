@@ -6,6 +6,8 @@ Per iteration:  sample problems → actor attempts y0 → [critic feedback z →
 also feedback_exec, gated_exec), with the feedback source the method trains with.
 Brackets depend on the method (binac_core/rl/methods.py). Every stage is cached on its inputs, so re-running the
 same command reuses finished work and a killed run resumes where it stopped.
+The same iteration without Prefect, files or MLflow, with the same numbers: `binac_core.rl.loop.iteration`. The
+loop body below keeps the stages; the counts, timings and progress line are `flows.bookkeeping.IterationLog`'s.
 """
 
 from __future__ import annotations

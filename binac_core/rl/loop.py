@@ -71,7 +71,7 @@ class IterationResult:
     critic_update: AdapterUpdate | None
     actor: AdapterRef
     """The actor after the iteration (θ⁺, or θ when the method does not train it)."""
-    critic: AdapterRef
+    critic: AdapterRef | None
 
     @property
     def actor_loss(self) -> float | None:
@@ -89,29 +89,29 @@ class IterationResult:
 
 def iteration(
     policy, backend: GenerationBackend, cfg: Config, spec: MethodSpec, rows: Sequence[dict], seed: int, step: int,
-    actor: AdapterRef, critic: AdapterRef, folder: str | Path | None = None,
+    actor: AdapterRef, critic: AdapterRef | None, folder: str | Path | None = None,
 ) -> IterationResult:
     """One iteration of `spec`'s method at `step` (1, 2, ...) of a run with `seed`, from the adapters `actor` and
-    `critic`, on problems drawn from `rows` (the train split). `folder`: where the updated adapters are saved
-    (module docstring); None keeps them in `policy`."""
-    t, g, name = cfg.train, cfg.generation, cfg.task.benchmark
+    `critic` (None only for a method without feedback, grpo), on problems drawn from `rows` (the train split).
+    `folder`: where the updated adapters are saved (module docstring); None keeps them in `policy`."""
+    t, g, bench = cfg.train, cfg.generation, cfg.task.benchmark
     problems = [dict(r) for r in sample_problems(rows, t.batch_problems, seed, step)]
     by_id = {p["id"]: p for p in problems}
 
     def params(stage: str, tokens: int = g.max_new_tokens) -> SamplingParams:
         return SamplingParams(tokens, g.temperature, g.top_p, stage_seed(seed, step, stage))
 
-    attempts = generate_attempts(backend, name, problems, actor, t.group_size, params("attempts"))
-    first = score_with_errors(name, by_id, attempts)
+    attempts = generate_attempts(backend, bench, problems, actor, t.group_size, params("attempts"))
+    first = score_with_errors(bench, by_id, attempts)
     feedback = refined = refined_rewards = ahead = ahead_rewards = critic_rewards = None
     actor_upd = critic_upd = None
     if spec.feedback:
-        feedback = sample_feedback(backend, name, by_id, attempts, spec.feedback,
+        feedback = sample_feedback(backend, bench, by_id, attempts, spec.feedback,
                                    critic if spec.feedback.sampled else None, t.critic_group_size,
                                    params("feedback", g.feedback_max_new_tokens),
                                    execution_results=first.execution_results, verdict=cfg.critic.verdict)
-        refined = generate_refinements(backend, name, by_id, attempts, feedback, actor, params("refined"))
-        refined_rewards = score(name, by_id, refined)
+        refined = generate_refinements(backend, bench, by_id, attempts, feedback, actor, params("refined"))
+        refined_rewards = score(bench, by_id, refined)
     if spec.train_actor:
         two = spec.actor_second_turn
         scored = ScoredBatch(attempts, first.rewards, refined=refined if two else None,
@@ -121,12 +121,12 @@ def iteration(
         actor = actor_upd.adapter
     if spec.feedback:
         if spec.lookahead:  # θ⁺ = the actor just updated on this batch
-            ahead = generate_refinements(backend, name, by_id, attempts, feedback, actor, params("lookahead"))
-            ahead_rewards = score(name, by_id, ahead)
+            ahead = generate_refinements(backend, bench, by_id, attempts, feedback, actor, params("lookahead"))
+            ahead_rewards = score(bench, by_id, ahead)
         critic_rewards = critic_reward(spec.critic_reward, refined_rewards, ahead_rewards, lam=t.lam,
                                        alpha=t.alpha_shaping, verdict_weight=spec.critic_verdict_weight(cfg),
                                        feedbacks=feedback, attempts=attempts, first_rewards=first.rewards,
-                                       syntax=benchmarks.get(name).verdict_syntax)
+                                       syntax=benchmarks.get(bench).verdict_syntax)
     if spec.train_critic:
         critic_upd = _update(policy, critic, feedback_samples(feedback, critic_rewards, t.scale_rewards), t.t_high,
                              t.critic_kl_coef, folder)
