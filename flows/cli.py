@@ -143,9 +143,9 @@ def cmd_evaluate(a) -> int:
     eval_stages(a.benchmark, a.protocol, a.critic_sees_execution, a.feedback)
     _env_defaults()
     from binac_core.runs.workspace import workspace
-    from flows.evaluate import evaluate
+    from flows.evaluate import evaluate_model
 
-    res = evaluate(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback)
+    res = evaluate_model(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback)
     for k, v in res["metrics"].items():
         if not k.startswith("eval/critic/"):
             print(f"{k} = {v:.4f}  (n={a.limit} problems x {a.samples} samples)")

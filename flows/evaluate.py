@@ -26,15 +26,14 @@ from binac_core.runs.plans import isolation_used, plan_evaluate
 from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.workspace import workspace
 from binac_core.store.identity import RunIdentity
-from tasks.evaluate import evaluate as evaluate_task
-from tasks.evaluate import store_eval_exec
+from tasks.evaluate import evaluate, store_eval_exec
 from tasks.prepare import build_base_model, prepare_data
 from tasks.store import store_eval
 from tasks.track import finish_run, log_metrics, start_run
 
 
 @flow(name="evaluate")
-def evaluate(
+def evaluate_model(
     benchmark: str = "gsm8k", model: str = "", actor_adapter: str | None = None, critic_adapter: str | None = None,
     protocol: str = "single", samples: int = 1, limit: int = 20, preset: str = "tiny",
     temperature: float | None = None, max_new_tokens: int | None = None, seed: int = 0,
@@ -60,7 +59,7 @@ def evaluate(
     try:
         base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
         data = prepare_data(cfg_d, ("eval",))
-        result = evaluate_task(cfg_d, base, data["eval"], actor=refs["actor"], critic=refs["critic"] if source.sampled else None,
+        result = evaluate(cfg_d, base, data["eval"], actor=refs["actor"], critic=refs["critic"] if source.sampled else None,
                                seed=seed, step=0, out_dir=str(ws.run_dir(f"eval-{key}")), protocols=stages,
                                source=source.value)
         metrics = store_eval(run, 0, result)
