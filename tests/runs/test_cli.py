@@ -115,7 +115,7 @@ def test_overrides_outside_the_cli_and_preset_files_get_the_same_hint(tmp_path):
     with pytest.raises(BinacError) as info:
         load_config(str(preset))
     assert str(info.value) == (f"invalid config {preset}: unknown top-level key trian (did you mean train?); valid "
-                               "top-level keys: critic, generation, lora, model, name, task, train")
+                               "top-level keys: critic, generation, grading, lora, model, name, task, train")
 
 
 @pytest.mark.parametrize("argv, needle", [

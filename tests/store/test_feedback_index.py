@@ -173,7 +173,7 @@ def test_a_reader_searches_while_a_writer_is_stopped_mid_write(tmp_path):
     assert sqlrun.run(ws, SEARCH, {"query": "giraffe"}).empty
     faults = tmp_path / "faults"
     faults.mkdir()
-    code = ("import sys; sys.path.insert(0, 'tests/store');"
+    code = ("import sys; sys.path[:0] = ['tests', 'tests/store'];"
             "from test_feedback_index import _row; from binac_core.store import storage; "
             "from binac_core.runs.workspace import Workspace; from pathlib import Path; "
             f"ws = Workspace(Path({str(home)!r})); "
