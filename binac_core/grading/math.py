@@ -16,7 +16,7 @@ math-verify's own timeouts use `signal.alarm`, which only works in a main thread
 become 0 in worker threads. So verification runs in a pool of persistent worker processes (`verify_worker`) that
 pass `parsing_timeout=None` / `timeout_seconds=None` and `raise_on_error=True`, and this module enforces a
 wall-clock limit of its own (VERIFY_TIMEOUT_S): a worker that overruns or dies is killed and replaced, and the
-call raises GraderTimeout / GraderError, which `grading.grade` counts, logs and scores 0. Up to POOL_SIZE workers
+call raises GraderTimeout / GraderError, which `benchmarks.grade.grade` counts, logs and scores 0. Up to POOL_SIZE workers
 start on first use (about 2 s each) and live until the process exits.
 """
 

@@ -201,8 +201,8 @@ class TrainConfig(_Section):
     critic_kl_coef: float = Field(0.0, ge=0)
     """Weight of the k3 KL estimate of the critic to its initial policy."""
     lam: float = Field(0.5, ge=0)
-    """Bilevel penalty λ: critic reward (1+μ)·r1(z; θ) − μ·r1(z; θ⁺), μ = λ(1+α), θ⁺ = actor after its update
-    (docs/algorithm.md, "First-order value-penalty form"). Used by `binac`; `binac_lam0` is λ = 0 (r1 alone, no
+    """Bilevel penalty λ of the critic reward (`binac_core.rl.losses.critic_rewards`; docs/algorithm.md,
+    "First-order value-penalty form"). Used by `binac`; `binac_lam0` is λ = 0 (r1 alone, no
     look-ahead) and `binac_after` rewards r1(z; θ⁺) alone, whatever this says."""
     t_low: int = Field(1, ge=1)
     """t_L: actor (lower level) optimizer passes over each iteration's batch (1 = on-policy, ratio starts at 1)."""
