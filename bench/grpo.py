@@ -161,7 +161,7 @@ class Probe:
 class BinacGRPO:
     """binac's GRPO iteration on an in-process `Policy`: the in-memory loop's iteration with the grpo spec
     (`binac_core.rl.loop.iteration`: HFBackend.generate → grade → advantages → update_adapter), whose numbers are
-    the pipeline's (tests/rl/test_loop.py), without its Prefect wrapping and without saving the adapter (the updated
+    the pipeline's (tests/integration/test_loop.py), without its Prefect wrapping and without saving the adapter (the updated
     actor stays in the policy, `Policy.hold`; see `save_seconds`). The task's benchmark is the config's
     (`train_rows`: the synthetic task).
     """

@@ -38,15 +38,16 @@ PACKAGE_DOC = {
 TEST_MOVES = {
     "model": ("adapters", "base_model", "checkpointing", "decode", "fused_lora", "memory", "policy_init",
               "real_model_sampling", "smol", "tokenizer", "logprob_check", "vllm_settings"),
-    "rl": ("losses", "methods", "verdict", "evaluate", "loop"),
+    "rl": ("losses", "methods", "verdict", "evaluate"),
     "benchmarks": ("benchmarks", "data", "prompts", "synthetic"),
     "grading": ("grading_code", "grading_math", "grading_other", "grader_counts", "sandbox", "sandbox_forgery"),
-    "store": ("feedback_index", "files", "sql", "sql_comparisons"),
-    "runs": ("cache_keys", "regimes", "cli"),
+    "store": ("feedback_index", "files", "sql_comparisons"),
+    "runs": ("regimes", "cli"),
     "reports": ("measures", "study_measures", "study_report"),
     "bench": ("bench", "stage_costs"),
     "flows": ("fanout",),
-    "integration": ("train", "deployment", "reliability", "study", "ui", "wheel", "vllm", "gpu_check"),
+    "integration": ("train", "deployment", "reliability", "study", "ui", "wheel", "vllm", "gpu_check", "sql", "loop",
+                    "cache_keys"),
 }
 """The tests mirror the library's subpackages; `integration/` holds the files whose tests start real servers,
 `binac` subprocesses or Chromium (`make test-fast` leaves them out, with every test that uses a slow fixture)."""

@@ -13,7 +13,7 @@ The algorithm at a glance (docs/algorithm.md, "One iteration, per method"; which
 
 `iteration` makes exactly the library calls the Prefect stages of flows/train.py make (tasks/rollout.py,
 score.py, feedback.py, refine.py, actor_update.py, critic_update.py), in their order, with their seeds
-(`stage_seed(seed, step, stage)`) and sampling parameters, so its numbers are the flow's (tests/rl/test_loop.py
+(`stage_seed(seed, step, stage)`) and sampling parameters, so its numbers are the flow's (tests/integration/test_loop.py
 checks it for every method). What the flow adds around the same stages: each stage cached on its inputs (a killed
 run resumes), every stage output written to a file and the adapters saved each iteration, the trajectories stored
 (DuckDB/Parquet), the metrics and artifacts tracked in MLflow, and the held-out evaluations every k iterations.

@@ -1,55 +1,7 @@
-"""`binac evaluate` end to end on CPU for each paper benchmark, with the micro base model: the path a real model
-takes (data, prompts, generation, grading, MLflow, DuckDB). A micro model's accuracy is ~0; the records matter."""
+"""Held-out evaluation's protocols and feedback sources, unit level: a recording fake backend, real MBPP rows
+and the sandbox (`binac evaluate` end to end: tests/integration/test_evaluate_cli.py)."""
 
 import pytest
-from conftest import run_binac
-
-from binac_core.runs.workspace import Workspace
-from binac_core.store import sqlrun, tracking
-
-
-@pytest.fixture(scope="module")
-def base_model(micro_base):
-    return micro_base
-
-
-@pytest.mark.parametrize("benchmark", ["math500", "mbpp", "gpqa_diamond", "gsm8k"])
-def test_evaluate_feedback_protocol_records_everything(micro_compare, base_model, benchmark):
-    env, ws = micro_compare["env"], Workspace(micro_compare["home"])
-    proc = run_binac(["evaluate", "--benchmark", benchmark, "--model", str(base_model), "--protocol", "feedback",
-                      "--limit", "3", "--samples", "2", "--preset", "micro"], env)
-    assert "eval/acc_feedback" in proc.stdout
-    c = tracking.client(ws)
-    runs = [r for r in c.search_runs([tracking.experiment_id(c, ws)], filter_string=f"tags.benchmark = '{benchmark}'")
-            if r.data.tags.get("method") == "eval"]
-    assert len(runs) == 1
-    run = runs[0]
-    assert run.info.status == "FINISHED"
-    assert {"eval/acc_single", "eval/acc_feedback"} <= set(run.data.metrics)
-    assert run.data.params["samples"] == "2" and "temperature" in run.data.params and "max_new_tokens" in run.data.params
-    df = sqlrun.run(ws, f"SELECT protocol, count(*) n, count(feedback) fb FROM trajectories "
-                        f"WHERE run_id = '{run.info.run_id}' AND split = 'eval' GROUP BY protocol ORDER BY protocol")
-    assert df.to_dict("list") == {"protocol": ["feedback", "single"], "n": [6, 6], "fb": [6, 0]}
-    # every feedback has a verdict (a micro critic writes no verdict line: `none`), and the critic health is
-    # logged and printed with its intervals
-    verdicts = sqlrun.run(ws, f"SELECT feedback_verdict FROM trajectories WHERE run_id = '{run.info.run_id}' "
-                              "AND protocol = 'feedback'").feedback_verdict
-    assert verdicts.notna().all() and set(verdicts) <= {"correct", "incorrect", "none"}
-    assert "eval/critic/verdict_missing" in run.data.metrics
-    assert "critic health, protocol feedback" in proc.stdout and "verdict_accuracy" in proc.stdout
-    assert "(n=3 problems x 2 samples)" not in [ln for ln in proc.stdout.splitlines() if "critic/" in ln]
-
-
-def test_bad_benchmark_and_missing_data_folder_fail_in_one_line(micro_compare, base_model, tmp_path):
-    env = dict(micro_compare["env"])
-    proc = run_binac(["evaluate", "--benchmark", "mathh", "--model", str(base_model)], env, 120, check=False)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "unknown benchmark 'mathh'" in proc.stderr
-    env["BINAC_DATA_DIR"] = str(tmp_path / "nowhere")
-    proc = run_binac(["evaluate", "--benchmark", "gsm8k", "--model", str(base_model), "--limit", "1"], env, 300,
-                     check=False)
-    assert proc.returncode == 2 and str(tmp_path / "nowhere") in proc.stderr
-    assert proc.stderr.strip().count("\n") == 0, proc.stderr
-
 
 # --- Feedback protocols and feedback sources, unit level (a recording fake backend, real MBPP rows and sandbox) ---
 
@@ -163,13 +115,6 @@ def test_method_feedback_sources_and_the_report_column(tmp_path):
     assert "acc_feedback_exec" in header and "acc_gated_exec_k2" in header
     assert "no verifier in the loop" not in text
     assert "`acc_feedback_exec` = with execution-assisted feedback" in text and "unassisted" in text
-
-
-def test_execution_assisted_protocol_on_a_non_code_benchmark_fails_in_one_line(micro_compare, base_model):
-    proc = run_binac(["evaluate", "--benchmark", "gsm8k", "--model", str(base_model), "--protocol", "feedback",
-                      "--critic-sees-execution", "--limit", "1"], dict(micro_compare["env"]), 120, check=False)
-    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
-    assert "code benchmark" in proc.stderr
 
 
 def test_the_frozen_protocol_asks_the_base_critic_about_the_same_attempts():
