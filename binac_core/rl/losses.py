@@ -69,7 +69,7 @@ def clipped_policy_loss(
     kl_coef: float = 0.0,
     n_tokens: int | None = None,
 ):
-    """logp/old_logp/ref_logp/mask [B, T], adv [B]. Returns (loss, stats).
+    """logp/old_logp/ref_logp/mask [B, T], adv [B]. Returns (loss, metrics).
 
     loss = Σ_tokens [ −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A) + β·k3 ] / n_tokens, with n_tokens = mask.sum() unless
     given (callers that accumulate micro-batches pass the whole batch's token count so the sum is one token mean).
@@ -91,9 +91,9 @@ def clipped_policy_loss(
     loss = (per_token * mask).sum() / n
     with torch.no_grad():
         clipped = ((ratio - 1).abs() > clip_eps).float()
-        stats = {
+        metrics = {
             "kl_sum": float((kl * mask).sum()),
             "clip_sum": float((clipped * mask).sum()),
             "tokens": float(mask.sum()),
         }
-    return loss, stats
+    return loss, metrics

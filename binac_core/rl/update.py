@@ -226,7 +226,7 @@ def update_adapter(policy, adapter: AdapterRef, samples: list[Sample], *, passes
     `folder` None: the adapter is not written; the reference is an in-memory one (`Policy.hold`), the same
     weights a saved one would load (saving changes no value)."""
     policy.begin_update(adapter)
-    stats = policy_update(policy, adapter.name, samples, passes, kl_coef)
+    metrics = policy_update(policy, adapter.name, samples, passes, kl_coef)
     return_freed_memory()  # the update's activations and gradients: binac_core/model/memory.py
     ref = policy.hold(adapter.name) if folder is None else policy.save(adapter.name, folder)
-    return AdapterUpdate(ref, **stats)
+    return AdapterUpdate(ref, **metrics)

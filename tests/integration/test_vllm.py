@@ -25,6 +25,7 @@ import pytest
 from conftest import MODEL_CACHE, REPO, binac_env, run_binac
 
 from binac_core.model.generation import SamplingParams
+from binac_core.model.logprob_check import compare_logprobs
 from binac_core.runs.config import load_config
 
 
@@ -131,8 +132,8 @@ def test_a_resaved_adapter_is_served_and_the_old_one_no_longer(engine, tmp_path)
     with torch.no_grad():  # the first weights, loaded back from their folder
         old = gc.trainer_logprobs(policy, refs[0], prompt_ids, tokens, 1.0, 8)
     got = [g.logprobs for g in served]
-    assert gc.compare_logprobs(new, got)["mean_abs"] < 0.005
-    assert gc.compare_logprobs(old, got)["mean_abs"] > 0.05
+    assert compare_logprobs(new, got)["mean_abs"] < 0.005
+    assert compare_logprobs(old, got)["mean_abs"] > 0.05
 
 
 def test_a_second_backend_shares_the_engine_and_its_adapter_ids(engine, smol_dir, tmp_path):
@@ -154,7 +155,7 @@ def test_a_second_backend_shares_the_engine_and_its_adapter_ids(engine, smol_dir
     with torch.no_grad():
         trainer = gc.trainer_logprobs(policy, ref, [g.prompt_ids for g in served], [g.token_ids for g in served],
                                       1.0, 8)
-    assert gc.compare_logprobs(trainer, [g.logprobs for g in served])["mean_abs"] < 0.005
+    assert compare_logprobs(trainer, [g.logprobs for g in served])["mean_abs"] < 0.005
 
 
 def test_every_end_of_turn_id_stops_as_in_hfbackend(engine):
