@@ -119,20 +119,22 @@ class _Worker:
         )
         self._buffer = b""
         try:
-            self._receive(STARTUP_TIMEOUT_S, "start")
+            self._receive(time.monotonic() + STARTUP_TIMEOUT_S, STARTUP_TIMEOUT_S, "start")
         except BaseException:
             self.close()
             raise
 
     def ask(self, gold: str, pred: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s  # set before the request: no reply can precede it
         try:
             self.proc.stdin.write((json.dumps([gold, pred]) + "\n").encode())
         except OSError as exc:
             raise _WorkerLost(f"math-verify worker died (exit code {self.proc.poll()})") from exc
-        return self._receive(timeout_s, "verify")["equal"]
+        return self._receive(deadline, timeout_s, "verify")["equal"]
 
-    def _receive(self, timeout_s: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout_s
+    def _receive(self, deadline: float, timeout_s: float, what: str) -> dict:
+        """The next reply line, if it is read before `deadline` (`time.monotonic`); else GraderTimeout. A reply read
+        after it is a timeout too (this thread was descheduled past the deadline): the limit holds at any load."""
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
@@ -142,6 +144,8 @@ class _Worker:
                 raise _WorkerLost(f"math-verify worker died (exit code {self.proc.wait()})")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
+        if time.monotonic() > deadline:
+            raise GraderTimeout(f"math-verify {what} took longer than {timeout_s:g} s")
         reply = json.loads(line)
         if not reply["ok"]:
             raise GraderError(reply["error"])
