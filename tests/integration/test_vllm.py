@@ -105,7 +105,10 @@ def test_the_same_seed_gives_the_same_tokens_and_another_seed_others(engine):
     again = backend.generate(PROMPTS, None, SamplingParams(16, 1.0, 1.0, seed=7))
     other = backend.generate(PROMPTS, None, SamplingParams(16, 1.0, 1.0, seed=8))
     assert [g.token_ids for g in first] == [g.token_ids for g in again]
-    assert [g.logprobs for g in first] == [g.logprobs for g in again]
+    # The log-probs agree to float rounding, not bit for bit: the engine batches requests as its scheduler picks
+    # them up, and another batch shape changes the order of the CPU kernels' reductions (seen once in a full
+    # `make test-vllm`: one value differed in its last digits). The tokens, drawn with each request's own seed, match.
+    assert all(g.logprobs == pytest.approx(h.logprobs, abs=1e-4) for g, h in zip(first, again, strict=True))
     assert [g.token_ids for g in first] != [g.token_ids for g in other]
     assert all(len(g.logprobs) == len(g.token_ids) > 0 for g in first)
 
