@@ -248,7 +248,7 @@ class Config(_Section):
     def flat(self) -> dict[str, str]:
         """Flat `section.field -> value` strings, for MLflow params."""
         out: dict[str, str] = {"name": self.name}
-        for section in ("model", "task", "lora", "generation", "critic", "train", "grading"):
+        for section in _sections():
             for key, value in getattr(self, section).model_dump().items():
                 out[f"{section}.{key}"] = ",".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
         return out
