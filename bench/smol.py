@@ -100,24 +100,31 @@ def smol_base(base_dir: Path | None, cache: Path, log) -> tuple[Path, float | No
 # ----------------------------------------------------------------------------------------- the old log-probs
 
 
-def full_vocab_sequence_logprobs(model, samples, pad_id: int, temperature: float, chunk: int | None = None):
+def full_vocab_sequence_logprobs(model, samples, pad_id: int, temperature: float, chunk: int | None = None,
+                                 entropy: str | None = None):
     """`binac_core.rl.update.sequence_logprobs` as it was before the trust issue's change (commit f3213c5), the
     reference of the memory comparison: the model's full logits [B, L, V], divided by the temperature, a
-    log-softmax over the whole vocabulary at every position, then a gather. `chunk` is accepted and ignored."""
+    log-softmax over the whole vocabulary at every position, then a gather. `chunk` is accepted and ignored; with
+    `entropy` (`update.EntropyMode`) the per-token entropy is returned too, from the same log-softmax."""
     from binac_core.rl.update import right_padded  # the same right padding as then
 
     ids, attn = right_padded(samples, pad_id, model)
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
     logp_all = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
     tok = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1).cpu()
+    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy == "differentiable"):
+        ent_all = -(logp_all.exp() * logp_all).sum(-1).cpu() if entropy else None
     t_max = max(len(s.token_ids) for s in samples)
     logp = torch.zeros(len(samples), t_max)
     mask = torch.zeros(len(samples), t_max)
+    ent = torch.zeros(len(samples), t_max)
     for i, s in enumerate(samples):
         start, n = len(s.prompt_ids) - 1, len(s.token_ids)
         logp[i, :n] = tok[i, start : start + n]
         mask[i, :n] = 1
-    return logp, mask
+        if entropy:
+            ent[i, :n] = ent_all[i, start : start + n]
+    return (logp, mask, ent) if entropy else (logp, mask)
 
 
 def update_child(cfg, base_dir: Path, samples_json: Path, variant: str, threads: int) -> dict:

@@ -22,8 +22,15 @@ from binac_core.rl.methods import method_spec
 from binac_core.runs.config import load_config
 from binac_core.runs.plans import train_run_key
 from binac_core.runs.provenance import stage_code_digest
-from binac_core.runs.regimes import closest_difficulty, sparse_difficulty
-from binac_core.runs.study import Study, equal_budget_totals, gate_failures, grid, load_study
+from binac_core.runs.study import (
+    Study,
+    choose_difficulties,
+    equal_budget_totals,
+    gate_failures,
+    grid,
+    load_study,
+    wanted_difficulties,
+)
 from binac_core.runs.workspace import workspace
 from binac_core.store import tracking
 from binac_core.store.files import StageFile
@@ -80,34 +87,12 @@ def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
 
 
 def choose_regimes(st: Study, base: StageFile) -> tuple[dict, dict, list[str]]:
-    """Measure the base at every difficulty a regime needs; apply the rules. Returns (measurements by difficulty,
-    difficulty by regime, deviations to report)."""
-    wanted = set()
-    for r in st.regimes:
-        wanted |= {r.difficulty} if r.rule is None else set(range(r.rule.search[0], r.rule.search[1] + 1))
-    fixed = {r.difficulty for r in st.regimes if r.rule is None}
+    """Measure the base at every difficulty a regime needs; apply the rules (`choose_difficulties`). Returns
+    (measurements by difficulty, difficulty by regime, deviations to report)."""
+    wanted, fixed = wanted_difficulties(st)
     measured = {d: measure_base_at(st.config(d).model_dump(mode="json"), base, group_size=st.group_size,
                                    seed=st.measure_seed, bounds=d in fixed) for d in sorted(wanted)}
-    difficulties, deviations = {}, []
-    for r in st.regimes:
-        if r.rule is None:
-            difficulties[r.name] = r.difficulty
-            continue
-        searched = {d: m for d, m in measured.items() if r.rule.search[0] <= d <= r.rule.search[1]}
-        if r.rule.kind == "single_closest_to":
-            difficulties[r.name] = closest_difficulty(searched, r.rule.value)
-            continue
-        chosen = sparse_difficulty(searched, r.rule.value)
-        if chosen is None:
-            if r.rule.otherwise == "fail":
-                raise BinacError(f"regime {r.name!r}: no difficulty in {list(r.rule.search)} has an all-wrong "
-                                 f"share >= {r.rule.value} (widen the base's pretraining range)")
-            chosen = r.rule.search[1]
-            shares = ", ".join(f"d{d} {m['all_wrong_frac']:.3f}" for d, m in sorted(searched.items()))
-            deviations.append(f"regime {r.name}: no difficulty in {r.rule.search[0]}-{r.rule.search[1]} meets the "
-                              f"rule (all-wrong share >= {r.rule.value}; measured {shares}); the hardest, "
-                              f"{chosen}, is used, as the design allows")
-        difficulties[r.name] = chosen
+    difficulties, deviations = choose_difficulties(st, measured)
     for r in st.regimes:  # the bounds of every chosen difficulty
         d = difficulties[r.name]
         if "oracle" not in measured[d]:

@@ -1,9 +1,11 @@
 """One training run of one method: the Bi-NAC loop (or a baseline) as a chain of cached Prefect tasks.
 
 Per iteration:  sample problems → actor attempts y0 → [critic feedback z → actor refinement y1] → rewards
-→ actor update θ → θ⁺ → [look-ahead refinement under θ⁺ → critic reward → critic update φ]
+→ actor update θ → θ⁺ → [look-ahead refinement under θ⁺ → critic reward → critic update φ (every
+`train.critic_every`-th iteration)]
 → store trajectories, log metrics → every k iterations: evaluate (single, feedback, gated@K; code benchmarks
-also feedback_exec, gated_exec), with the feedback source the method trains with.
+also feedback_exec, gated_exec; the synthetic task also single_greedy, `generation.eval_greedy`), with the feedback
+source the method trains with.
 Brackets depend on the method (binac_core/rl/methods.py). Every stage is cached on its inputs, so re-running the
 same command reuses finished work and a killed run resumes where it stopped.
 The same iteration without Prefect, files or MLflow, with the same numbers: `binac_core.rl.loop.iteration`. The
@@ -20,7 +22,7 @@ from prefect.utilities.annotations import quote
 
 from binac_core.errors import BinacError
 from binac_core.grading.sandbox import accept
-from binac_core.rl.evaluation import training_protocols
+from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.methods import method_spec
 from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.provenance import stage_code_digest
@@ -112,7 +114,8 @@ def train(
             actor, critic = adapters["actor"], adapters["critic"]
             log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
             evals = {0: _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method, run=run,
-                                  seed=seed, step=0, out_dir=str(shared), verdict=cfg.critic.verdict)}
+                                  seed=seed, step=0, out_dir=str(shared), verdict=cfg.critic.verdict,
+                                  greedy=greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark))}
             log = IterationLog(f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration)
             eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
                                        per_iteration, cfg.train.eval_at_samples, shared_samples,
@@ -138,20 +141,22 @@ def train(
                                        refined=refined if two else None,
                                        refined_rewards=refined_rewards if two else None, out_dir=out)
                     actor, update_metrics["train/actor_loss"], update_metrics["train/kl"] = upd.adapter, upd.loss, upd.kl
+                    update_metrics |= _update_stats("actor", upd)
                 if spec.feedback:
                     lookahead_rewards = None
                     if spec.lookahead:  # θ⁺ = the actor just updated on this batch
                         ahead = refine(cfg_d, base, batch=batch, attempts=attempts, feedback=feedback, actor=actor,
                                        name="lookahead", **at)
                         lookahead_rewards = score_rewards(cfg_d, batch, ahead, out_dir=out, name="lookahead")
-                    critic_rewards = critic_reward(cfg_d, refined_rewards, lookahead_rewards, out_dir=out,
+                    critic_rewards = critic_reward(cfg_d, refined_rewards, lookahead_rewards, **at,
                                                    form=spec.critic_reward,
                                                    verdict_weight=spec.critic_verdict_weight(cfg), feedback=feedback,
                                                    attempts=attempts, first_rewards=first_rewards)
-                if spec.train_critic:
+                if spec.trains_critic_at(cfg, step):  # every `train.critic_every`-th iteration
                     upd = update_critic(cfg_d, base, seed, critic=critic, feedback=feedback,
                                         critic_rewards=critic_rewards, out_dir=out)
                     critic, update_metrics["train/critic_loss"] = upd.adapter, upd.loss
+                    update_metrics |= _update_stats("critic", upd)
                 extra = log.metrics(update_metrics, [attempts, feedback, refined, ahead])
                 metrics = store_train_step(run, step, attempts=attempts, first_rewards=first_rewards,
                                            feedback=feedback, refined=refined, refined_rewards=refined_rewards,
@@ -159,7 +164,9 @@ def train(
                 if step in eval_at:
                     evals[step] = _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method,
                                             run=run, samples=log.samples, generated=log.generated,
-                                            verdict=cfg.critic.verdict, **at)
+                                            verdict=cfg.critic.verdict,
+                                            greedy=greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark),
+                                            **at)
                 log.progress(step, metrics, evals)
             finalize_run(run_id, cfg_d, actor, critic)
         except BaseException:
@@ -170,6 +177,13 @@ def train(
         return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
                 "samples_per_iteration": per_iteration, "generated_per_iteration": gen_per_iteration,
                 "actor": actor, "critic": critic, "isolation": isolation}
+
+
+def _update_stats(model: str, upd) -> dict[str, float]:
+    """An update's logged statistics beside its loss, for `model` (actor or critic): the policy's mean entropy per
+    completion token (`train/<model>_entropy`) and the optimizer steps it skipped on a batch without signal
+    (`train/<model>_skipped_steps`; binac_core/rl/update.py `policy_update`)."""
+    return {f"train/{model}_entropy": upd.entropy, f"train/{model}_skipped_steps": upd.skipped_steps}
 
 
 def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: int) -> str:
@@ -196,13 +210,14 @@ def _frozen_too(method: str, benchmark: str, verdict: bool) -> bool:
 
 
 def _evaluation_point(cfg_d, base, problems, *, actor, critic, method, run: RunIdentity, seed, step, out_dir, verdict, samples=0,
-              generated=0) -> dict:
+              generated=0, greedy=False) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/rl/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
     Code benchmarks also get the execution-assisted protocols, and a method that trains its critic the frozen
     critic's `feedback_frozen` where the two can be compared (`_frozen_too`). The source is tagged
     `eval_feedback_source`.
+    `greedy`: also the greedy `single_greedy` protocol (`evaluation.greedy_evaluated`: `generation.eval_greedy`).
     `verdict`: the config's `critic.verdict`. `samples`: the actor training samples so far, the step of the
     `eval_at_samples/` copies of the metrics;
     `generated`: the generated samples so far, the step of the `eval_at_generated/` copies. A method that never
@@ -211,7 +226,8 @@ def _evaluation_point(cfg_d, base, problems, *, actor, critic, method, run: RunI
     source = method_spec(method).eval_feedback
     result = evaluate(cfg_d, base, problems, actor=actor, critic=critic if source.sampled else None,
                       protocols=training_protocols(run.benchmark, source,
-                                                   trains_critic=_frozen_too(method, run.benchmark, verdict)),
+                                                   trains_critic=_frozen_too(method, run.benchmark, verdict),
+                                                   greedy=greedy),
                       source=source.value, seed=seed, step=step, out_dir=out_dir)
     metrics = store_eval(run, step, result, problems)
     store_eval_exec(run, step, result)

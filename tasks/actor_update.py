@@ -25,4 +25,4 @@ def update_actor(
     scored = read_scored_batch(attempts, first_rewards, refined=refined, refined_rewards=refined_rewards)
     samples = actor_samples(scored, train.scale_rewards, train.alpha_shaping)
     return update_adapter(policy, actor, samples, passes=train.t_low, kl_coef=train.kl_coef,
-                          folder=Path(out_dir) / "actor")
+                          entropy_coef=train.entropy_coef, folder=Path(out_dir) / "actor")

@@ -8,8 +8,10 @@ from pathlib import Path
 from prefect import task
 
 from binac_core import benchmarks
+from binac_core.errors import BinacError
 from binac_core.rl.batches import feedback_samples
 from binac_core.rl.critic_reward import critic_reward as critic_reward_of_step
+from binac_core.rl.critic_reward import shuffle_seed_of
 from binac_core.rl.stage_io import AdapterRef, Attempt, Feedback, read_records
 from binac_core.rl.update import AdapterUpdate, update_adapter
 from binac_core.store.files import StageFile, read_json, read_optional, write_json
@@ -20,11 +22,14 @@ from tasks._common import CACHED, config, loaded
 def critic_reward(
     cfg_d: dict, refined_rewards: StageFile, lookahead_rewards: StageFile | None, out_dir: str, form: str = "penalty",
     verdict_weight: float = 0.0, feedback: StageFile | None = None, attempts: StageFile | None = None,
-    first_rewards: StageFile | None = None,
+    first_rewards: StageFile | None = None, seed: int | None = None, step: int | None = None,
 ) -> StageFile:
     """The critic rewards of the step's feedbacks; with `verdict_weight` > 0 the verdict bonus too, read from the
-    `feedback`, the `attempts` and their `first_rewards`."""
+    `feedback`, the `attempts` and their `first_rewards`; with `train.critic_reward_shuffle`, permuted across the
+    batch with the seed of the run's `seed` and `step` (`critic_reward.shuffle_seed_of`), which it then needs."""
     cfg = config(cfg_d)
+    if cfg.train.critic_reward_shuffle and (seed is None or step is None):
+        raise BinacError("train.critic_reward_shuffle needs the run's seed and step to permute the critic rewards")
     weighted = verdict_weight > 0
     rewards = critic_reward_of_step(
         form, read_json(refined_rewards), read_optional(lookahead_rewards), lam=cfg.train.lam,
@@ -32,7 +37,8 @@ def critic_reward(
         feedbacks=read_records(Feedback, feedback) if weighted else None,
         attempts=read_records(Attempt, attempts) if weighted else None,
         first_rewards=read_json(first_rewards) if weighted else None,
-        syntax=benchmarks.get(cfg.task.benchmark).verdict_syntax)
+        syntax=benchmarks.get(cfg.task.benchmark).verdict_syntax,
+        shuffle_seed=shuffle_seed_of(cfg.train.critic_reward_shuffle, seed, step))
     return write_json(Path(out_dir) / "critic.rewards.json", rewards)
 
 
@@ -45,4 +51,4 @@ def update_critic(
     policy, _ = loaded(cfg_d, base, seed)
     samples = feedback_samples(read_records(Feedback, feedback), read_json(critic_rewards), train.scale_rewards)
     return update_adapter(policy, critic, samples, passes=train.t_high, kl_coef=train.critic_kl_coef,
-                          folder=Path(out_dir) / "critic")
+                          entropy_coef=train.critic_entropy_coef, folder=Path(out_dir) / "critic")

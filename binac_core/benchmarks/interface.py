@@ -35,6 +35,11 @@ class FeedbackAnalysis:
     approval: str
     """The feedback text that approves an attempt (the shortcut check of `binac_core.runs.regimes` gives it to every
     attempt)."""
+    right_steps: Callable[[str, str], list[int]] | None = None
+    """(question, attempt) -> the numbers of the attempt's locally right steps (right for their written operands);
+    with `name_step`, the other-step hint of the precondition checks (`binac_core.runs.preconditions`)."""
+    name_step: Callable[[int], str] | None = None
+    """step number -> the feedback that names that step as wrong."""
 
 
 @dataclass(frozen=True)

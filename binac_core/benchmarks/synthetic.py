@@ -37,10 +37,17 @@ MOD = 10
 MODULI = (10, 100)
 """The answer spaces the family has (`task.modulus`)."""
 OPS = "+-"
+SPLITS = ("train", "eval", "val")
 EVAL_PERCENT = 20
 """Share (in %) of the question space reserved for evaluation; the split is a hash of the question text."""
+VAL_PERCENT = 10
+"""Share (in %) of the question space carved out of the training side for validation (`val`): the choices made
+before a study's main runs (regimes, gates, a pilot, a control's tuning) read it, never the `eval` split its
+results are reported on. Pretraining and the `train` rows see none of it."""
 LOOKS_CORRECT = "Looks correct."
 CHECK_YOUR_WORK = "Check your work."
+CHECK_OK, CHECK_NO = "ok", "no"
+"""A step check's marks (`checked`): right for its written operands, or not."""
 _OP_RE = re.compile(r"([+-])(\d)")
 _START_RE = re.compile(r"^(\d+)")
 _NAMED_RE = re.compile(r"Step (\d+) is wrong")
@@ -120,10 +127,28 @@ def render_trace(steps: list[Step]) -> str:
     return " ".join(s.text for s in steps) + f" A: {render_value(steps[-1].c, steps[-1].width)}"
 
 
+def carries(a: int, op: str, b: int) -> bool:
+    """Whether the step's ones digit carries (`+`) or borrows (`-`) into the tens: `37+5`, `32-5` (modulus 100;
+    every wrap of the one-digit family, where there is no tens digit to forget, counts as one too)."""
+    ones = a % 10
+    return ones + b >= 10 if op == "+" else ones < b
+
+
+def carry_slip(a: int, op: str, b: int, width: int) -> int:
+    """The result of a carrying step with its tens digit one too low: the carry forgotten (`37+5` -> 32 instead of
+    42) or the borrow taken twice (`32-5` -> 17 instead of 27). Always 10 below the right value, so slips at two
+    steps never cancel (a forgotten borrow, 10 above, would undo a forgotten carry). Modulus 100 only: the
+    one-digit family has no tens digit."""
+    if width != 2:
+        raise BinacError("a carry slip needs two-digit values (task.modulus 100)")
+    return (apply_op(a, op, b, 100) - 10) % 100
+
+
 def split_of(question: str) -> str:
-    """`eval` or `train`, by a seed-independent hash: no seed's train/pretraining data meets any seed's eval set."""
+    """`eval`, `val` or `train`, by a seed-independent hash: no seed's train/pretraining data meets any seed's
+    eval or val set."""
     bucket = int(hashlib.sha256(question.encode()).hexdigest()[:8], 16) % 100
-    return "eval" if bucket < EVAL_PERCENT else "train"
+    return "eval" if bucket < EVAL_PERCENT else "val" if bucket < EVAL_PERCENT + VAL_PERCENT else "train"
 
 
 def random_question(rng: random.Random, difficulty: int, modulus: int = MOD) -> str:
@@ -164,17 +189,20 @@ def sample_questions(seed: int, difficulty: int, split: str, n: int, modulus: in
 
 
 def make_split(task_cfg, split: str) -> list[dict]:
-    """Rows of the `train` (`n_train`) or `eval` (`n_test`) split, from `task_cfg.data_seed` and `difficulty`."""
-    if split not in ("train", "eval"):
-        raise BinacError(f"unknown split {split!r} (known: train, eval)")
+    """Rows of the `train` (`n_train`), `eval` (`n_test`) or `val` (`n_val`) split, from `task_cfg.data_seed` and
+    `difficulty`."""
+    if split not in SPLITS:
+        raise BinacError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
     if task_cfg.prompt_style == "instruct" and task_cfg.modulus != MOD:
         raise BinacError(f"task.prompt_style instruct states the rules of modulus {MOD} only "
                          f"(task.modulus is {task_cfg.modulus})")
-    n = task_cfg.n_train if split == "train" else task_cfg.n_test
+    n = {"train": task_cfg.n_train, "eval": task_cfg.n_test, "val": task_cfg.n_val}[split]
     questions = sample_questions(task_cfg.data_seed, task_cfg.difficulty, split, n, task_cfg.modulus)
     rows = [make_row(q) for q in questions]
     if task_cfg.prompt_style == "instruct":  # the row says how it is posed; the prompts below read it
         rows = [{**r, "style": "instruct"} for r in rows]
+    if task_cfg.critic_checks:  # the oracle writes the critic's form (`oracle_feedback`)
+        rows = [{**r, "checks": True} for r in rows]
     return rows
 
 
@@ -280,14 +308,31 @@ def oracle_feedback(row: dict, attempt: str) -> str:
     Says `Looks correct.` when every step and the answer are right. When all steps are right but the
     answer line is missing or wrong there is no step to name, so it falls back to `Check your work.`.
     A missing or malformed step counts as wrong. Uses the reference (it is an oracle, not a critic prompt).
+    On a row posed with step checks (`checks`, `task.critic_checks`) the verdict follows the checks of the steps
+    up to the first wrong one (`checked`), the form the critic is pretrained to write.
     """
-    k = first_wrong_step(row["question"], attempt)
-    if k is not None:
-        return name_step(k)
     question = row["question"]
-    if len(parse_steps(attempt, width_of(question))) == len(solve_steps(question)) and grade_response(row, attempt):
-        return LOOKS_CORRECT
-    return CHECK_YOUR_WORK
+    k = first_wrong_step(question, attempt)
+    if k is not None:
+        verdict = name_step(k)
+    elif len(parse_steps(attempt, width_of(question))) == len(solve_steps(question)) and grade_response(row, attempt):
+        verdict = LOOKS_CORRECT
+    else:
+        verdict = CHECK_YOUR_WORK
+    return checked(attempt, width_of(question), k, verdict) if row.get("checks") else verdict
+
+
+def checked(attempt: str, width: int, flagged: int | None, verdict: str) -> str:
+    """A critique that checks the attempt's steps in order before its verdict: each written step restated with
+    `ok`, up to step `flagged` restated with `no` (None: every step `ok`), then the verdict:
+    `07+5=12 ok 12-9=13 no. Step 2 is wrong.` A malformed piece is restated as written. The check of a step is a
+    local computation (its operands are restated beside its result), which a tiny model can learn where naming the
+    first wrong step's number in one token it could not (docs/results-testbed.md)."""
+    pieces = parse_steps(attempt, width)
+    last = len(pieces) if flagged is None else min(flagged, len(pieces))
+    marks = [f"{p.text if isinstance(p, Step) else p} {CHECK_NO if k == flagged else CHECK_OK}"
+             for k, p in enumerate(pieces[:last], 1)]
+    return (" ".join(marks) + ". " if marks else "") + verdict
 
 
 def first_wrong_step(question: str, attempt: str) -> int | None:
@@ -300,6 +345,12 @@ def first_wrong_step(question: str, attempt: str) -> int | None:
     return None
 
 
+def locally_right_steps(question: str, attempt: str) -> list[int]:
+    """The 1-based numbers of the attempt's well-formed steps whose result is right for their written operands."""
+    pieces = parse_steps(attempt, width_of(question))
+    return [k for k, p in enumerate(pieces, 1) if isinstance(p, Step) and p.locally_right]
+
+
 def approves(feedback: str) -> bool:
     """Whether a feedback approves the attempt (`Looks correct.`, the verdict "correct")."""
     return LOOKS_CORRECT in feedback
@@ -310,5 +361,5 @@ BENCHMARK = Benchmark(
     actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
     oracle_feedback=oracle_feedback, verdict_syntax=VERDICT_SYNTAX,
     feedback_analysis=FeedbackAnalysis(first_wrong_step=first_wrong_step, named_step=named_step, approves=approves,
-                                       approval=LOOKS_CORRECT),
+                                       approval=LOOKS_CORRECT, right_steps=locally_right_steps, name_step=name_step),
 )

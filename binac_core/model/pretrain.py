@@ -41,15 +41,17 @@ def teacher_example(task, question: str, rng: random.Random) -> Conversation:
     """One corpus conversation of a randomly chosen role, for one train-side question."""
     role = rng.choices([r for r, _ in ROLE_MIX], weights=[w for _, w in ROLE_MIX])[0]
     row = syn.make_row(question)
-    solve = teacher.teacher_solve(question, rng, task.step_error_rate)
+    solve = teacher.teacher_solve(question, rng, task.step_error_rate, task.carry_error_rate)
     if role == "solve":
         return syn.actor_messages(row) + [_assistant(solve)]
     feedback = teacher.teacher_critique(
-        question, solve, rng, task.critic_helpful_rate, task.critic_misleading_rate, task.critic_false_approval_rate
+        question, solve, rng, task.critic_helpful_rate, task.critic_misleading_rate, task.critic_false_approval_rate,
+        task.critic_checks,
     )
     if role == "critique":
         return syn.critic_messages(row, solve) + [_assistant(feedback)]
-    refined = teacher.teacher_refine(question, solve, feedback, rng, task.step_error_rate, task.approval_refinement)
+    refined = teacher.teacher_refine(question, solve, feedback, rng, task.step_error_rate, task.approval_refinement,
+                                     task.carry_error_rate, task.careful_after_hint)
     return syn.refine_messages(row, solve, feedback) + [_assistant(refined)]
 
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 
 from binac_core.reports.measures import CRITIC_HEALTH, verdict_counts, verdict_measures
-from binac_core.reports.stats import t_interval, wilson_interval
+from binac_core.reports.stats import per_seed, t_interval, wilson_interval
 from binac_core.rl.verdict import CORRECT, INCORRECT
 
 GAINS = ("gain_when_flagged", "gain_when_approved")
@@ -31,16 +31,20 @@ EXPLAINED = (
 
 
 def _seed_cell(values: list[float], gain: bool) -> str:
+    """mean ± 95 % t-interval in %, then the per-seed values in the order given where they split
+    (`stats.per_seed`)."""
     if not values:
         return "–"
     mean, half = t_interval(values)
     sign = "+" if gain else ""
-    return f"{100 * mean:{sign}.1f}" if math.isnan(half) else f"{100 * mean:{sign}.1f} ± {100 * half:.1f}"
+    if math.isnan(half):
+        return f"{100 * mean:{sign}.1f}"
+    return f"{100 * mean:{sign}.1f} ± {100 * half:.1f}{per_seed(values, sign=gain)}"
 
 
 def health_table(rows: list[tuple[str, Callable[[str], list[float]]]]) -> list[str]:
     """A markdown table, one line per (name, measure -> per-seed values) in `rows`; cells are mean ± 95 %
-    t-interval over seeds, in % (the gains in points)."""
+    t-interval over seeds, in % (the gains in points), with the per-seed values where the seeds split."""
     lines = ["| method | " + " | ".join(HEADER) + " |", "| --- |" + " --- |" * len(HEADER)]
     for name, values in rows:
         lines.append(f"| {name} | " + " | ".join(_seed_cell(values(k), k in GAINS) for k in CRITIC_HEALTH) + " |")

@@ -26,6 +26,10 @@ step is right" is about the written steps only: such an attempt's answer line ma
   by construction.
 - `critic_approves_wrong`: over feedback on attempts that have a first wrong step, the share that approves: the
   approval shortcut, measured directly. Rows without a `feedback_approves` value are left out.
+- `critic_approves_right`: over feedback on attempts whose first answer is right (`attempt_reward` > 0), the share
+  that approves; beside `critic_approves_wrong`, whether approval depends on the attempt (a critic that approves
+  independently of it scores the same on both). The two populations are not complements: a lucky right answer
+  over a wrong step is in both. Rows without a `feedback_approves` or an `attempt_reward` value are left out.
 - A feedback's *oracle usefulness* u (`usefulness`) is 1 when it gives the oracle's verdict: it names exactly
   the first wrong step of an attempt that has one, or approves a right attempt whose every step is right, or, on
   an attempt whose every step is right but whose answer line is wrong or missing (the oracle says "Check your
@@ -92,9 +96,10 @@ def critic_signal_frac(keys: list, critic_rewards: list[float]) -> float | None:
 
 
 def critic_error_measures(rows: list[dict]) -> dict[str, float | None]:
-    """`critic_hits_first_error`, `critic_false_alarm` and `critic_approves_wrong` over feedback rows with a
-    first-error analysis (columns `first_wrong_step`, `feedback_step` and, optionally, `feedback_approves`:
-    binac_core/store/records.py). It does not read the rewards."""
+    """`critic_hits_first_error`, `critic_false_alarm`, `critic_approves_wrong` and `critic_approves_right` over
+    feedback rows with a first-error analysis (columns `first_wrong_step`, `feedback_step` and, optionally,
+    `feedback_approves` and `attempt_reward`: binac_core/store/records.py). Only `critic_approves_right` reads a
+    reward (the first attempt's)."""
     hits, alarms, approvals, wrong, right, judged = 0, 0, 0, 0, 0, 0
     for r in rows:
         if r["first_wrong_step"] is None:
@@ -107,7 +112,15 @@ def critic_error_measures(rows: list[dict]) -> dict[str, float | None]:
             judged += 1
             approvals += bool(r["feedback_approves"])
     return {"critic_hits_first_error": _share(hits, wrong), "critic_false_alarm": _share(alarms, right),
-            "critic_approves_wrong": _share(approvals, judged)}
+            "critic_approves_wrong": _share(approvals, judged), "critic_approves_right": critic_approves_right(rows)}
+
+
+def critic_approves_right(rows: list[dict]) -> float | None:
+    """Over feedback rows whose first attempt is right (`attempt_reward` > 0) and whose feedback was analysed
+    (`feedback_approves` not None), the share that approves; None without such a row."""
+    judged = [bool(r["feedback_approves"]) for r in rows
+              if r.get("feedback_approves") is not None and (r.get("attempt_reward") or 0) > 0]
+    return _share(sum(judged), len(judged))
 
 
 def usefulness(row: dict) -> int | None:

@@ -7,7 +7,10 @@ Input: one dict per (method, seed) run with `evals` = {iteration: {"eval/acc_sin
 look-ahead refinements) and, optionally, `generated_per_iteration` (every sequence sampled from the actor or the
 critic; binac_core/rl/methods.py); nothing is tuned or filtered here, every run given is reported. Every row names the
 feedback source its feedback protocols used, and the text names each protocol shown (for code benchmarks:
-`acc_feedback` is the unassisted critic, `acc_feedback_exec` the critic shown the graded tests' execution result).
+`acc_feedback` is the unassisted critic, `acc_feedback_exec` the critic shown the graded tests' execution result;
+`acc_single_greedy`, where evaluated, the actor's greedy answer beside `acc_single`'s sampled ones). A cell whose
+seeds split (`stats.seeds_split`: at least 2 seeds whose values span 20 points or more) also gives its per-seed
+values, in seed order.
 """
 
 from __future__ import annotations
@@ -20,21 +23,28 @@ from pathlib import Path
 
 from binac_core.reports.critic_health import EXPLAINED, health_table
 from binac_core.reports.plots import ordered, seed_band
-from binac_core.reports.stats import t_interval
+from binac_core.reports.stats import SPLIT, per_seed, t_interval
 from binac_core.rl.methods import SPECS, FeedbackSource
 
 PROTOCOLS = [
-    ("eval/acc_single", "single-turn (actor alone)"),
+    ("eval/acc_single", "single-turn (actor alone, at the evaluation temperature)"),
+    ("eval/acc_single_greedy", "single-turn, greedy (actor alone, one answer per problem at temperature 0: its most "
+                               "likely answer)"),
     ("eval/acc_feedback", "with feedback (actor → feedback → actor; unassisted: the critic sees the problem and the "
                           "attempt only, no verifier or execution result)"),
     ("eval/acc_feedback_exec", "with execution-assisted feedback (code: the critic also sees the execution result of "
                                "the graded tests, so it is told whether the answer passes; verifier-assisted)"),
 ]
+SHOWN_WHERE_PRESENT = ("eval/acc_single_greedy", "eval/acc_feedback_exec")
+"""Protocols of `PROTOCOLS` that only some benchmarks or settings evaluate: a column only where some run has them
+(the others always get one)."""
 
 
 def _fmt(values: list[float]) -> str:
+    """mean ± 95 % t-interval in %, then the per-seed values in the order given where they split
+    (`stats.per_seed`)."""
     mean, half = t_interval(values)
-    return f"{100 * mean:.1f}" if math.isnan(half) else f"{100 * mean:.1f} ± {100 * half:.1f}"
+    return f"{100 * mean:.1f}" if math.isnan(half) else f"{100 * mean:.1f} ± {100 * half:.1f}{per_seed(values)}"
 
 
 def _final(run: dict) -> dict:
@@ -64,7 +74,7 @@ def _protocols(runs: list[dict]) -> list[tuple[str, str]]:
     """The protocols with a final number in some run, each with the sentence that says what it is."""
     present = {k for r in runs for k in _final(r)}
     gated = sorted(k for k in present if k.startswith("eval/acc_gated"))
-    return [(k, d) for k, d in PROTOCOLS if k in present or k != "eval/acc_feedback_exec"] + [
+    return [(k, d) for k, d in PROTOCOLS if k in present or k not in SHOWN_WHERE_PRESENT] + [
         (k, f"verifier-gated, up to {k.rsplit('k', 1)[-1]} rounds (oracle-assisted)"
             + ("; critic shown the graded tests' execution result" if "_exec_" in k else "; unassisted critic"))
         for k in gated]
@@ -140,7 +150,10 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
         "the critic in training (feedback and look-ahead included), the compute spent. "
         f"Held-out problems: {meta['n_eval']} × {meta['eval_samples']} sample(s), temperature "
         f"{meta['eval_temperature']}; accuracy is pass@1 (mean over problems of correct/samples), in %, "
-        "mean ± 95 % t-interval over seeds (no interval with one seed).",
+        "mean ± 95 % t-interval over seeds (no interval with one seed); where a cell's seeds split (at least 2 "
+        f"seeds whose values span {100 * SPLIT:g} points or more), its per-seed values follow in seed order."
+        + (" `acc_single_greedy`: one answer per problem at temperature 0, beside `acc_single` at temperature "
+           f"{meta['eval_temperature']}." if any(k == "eval/acc_single_greedy" for k, _ in protocols) else ""),
         "",
         sandbox_line(meta.get("grading_sandbox", "bwrap"), meta.get("isolation", [])),
         "",
@@ -153,7 +166,7 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
     for m, rr in by_method.items():
         cells = []
         for key, _ in protocols:
-            vals = [_final(r)[key] for r in rr if key in _final(r)]
+            vals = [_final(r)[key] for r in sorted(rr, key=lambda r: r.get("seed", 0)) if key in _final(r)]
             cells.append(_fmt(vals) if vals else "–")
             table[(m, key)] = vals
         iters = max(int(k) for k in rr[0]["evals"])

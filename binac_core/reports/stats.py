@@ -1,5 +1,6 @@
-"""The one mean the stages' metrics use (`mean`: accuracies, rewards), and the one interval every report uses:
-mean and 95 % Student-t half-width over seeds (`t_interval`)."""
+"""The one mean the stages' metrics use (`mean`: accuracies, rewards), the one interval every report uses:
+mean and 95 % Student-t half-width over seeds (`t_interval`), and the one rule for when a report also gives
+the per-seed values behind such an interval (`seeds_split`, `per_seed`)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,24 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+SPLIT = 0.20
+"""Seeds *split* when their values' range (max − min) is at least this, on the values' own scale: 20 points on a
+share or an accuracy, 0.2 on `critic_signal`'s [−1, 1]."""
+
+
+def seeds_split(values: list[float], split: float = SPLIT) -> bool:
+    """Whether a cell's per-seed values split: at least 2 values and max − min ≥ `split` (`SPLIT`). A mechanical
+    rule, not a test of bimodality: five seeds spread evenly over 20 points split as well as two clusters do, and
+    a mean ± t-interval is shown beside the values either way."""
+    return len(values) >= 2 and max(values) - min(values) >= split - 1e-12
+
+
+def per_seed(values: list[float], scale: float = 100.0, digits: int = 1, sign: bool = False) -> str:
+    """`" (per seed: v1, v2, ...)"`, the values in the order given (the reports give them by seed), scaled and
+    formatted like the cell's mean, when they split (`seeds_split`); else ""."""
+    if not seeds_split(values):
+        return ""
+    fmt = f"{'+' if sign else ''}.{digits}f"
+    return " (per seed: " + ", ".join(f"{scale * v:{fmt}}" for v in values) + ")"

@@ -6,8 +6,10 @@ Input: the study (`binac_core.runs.study.Study`), the base measurements by diffi
 regimes' difficulties, the study's own deviations, and per run {regime, difficulty, method, variant, seed,
 finished, state, metrics: {MLflow metric: {step: value}}, actor_train_per_iteration, generated_per_iteration}.
 Only finished runs are read. Every number is a mean over the seeds with its 95 % Student-t interval
-(`stats.t_interval`); comparisons between methods are paired by seed (the difference per seed, then its
-interval; `paired`). Verdicts follow fixed rules, written before any result:
+(`stats.t_interval`), followed by the per-seed values in seed order wherever the seeds split (`stats.seeds_split`:
+at least 2 seeds whose values span 20 points or more; a t-interval over a bimodal set hides its modes);
+comparisons between methods are paired by seed (the difference per seed, then its interval; `paired`). Verdicts
+follow fixed rules, written before any result:
 
 - a claim "A > B" is *supported* when the paired difference's interval lies above 0, *not supported* when it lies
   below 0, *inconclusive* otherwise (one seed: inconclusive); a claim made of several comparisons is supported
@@ -47,11 +49,15 @@ from pathlib import Path
 from binac_core.reports.critic_health import EXPLAINED, health_table
 from binac_core.reports.plots import METHOD_ORDER, seed_band
 from binac_core.reports.report import sandbox_line
-from binac_core.reports.stats import t_interval, wilson_interval
+from binac_core.reports.stats import SPLIT, per_seed, t_interval, wilson_interval
+from binac_core.rl.evaluation import greedy_evaluated
 from binac_core.rl.methods import method_spec
 from binac_core.runs.study import equal_budget_totals
 
 ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
+GREEDY_ACC = "acc_single_greedy"
+"""The greedy protocol's accuracy (binac_core/rl/evaluation.py), a column beside `acc_single` where the study's
+config evaluates it (`accuracy_columns`)."""
 AXES = {"actor_train": ("actor training samples", "actor_train_per_iteration"),
         "generated": ("generated samples", "generated_per_iteration")}
 """Budget axis -> (its name in the report, the run dict's per-iteration count)."""
@@ -64,6 +70,9 @@ SOURCES = (("initial_critic", "initial critic"), ("oracle", "oracle"), ("self_co
 NO_DATA = "inconclusive (no data)"
 FEEDBACK_RUNS = ("binac", "binac_lam0", "binac_after")
 """H4's three critic rewards, side by side."""
+HELD_OUT_CRITIC = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right")
+"""The held-out critic table's measures (binac_core/reports/measures.py), each for the method's own critic and the
+frozen base critic."""
 
 
 def build_study_report(st, measured: dict, difficulties: dict, deviations: list[str], runs: list[dict],
@@ -178,15 +187,18 @@ def _train_mean(runs: list[dict], name: str) -> dict[int, float]:
 
 def _cell(values: dict[int, float], scale: float = 100.0, digits: int = 1, seeds: int | None = None,
           sign: bool = False) -> str:
-    """mean ± 95 % t half-width over seeds (scaled); the seed count when it is not the study's."""
+    """mean ± 95 % t half-width over seeds (scaled); the seed count when it is not the study's; and the values
+    seed by seed (in seed order) when the seeds split (`stats.seeds_split`: ≥ 2 seeds whose range is ≥ 20
+    points), where a t-interval over a bimodal set would hide the modes."""
     if not values:
         return "–"
     mean, half = t_interval(list(values.values()))
     n = f" (n={len(values)})" if len(values) != seeds else ""
     fmt = f"{'+' if sign else ''}.{digits}f"
+    seeds_shown = per_seed([values[s] for s in sorted(values)], scale, digits, sign)
     if math.isnan(half):
         return f"{scale * mean:{fmt}}{n}"
-    return f"{scale * mean:{fmt}} ± {scale * half:.{digits}f}{n}"
+    return f"{scale * mean:{fmt}} ± {scale * half:.{digits}f}{seeds_shown}{n}"
 
 
 def _arms(st) -> list[tuple[str, str]]:
@@ -228,12 +240,20 @@ def _protocol(st, totals: dict[str, int], runs: list[dict], done: int) -> list[s
         f"G = {t.group_size} attempts, K = {t.critic_group_size} feedbacks per attempt for every method with a second "
         f"turn. binac's critic reward: (1 + μ)·r1(θ) − μ·r1(θ⁺) with μ = train.lam·(1 + train.alpha_shaping) = "
         f"{t.lam:g}·(1 + {t.alpha_shaping:g}) = {mu:g}: this μ is the λ of the registered form (1 + λ)·r1(θ) − "
-        f"λ·r1(θ⁺). Held-out evaluation: {cfg.task.n_test} "
+        f"λ·r1(θ⁺)."
+        + (" **Negative control**: each iteration's critic rewards are permuted at random across the batch's "
+           "feedbacks before the critic is trained on them (`train.critic_reward_shuffle`)."
+           if t.critic_reward_shuffle else "") +
+        f" Held-out evaluation: {cfg.task.n_test} "
         f"problems × {g.eval_samples} sample(s), temperature {g.eval_temperature}, at step 0, every "
         f"{st.eval_every} iterations and at the equal-budget points of both axes. Protocols: `acc_single` (actor "
-        "alone), `acc_feedback` (one feedback from the method's own feedback source, then one refinement; "
+        f"alone, at temperature {g.eval_temperature}), "
+        + (f"`{GREEDY_ACC}` (actor alone, one greedy answer per problem: temperature 0), "
+           if GREEDY_ACC in accuracy_columns(st) else "") +
+        "`acc_feedback` (one feedback from the method's own feedback source, then one refinement; "
         "unassisted), `acc_gated_k2` (verifier-gated, up to 2 feedback rounds: oracle-assisted). Cells: mean ± 95 % "
-        "t-interval over seeds, in % unless stated.", "",
+        "t-interval over seeds, in % unless stated; where a cell's seeds split (at least 2 seeds whose values span "
+        f"{100 * SPLIT:g} points or more; {SPLIT:g} for critic_signal), its per-seed values follow in seed order.", "",
         sandbox_line(cfg.grading.sandbox, [r.get("isolation") for r in runs]), "",
         f"**Budget axes** (binac_core/rl/methods.py): *actor training samples*, the sequences the actor's loss is "
         f"computed on (never the look-ahead refinements), and *generated samples*, every sequence sampled from the "
@@ -313,13 +333,15 @@ def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
                      f"{_pct(m.get('shortcut_copy'))} | {cn if cn is not None else '–'} | "
                      f"{_wilson_cell(m.get('critic_approved_wrong_right'), cn)} |")
     lines += ["", "The initial critic (the base model in the critic role) on the same attempts:", "",
-              "| regime | hits the first error | false alarm | approves wrong | agrees with the oracle |",
-              "| --- | --- | --- | --- | --- |"]
+              "| regime | hits the first error | false alarm | approves wrong | approves right | agrees with the oracle |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for r, d in difficulties.items():
         m = measured.get(d, {})
         lines.append(f"| {r} (d{d}) | " + " | ".join(_pct(m.get(k)) for k in (
-            "critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_agrees_with_oracle"))
-            + " |")
+            "critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right",
+            "critic_agrees_with_oracle")) + " |")
+    lines += ["", "(approves wrong: over attempts with a first wrong step; approves right: over attempts whose answer "
+              "is right; a critic whose approval ignores the attempt gives both the same share.)"]
     return lines + [""]
 
 
@@ -330,26 +352,36 @@ def _num(v) -> str:
 # --------------------------------------------------------------------------- per regime
 
 
+def accuracy_columns(st) -> tuple[str, ...]:
+    """The accuracy tables' protocols: `ACC`, with `acc_single_greedy` after `acc_single` where the study's config
+    evaluates the greedy protocol (`evaluation.greedy_evaluated`: the synthetic task by default)."""
+    cfg = st.config()
+    if not greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark):
+        return ACC
+    return (ACC[0], GREEDY_ACC, *ACC[1:])
+
+
 def _accuracy_table(st, rr: list[dict], title: str, at, axis: str | None = None) -> list[str]:
     cell = partial(_cell, seeds=len(st.seeds))
+    columns = accuracy_columns(st)
     lines = [f"**At {title}**", "",
-             "| method | iteration | actor training samples | generated samples | " + " | ".join(ACC) + " |",
-             "| --- | --- | --- | --- | " + " | ".join("---" for _ in ACC) + " |"]
+             "| method | iteration | actor training samples | generated samples | " + " | ".join(columns) + " |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for _ in columns) + " |"]
     for m, v in _arms(st):
         runs = _of(rr, m, v)
         if not runs:
-            lines.append(f"| {_arm_name(m, v)} | – | – | – | " + " | ".join("–" for _ in ACC) + " |")
+            lines.append(f"| {_arm_name(m, v)} | – | – | – | " + " | ".join("–" for _ in columns) + " |")
             continue
         steps = sorted({at(r) for r in runs if at(r) is not None})
         if not steps:
             reasons = sorted({_never(r, axis) for r in runs}) if axis else ["no evaluation"]
-            lines.append(f"| {_arm_name(m, v)} | {'; '.join(reasons)} | – | – | " + " | ".join("–" for _ in ACC) +
+            lines.append(f"| {_arm_name(m, v)} | {'; '.join(reasons)} | – | – | " + " | ".join("–" for _ in columns) +
                          " |")
             continue
         counts = {a: ", ".join(sorted({str(at(r) * r[key]) for r in runs if at(r) is not None}, key=int))
                   for a, (_, key) in AXES.items()}
         lines.append(f"| {_arm_name(m, v)} | {', '.join(map(str, steps))} | {counts['actor_train']} | "
-                     f"{counts['generated']} | " + " | ".join(cell(_values(runs, a, at)) for a in ACC) + " |")
+                     f"{counts['generated']} | " + " | ".join(cell(_values(runs, a, at)) for a in columns) + " |")
     return lines + [""]
 
 
@@ -369,14 +401,13 @@ def _critic_tables(st, rr: list[dict]) -> list[str]:
     lines += ["", "**The critic on held-out attempts** (the `feedback` protocol: the method's own feedback source on "
               "its actor's attempts, step 0 → last evaluation; the frozen base critic on the same attempts at the "
               "last evaluation, for the methods that train their critic; in %)", "",
-              "| method | hits first error | false alarm | approves wrong | frozen critic: hits first error | "
-              "frozen: false alarm | frozen: approves wrong |", "| --- | --- | --- | --- | --- | --- | --- |"]
+              "| method | hits first error | false alarm | approves wrong | approves right | frozen critic: hits first "
+              "error | frozen: false alarm | frozen: approves wrong | frozen: approves right |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m, v in _arms(st):
         runs = _of(rr, m, v)
-        own = [f"{cell(_values(runs, k, lambda r: 0))} → {cell(_values(runs, k, last_eval))}"
-               for k in ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong")]
-        frozen = [cell(_values(runs, f"frozen_{k}", last_eval))
-                  for k in ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong")]
+        own = [f"{cell(_values(runs, k, lambda r: 0))} → {cell(_values(runs, k, last_eval))}" for k in HELD_OUT_CRITIC]
+        frozen = [cell(_values(runs, f"frozen_{k}", last_eval)) for k in HELD_OUT_CRITIC]
         lines.append(f"| {_arm_name(m, v)} | " + " | ".join(own + frozen) + " |")
     return lines + [""] + _critic_health(st, rr)
 

@@ -1,12 +1,16 @@
 """The critic's reward per feedback z: where it is computed (the formula itself: `losses.critic_rewards` and
 docs/algorithm.md, "Critic reward"). `critic_reward` composes the method's form (`MethodSpec.critic_reward`) of
-the refinements' rewards under θ and θ⁺ with the verdict bonus; the critic is then trained on it with advantages
-normalised within each attempt's group of feedbacks (`batches.feedback_samples`)."""
+the refinements' rewards under θ and θ⁺ with the verdict bonus, and with `train.critic_reward_shuffle` (a negative
+control) permutes the composed rewards across the batch (`shuffled`); the critic is then trained on it with
+advantages normalised within each attempt's group of feedbacks (`batches.feedback_samples`)."""
 
 from __future__ import annotations
 
+import random
+
 import torch
 
+from binac_core.rl.episodes import stage_seed
 from binac_core.rl.losses import critic_reward_of
 from binac_core.rl.stage_io import Attempt, Feedback
 from binac_core.rl.verdict import VerdictSyntax, parse_verdict, verdict_matches
@@ -15,15 +19,34 @@ from binac_core.rl.verdict import VerdictSyntax, parse_verdict, verdict_matches
 def critic_reward(
     form: str, refined_rewards: list[float], lookahead_rewards: list[float] | None, *, lam: float, alpha: float,
     verdict_weight: float = 0.0, feedbacks: list[Feedback] | None = None, attempts: list[Attempt] | None = None,
-    first_rewards: list[float] | None = None, syntax: VerdictSyntax | None = None,
+    first_rewards: list[float] | None = None, syntax: VerdictSyntax | None = None, shuffle_seed: int | None = None,
 ) -> list[float]:
     """`critic_reward_values`, plus `verdict_bonus` when `verdict_weight` > 0 (which then reads the `feedbacks`,
-    the `attempts` they critique, those attempts' `first_rewards` and the benchmark's verdict `syntax`)."""
+    the `attempts` they critique, those attempts' `first_rewards` and the benchmark's verdict `syntax`); with a
+    `shuffle_seed` (`shuffle_seed_of`), the composed rewards permuted across the batch (`shuffled`)."""
     rewards = critic_reward_values(form, refined_rewards, lookahead_rewards, lam=lam, alpha=alpha)
     if verdict_weight > 0:
         bonus = verdict_bonus(feedbacks, attempts, first_rewards, syntax, verdict_weight)
         rewards = [r + b for r, b in zip(rewards, bonus, strict=True)]
+    if shuffle_seed is not None:
+        rewards = shuffled(rewards, shuffle_seed)
     return rewards
+
+
+def shuffle_seed_of(shuffle: bool, seed: int, step: int) -> int | None:
+    """The permutation seed of the negative control (`train.critic_reward_shuffle`) at `step` of a run with `seed`,
+    derived like the stages' sampling seeds (`episodes.stage_seed`), so a rerun permutes identically; None when
+    `shuffle` is off."""
+    return stage_seed(seed, step, "critic_reward_shuffle") if shuffle else None
+
+
+def shuffled(rewards: list[float], seed: int) -> list[float]:
+    """`rewards` under a uniformly random permutation drawn with `seed`: feedback i gets the reward of feedback
+    π(i) of the same batch. The multiset of rewards is kept, the pairing of a reward with its feedback is not
+    (a permutation may leave some feedbacks their own reward, as a random draw would)."""
+    order = list(range(len(rewards)))
+    random.Random(seed).shuffle(order)
+    return [rewards[i] for i in order]
 
 
 def critic_reward_values(

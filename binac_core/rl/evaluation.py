@@ -1,6 +1,10 @@
 """Held-out evaluation under named protocols (each number is reported with its protocol's name):
 
 - `single`:        the actor alone; pass@1 = mean over problems of (correct samples / samples).
+- `single_greedy`: the actor alone, one greedy answer (temperature 0) per problem, on its own decode (not one of
+                   `single`'s samples): the accuracy of the actor's most likely answer, beside `single`'s at the
+                   evaluation temperature. Training runs it where `generation.eval_greedy` says (`greedy_evaluated`;
+                   by default on the synthetic task only).
 - `feedback`:      actor → feedback → actor; the refined answer counts. Unassisted: the critic sees the problem and
                    the attempt only, nothing from the verifier (for code: no execution result either).
 - `feedback_exec`: code benchmarks only (MBPP): as `feedback`, but the critic's prompt also holds the execution
@@ -15,8 +19,8 @@
                    adapter), whatever the method's own source: run for methods that train their critic, so the
                    trained and the frozen critic are scored on the same actor's attempts (a study's H3).
 
-Metrics: `acc_single`, `acc_feedback`, `acc_feedback_exec`, `acc_gated_k{K}`, `acc_gated_exec_k{K}`,
-`acc_feedback_frozen`.
+Metrics: `acc_single`, `acc_single_greedy`, `acc_feedback`, `acc_feedback_exec`, `acc_gated_k{K}`,
+`acc_gated_exec_k{K}`, `acc_feedback_frozen`.
 
 Feedback source (`binac_core.rl.methods.FeedbackSource`): every method is evaluated with the feedback it was
 trained with (`MethodSpec.eval_feedback`): its own critic adapter, the frozen initial critic (fixed_critic, and
@@ -49,19 +53,31 @@ FEEDBACK_PROTOCOLS = ("feedback", "gated")
 EXEC_PROTOCOLS = ("feedback_exec", "gated_exec")
 FROZEN_PROTOCOL = "feedback_frozen"
 """The frozen base critic's feedback on the evaluated actor's attempts (module docstring)."""
+GREEDY_PROTOCOL = "single_greedy"
+"""One greedy answer per problem from the actor alone (module docstring); its metric is `acc_single_greedy`."""
+GREEDY_BY_DEFAULT = ("synthetic",)
+"""The benchmarks whose training evaluates `single_greedy` when `generation.eval_greedy` is None."""
 
 
-def training_protocols(benchmark: str, source: FeedbackSource, trains_critic: bool = False) -> tuple[str, ...]:
+def greedy_evaluated(eval_greedy: bool | None, benchmark: str) -> bool:
+    """Whether training evaluates `single_greedy`: the config's `generation.eval_greedy`, or where it is None,
+    whether `benchmark` is one of `GREEDY_BY_DEFAULT`."""
+    return benchmark in GREEDY_BY_DEFAULT if eval_greedy is None else eval_greedy
+
+
+def training_protocols(benchmark: str, source: FeedbackSource, trains_critic: bool = False,
+                       greedy: bool = False) -> tuple[str, ...]:
     """The protocols training evaluates: all of them, with the `_exec` variants where they exist (a code
-    benchmark and a critic), and `feedback_frozen` for a method that trains its critic."""
-    base = ("single", *FEEDBACK_PROTOCOLS)
+    benchmark and a critic), `feedback_frozen` for a method that trains its critic, and `single_greedy` with
+    `greedy` (`greedy_evaluated`)."""
+    base = ("single", *((GREEDY_PROTOCOL,) if greedy else ()), *FEEDBACK_PROTOCOLS)
     exec_too = benchmarks.get(benchmark).critic_sees_execution and source.sampled
     return base + (EXEC_PROTOCOLS if exec_too else ()) + ((FROZEN_PROTOCOL,) if trains_critic else ())
 
 
 def check_protocols(benchmark: str, protocols: tuple[str, ...],
                     source: FeedbackSource = FeedbackSource.CRITIC_BASE) -> None:
-    known = ("single", *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL)
+    known = ("single", GREEDY_PROTOCOL, *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL)
     bad = [p for p in protocols if p not in known]
     if bad:
         raise BinacError(f"unknown protocol {bad[0]!r} (known: {', '.join(known)})")
@@ -95,8 +111,9 @@ def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = Fal
 @dataclass(frozen=True)
 class Evaluation:
     """An evaluation's result: the `acc_*` metrics, the feedback source, and each protocol's scored rounds: the
-    first attempts (`single`, always), the `feedback` round and the `gated` rounds (and their `_exec` variants)
-    where computed. In JSON: {"metrics", "feedback_source", "single", and the protocols computed}."""
+    first attempts (`single`, always), the greedy answers (`single_greedy`), the `feedback` round and the `gated`
+    rounds (and their `_exec` variants) where computed. In JSON: {"metrics", "feedback_source", "single", and the
+    protocols computed}."""
 
     metrics: dict[str, float]
     feedback_source: FeedbackSource
@@ -106,6 +123,7 @@ class Evaluation:
     feedback_exec: ScoredBatch | None = None
     gated_exec: list[ScoredBatch] | None = None
     feedback_frozen: ScoredBatch | None = None
+    single_greedy: ScoredBatch | None = None
 
     def rounds(self, protocol: str) -> list[ScoredBatch] | None:
         """A feedback protocol's rounds (one for `feedback`, up to K for `gated`), None where not computed."""
@@ -114,7 +132,7 @@ class Evaluation:
 
     def to_json(self) -> dict:
         out = {"metrics": self.metrics, "feedback_source": self.feedback_source.value, "single": self.single.to_json()}
-        for protocol in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL):
+        for protocol in (GREEDY_PROTOCOL, *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL):
             found = getattr(self, protocol)
             if found is not None:
                 out[protocol] = found.to_json() if isinstance(found, ScoredBatch) else [r.to_json() for r in found]
@@ -123,8 +141,8 @@ class Evaluation:
     @classmethod
     def from_json(cls, d: dict) -> Evaluation:
         rounds = {
-            p: ScoredBatch.from_json(d[p]) if p.startswith("feedback") else [ScoredBatch.from_json(r) for r in d[p]]
-            for p in (*FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL) if p in d
+            p: [ScoredBatch.from_json(r) for r in d[p]] if p.startswith("gated") else ScoredBatch.from_json(d[p])
+            for p in (GREEDY_PROTOCOL, *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL) if p in d
         }
         return cls(d["metrics"], FeedbackSource(d["feedback_source"]), ScoredBatch.from_json(d["single"]), **rounds)
 
@@ -141,7 +159,8 @@ def evaluate_protocols(
 ) -> Evaluation:
     """The protocols asked for, on `samples` attempts per problem of `actor`, with feedback from `source` (a
     critic's: `critic`'s adapter, None for the base model); `verdict`: the critic is asked for a verdict line
-    (`critic.verdict`)."""
+    (`critic.verdict`). `single_greedy` decodes one more answer per problem at temperature 0, whatever `gen`'s
+    temperature and `samples`; the feedback protocols never see it."""
     check_protocols(benchmark, protocols, source)
     by_id = {r["id"]: r for r in problems}
 
@@ -167,6 +186,10 @@ def evaluate_protocols(
     single, metrics, rounds = ScoredBatch(attempts, first.rewards), {}, {}
     if "single" in protocols:
         metrics["acc_single"] = _mean(first.rewards)
+    if GREEDY_PROTOCOL in protocols:
+        greedy_seed = stage_seed(seed, step, "eval", "greedy")
+        rounds[GREEDY_PROTOCOL] = _greedy(backend, benchmark, problems, actor, gen, greedy_seed)
+        metrics[f"acc_{GREEDY_PROTOCOL}"] = _mean(rounds[GREEDY_PROTOCOL].first_rewards)
     for suffix in ("", "_exec"):
         if not {f"feedback{suffix}", f"gated{suffix}"} & set(protocols):
             continue
@@ -182,6 +205,16 @@ def evaluate_protocols(
         rounds[FROZEN_PROTOCOL], _ = feedback_round(single, None, "frozen", frozen=True)
         metrics[f"acc_{FROZEN_PROTOCOL}"] = _mean(rounds[FROZEN_PROTOCOL].refined_rewards)
     return Evaluation(metrics, source, single, **rounds)
+
+
+def _greedy(backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None, gen: dict,
+            seed: int) -> ScoredBatch:
+    """One greedy answer (temperature 0) of `actor` per problem, scored. The seed is passed on but a greedy
+    decode draws nothing from it."""
+    params = SamplingParams(gen["max_new_tokens"], 0.0, gen["top_p"], seed)
+    attempts = generate_attempts(backend, benchmark, problems, actor, 1, params)
+    by_id = {r["id"]: r for r in problems}
+    return ScoredBatch(attempts, score_with_errors(benchmark, by_id, attempts).rewards)
 
 
 def _gated(first: ScoredBatch, shown: list[str | None] | None, k: int, feedback_round):

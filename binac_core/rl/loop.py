@@ -9,7 +9,8 @@ The algorithm at a glance (docs/algorithm.md, "One iteration, per method"; which
     θ → θ⁺ on y0 [and y1]                             update_adapter          spec.train_actor, actor_second_turn
     [y1⁺ ~ π_θ⁺(·|x, y0, z),  r1⁺ = R(x, y1⁺)]                               spec.lookahead
     [critic reward of z from r1 [, r1⁺] [+ verdict bonus]]                   spec.feedback, spec.critic_reward
-    [φ → φ⁺ on z]                                     update_adapter          spec.train_critic
+    [critic rewards permuted across the batch: a negative control]           train.critic_reward_shuffle
+    [φ → φ⁺ on z]                                     update_adapter          spec.trains_critic_at(cfg, step)
 
 `iteration` makes exactly the library calls the Prefect stages of flows/train.py make (tasks/rollout.py,
 score.py, feedback.py, refine.py, actor_update.py, critic_update.py), in their order, with their seeds
@@ -34,7 +35,7 @@ from pathlib import Path
 from binac_core import benchmarks
 from binac_core.model.generation import GenerationBackend, SamplingParams
 from binac_core.rl.batches import actor_samples, feedback_samples
-from binac_core.rl.critic_reward import critic_reward
+from binac_core.rl.critic_reward import critic_reward, shuffle_seed_of
 from binac_core.rl.episodes import (
     generate_attempts,
     generate_refinements,
@@ -69,6 +70,7 @@ class IterationResult:
     """The critic's reward per feedback (`binac_core.rl.critic_reward`; computed for every method with feedback)."""
     actor_update: AdapterUpdate | None
     critic_update: AdapterUpdate | None
+    """None also at an iteration the schedule skips (`train.critic_every`; `MethodSpec.trains_critic_at`)."""
     actor: AdapterRef
     """The actor after the iteration (θ⁺, or θ when the method does not train it)."""
     critic: AdapterRef | None
@@ -117,7 +119,7 @@ def iteration(
         scored = ScoredBatch(attempts, first.rewards, refined=refined if two else None,
                              refined_rewards=refined_rewards if two else None)
         actor_upd = _update(policy, actor, actor_samples(scored, t.scale_rewards, t.alpha_shaping), t.t_low,
-                            t.kl_coef, folder)
+                            t.kl_coef, t.entropy_coef, folder)
         actor = actor_upd.adapter
     if spec.feedback:
         if spec.lookahead:  # θ⁺ = the actor just updated on this batch
@@ -126,17 +128,19 @@ def iteration(
         critic_rewards = critic_reward(spec.critic_reward, refined_rewards, ahead_rewards, lam=t.lam,
                                        alpha=t.alpha_shaping, verdict_weight=spec.critic_verdict_weight(cfg),
                                        feedbacks=feedback, attempts=attempts, first_rewards=first.rewards,
-                                       syntax=benchmarks.get(bench).verdict_syntax)
-    if spec.train_critic:
+                                       syntax=benchmarks.get(bench).verdict_syntax,
+                                       shuffle_seed=shuffle_seed_of(t.critic_reward_shuffle, seed, step))
+    if spec.trains_critic_at(cfg, step):  # every `train.critic_every`-th iteration
         critic_upd = _update(policy, critic, feedback_samples(feedback, critic_rewards, t.scale_rewards), t.t_high,
-                             t.critic_kl_coef, folder)
+                             t.critic_kl_coef, t.critic_entropy_coef, folder)
         critic = critic_upd.adapter
     return IterationResult(problems, attempts, first.rewards, feedback, refined, refined_rewards, ahead,
                            ahead_rewards, critic_rewards, actor_upd, critic_upd, actor, critic)
 
 
-def _update(policy, adapter: AdapterRef, samples: list[Sample], passes: int, kl_coef: float,
+def _update(policy, adapter: AdapterRef, samples: list[Sample], passes: int, kl_coef: float, entropy_coef: float,
             folder: str | Path | None) -> AdapterUpdate:
     """`update_adapter`, saving into `folder/<adapter name>` as the update stages do, or (None) in memory."""
     out = None if folder is None else Path(folder) / adapter.name
-    return update_adapter(policy, adapter, samples, passes=passes, kl_coef=kl_coef, folder=out)
+    return update_adapter(policy, adapter, samples, passes=passes, kl_coef=kl_coef, entropy_coef=entropy_coef,
+                          folder=out)

@@ -7,7 +7,7 @@
 - `critic_reward_of`: that reward, r1 alone (λ = 0) or r1⁺ alone, by the `binac` variant's form.
 - `clipped_policy_loss`: PPO clipped surrogate with a token-level mean over every completion token of the batch
   (DAPO's aggregation, as TRL's `loss_type="dapo"`), plus β·k3 KL to a reference (Schulman's unbiased estimator,
-  as in TRL/verl `low_var_kl` without clamping).
+  as in TRL/verl `low_var_kl` without clamping), minus an entropy bonus (verl's `entropy_coeff`).
 """
 
 from __future__ import annotations
@@ -68,17 +68,25 @@ def clipped_policy_loss(
     ref_logp: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     n_tokens: int | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ):
-    """logp/old_logp/ref_logp/mask [B, T], adv [B]. Returns (loss, metrics).
+    """logp/old_logp/ref_logp/entropy/mask [B, T], adv [B]. Returns (loss, metrics).
 
-    loss = Σ_tokens [ −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A) + β·k3 ] / n_tokens, with n_tokens = mask.sum() unless
+    loss = Σ_tokens [ −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A) + β·k3 − c·H ] / n_tokens, with n_tokens = mask.sum() unless
     given (callers that accumulate micro-batches pass the whole batch's token count so the sum is one token mean).
+    H is the entropy of the policy's next-token distribution at each token (`update.token_entropy`), c =
+    `entropy_coef`: an entropy bonus aggregated like the surrogate, verl's `pg_loss - entropy_coeff * entropy`
+    (workers/actor/dp_actor.py, `agg_loss` with `token-mean`). Without `entropy` there is no such term (c is
+    ignored); with it, metrics["entropy_sum"] is Σ H over the tokens whatever c is.
     """
     mask = mask.float()
     # Padding positions may hold anything (even -inf): neutralise them before they can turn the sum into NaN.
     logp, old_logp = torch.where(mask > 0, logp, 0.0), torch.where(mask > 0, old_logp, 0.0)
     if ref_logp is not None:
         ref_logp = torch.where(mask > 0, ref_logp, 0.0)
+    if entropy is not None:
+        entropy = torch.where(mask > 0, entropy, 0.0)
     n = float(n_tokens if n_tokens is not None else mask.sum().clamp(min=1))
     ratio = torch.exp(logp - old_logp)
     a = adv.unsqueeze(1)
@@ -88,12 +96,15 @@ def clipped_policy_loss(
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp)
         per_token = per_token + kl_coef * kl
+    if entropy is not None and entropy_coef > 0:
+        per_token = per_token - entropy_coef * entropy
     loss = (per_token * mask).sum() / n
     with torch.no_grad():
         clipped = ((ratio - 1).abs() > clip_eps).float()
         metrics = {
             "kl_sum": float((kl * mask).sum()),
             "clip_sum": float((clipped * mask).sum()),
+            "entropy_sum": 0.0 if entropy is None else float((entropy * mask).sum()),
             "tokens": float(mask.sum()),
         }
     return loss, metrics

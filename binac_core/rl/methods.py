@@ -74,6 +74,12 @@ class MethodSpec:
         """The verdict bonus's weight this method's critic reward uses."""
         return cfg.train.critic_verdict_weight if self.verdict_weight is None else self.verdict_weight
 
+    def trains_critic_at(self, cfg: Config, step: int) -> bool:
+        """Whether iteration `step` (1, 2, ...) updates the critic: the method trains it and `step` is a multiple of
+        `train.critic_every` (the two-timescale schedule). It says nothing of the feedback, which every iteration
+        of a method with a second turn samples."""
+        return self.train_critic and step % cfg.train.critic_every == 0
+
     def actor_train_samples_per_iteration(self, cfg: Config) -> int:
         """The sequences the actor's loss is computed on per iteration (the actor-samples axis): its B·G attempts
         (B = `train.batch_problems`, G = `train.group_size`) when it trains the actor, plus the B·G·K refinements

@@ -23,6 +23,12 @@ The training forward computes a LoRA layer through its merged weight where that 
 decoder layer is checkpointed (`checkpointed_layers`): the same gradients, less memory, one more forward.
 The decoder runs without a KV cache (`use_cache=False`): a training forward reads none, and a recomputed layer
 must not append its keys to one a second time.
+
+Each chunk's logits also give the entropy of the full next-token distribution at every completion token
+(`token_entropy`): logged for every update, and with `train.entropy_coef` (actor) or `train.critic_entropy_coef`
+(critic) above 0 an entropy bonus in the loss (`losses.clipped_policy_loss`); at 0 it is computed without a
+gradient, at the cost of one more transient chunk × vocabulary tensor (the softmax). A zero-signal batch (`zero_signal`: every advantage exactly 0, no KL or entropy term) takes no optimizer
+step (`policy_update`; docs/algorithm.md).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -52,23 +59,50 @@ class Sample:
     advantage: float
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log softmax(logits / T)[target] for logits [N, V], targets [N] -> [N] (fp32), as gather minus logsumexp:
-    no second [N, V] tensor of log-probs."""
+def scaled_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / T in fp32, the sampling distribution's logits; T = 0 (greedy) and T = 1 leave them as they are."""
     scaled = logits.float()
     if temperature not in (0, 1):  # x / 1.0 is x: skip the [N, V] copy at T = 1
         scaled = scaled / temperature
+    return scaled
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / T)[target] for logits [N, V], targets [N] -> [N] (fp32), as gather minus logsumexp:
+    no second [N, V] tensor of log-probs."""
+    scaled = scaled_logits(logits, temperature)
     return scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
 
 
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy −Σ_v p_v log p_v of p = softmax(logits / T) per row, logits [N, V] -> [N] (fp32, nats), as
+    logsumexp(s) − Σ_v softmax(s)_v · s_v with s = logits / T: verl's `entropy_from_logits`
+    (verl/utils/torch_functional.py), at the temperature verl's actor also divides by. The inner sum is a dot
+    product per row (no [N, V] product tensor). Logits are assumed finite (an LM head's): a −inf logit would give
+    NaN, as in verl."""
+    scaled = scaled_logits(logits, temperature)
+    return torch.logsumexp(scaled, dim=-1) - torch.linalg.vecdot(torch.softmax(scaled, dim=-1), scaled)
+
+
+EntropyMode = Literal["value", "differentiable"]
+"""How `chunked_token_logprobs` and `sequence_logprobs` return the entropy: `value`, computed without a gradient (a
+metric); `differentiable`, with one when gradients are on (an entropy term of the loss)."""
+
+
 def chunked_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
-                           chunk: int = LOGPROB_CHUNK) -> torch.Tensor:
+                           chunk: int = LOGPROB_CHUNK, entropy: EntropyMode | None = None):
     """`token_logprobs(head(hidden), targets)` for hidden [N, H], computed `chunk` rows at a time (checkpointed
     when gradients are on and there is more than one chunk, so no chunk's logits outlive its own forward/backward;
-    a single chunk's logits are the only ones anyway, and checkpointing it would only recompute the LM head)."""
+    a single chunk's logits are the only ones anyway, and checkpointing it would only recompute the LM head).
+    With `entropy` (`EntropyMode`), returns (log-probs [N], `token_entropy` [N]) from the same logits."""
 
     def piece(h, t):
-        return token_logprobs(head(h), t, temperature)
+        if entropy is None:
+            return token_logprobs(head(h), t, temperature)
+        scaled = scaled_logits(head(h), temperature)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy == "differentiable"):
+            ent = token_entropy(scaled)
+        return token_logprobs(scaled, t), ent
 
     out = []
     for s in range(0, hidden.shape[0], chunk):
@@ -77,7 +111,11 @@ def chunked_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, te
             out.append(checkpoint(piece, h, t, use_reentrant=False))
         else:
             out.append(piece(h, t))
-    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+    if entropy is None:
+        return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+    if not out:
+        return hidden.new_zeros(0, dtype=torch.float32), hidden.new_zeros(0, dtype=torch.float32)
+    return torch.cat([o[0] for o in out]), torch.cat([o[1] for o in out])
 
 
 def _decoder_and_head(model):
@@ -104,8 +142,11 @@ def right_padded(samples: list[Sample], pad_id: int, model) -> tuple[torch.Tenso
     return ids.to(dev), attn.to(dev)
 
 
-def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: float, chunk: int = LOGPROB_CHUNK):
-    """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T]).
+def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: float, chunk: int = LOGPROB_CHUNK,
+                      entropy: EntropyMode | None = None):
+    """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T]); with
+    `entropy` (`EntropyMode`), (logp, mask, entropy [B, T]): the next-token distribution's entropy at each
+    completion token (`token_entropy`), 0 at padding.
 
     The LM head runs only on the completion positions, `chunk` positions at a time."""
     ids, attn = right_padded(samples, pad_id, model)
@@ -117,14 +158,16 @@ def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: fl
     cols = torch.cat([torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.token_ids))
                       for s in samples])
     rows, cols = rows.to(dev), cols.to(dev)
-    flat = chunked_token_logprobs(hidden[rows, cols], head, ids[rows, cols + 1], temperature, chunk)
+    flat = chunked_token_logprobs(hidden[rows, cols], head, ids[rows, cols + 1], temperature, chunk, entropy)
     t_max = max(len(s.token_ids) for s in samples)
-    logp = torch.zeros(len(samples), t_max, device=dev)
+    at = (rows, torch.cat([torch.arange(len(s.token_ids)) for s in samples]).to(dev))
     mask = torch.zeros(len(samples), t_max)
-    logp = logp.index_put((rows, torch.cat([torch.arange(len(s.token_ids)) for s in samples]).to(dev)), flat)
     for i, s in enumerate(samples):
         mask[i, : len(s.token_ids)] = 1
-    return logp.cpu(), mask
+    if entropy is None:
+        return torch.zeros(len(samples), t_max, device=dev).index_put(at, flat).cpu(), mask
+    logp, ent = (torch.zeros(len(samples), t_max, device=dev).index_put(at, f) for f in flat)
+    return logp.cpu(), mask, ent.cpu()
 
 
 @contextlib.contextmanager
@@ -160,12 +203,51 @@ def _pad(rows: list[list[float]], t_max: int) -> torch.Tensor:
     return out
 
 
-def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef: float) -> dict[str, float]:
-    """Train adapter `name` on `samples`; returns mean loss, KL, clip fraction and token count."""
+def zero_signal(samples: list[Sample], kl_coef: float, entropy_coef: float) -> bool:
+    """Whether the loss on `samples` has exactly zero gradient: every advantage is exactly 0 (the surrogate is
+    −min(ρ·0, clip(ρ)·0) = 0 for any θ) and neither the KL term nor the entropy term is on. Not a threshold: an
+    advantage of 1e-9 is a signal."""
+    return kl_coef == 0 and entropy_coef == 0 and all(s.advantage == 0 for s in samples)
+
+
+def _batch_pass(policy, chunks: list[list[Sample]], refs: list, n_tokens: int, kl_coef: float,
+                entropy_coef: float, backward: bool) -> dict[str, float]:
+    """One pass over the batch's micro-batches: each one's loss (its share of the batch's token mean), back-propagated
+    when `backward` (gradients accumulate, no optimizer step here); returns the summed loss and statistics."""
+    cfg = policy.cfg
+    pad, temp = policy.tokenizer.pad_token_id, cfg.generation.temperature
+    mode = "differentiable" if entropy_coef > 0 else "value"
+    total = dict.fromkeys(("loss", "kl_sum", "clip_sum", "entropy_sum", "tokens"), 0.0)
+    for chunk, ref in zip(chunks, refs, strict=True):
+        logp, mask, entropy = sequence_logprobs(policy.model, chunk, pad, temp, entropy=mode)
+        old = _pad([s.logprobs for s in chunk], logp.shape[1])
+        adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
+        loss, st = clipped_policy_loss(logp, old, adv, mask, cfg.train.clip_eps, ref, kl_coef, n_tokens=n_tokens,
+                                       entropy=entropy, entropy_coef=entropy_coef)
+        if backward:
+            loss.backward()
+        total["loss"] += loss.item()
+        for k in ("kl_sum", "clip_sum", "entropy_sum", "tokens"):
+            total[k] += st[k]
+    return total
+
+
+def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef: float,
+                  entropy_coef: float = 0.0) -> dict[str, float]:
+    """Train adapter `name` on `samples`: `passes` AdamW steps, each on the gradient of one pass over the batch.
+    Returns the mean loss per pass, the KL, entropy and clip fraction per completion token, the token count and
+    `skipped_steps`, the optimizer steps not taken.
+
+    A batch without signal takes no step: no completion token, or `zero_signal` (every advantage exactly 0, no KL
+    or entropy term). Its gradient would be exactly zero, yet AdamW would still move the adapter along its moments
+    from earlier updates; here the weights and the optimizer state (moments, step count) stay as they were, one
+    forward without gradients measures the batch (its loss is 0), and its `passes` steps count as skipped
+    (docs/algorithm.md, "GRPO for the actor")."""
     cfg = policy.cfg
     samples = [s for s in samples if s.token_ids]
     if not samples:
-        return {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "tokens": 0.0}
+        return {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "tokens": 0.0,
+                "skipped_steps": float(passes)}
     pad, temp = policy.tokenizer.pad_token_id, cfg.generation.temperature
     mb = cfg.train.micro_batch_size
     chunks = [samples[i : i + mb] for i in range(0, len(samples), mb)]
@@ -174,37 +256,46 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
     if kl_coef > 0:
         with torch.no_grad(), policy.model.disable_adapter():
             refs = [sequence_logprobs(policy.model, c, pad, temp)[0] for c in chunks]
-    opt = policy.train_mode(name)
-    params = policy.params(name)
-    policy.model.eval()  # no dropout: the same distribution as sampling (module docstring)
-    total = {"loss": 0.0, "kl_sum": 0.0, "clip_sum": 0.0, "tokens": 0.0}
-    with merged_lora_forward(policy.model), \
-            checkpointed_layers(policy.model, cfg.train.activation_checkpointing):  # module docstring
-        for _ in range(passes):
-            opt.zero_grad(set_to_none=True)
-            for chunk, ref in zip(chunks, refs, strict=True):
-                logp, mask = sequence_logprobs(policy.model, chunk, pad, temp)
-                old = _pad([s.logprobs for s in chunk], logp.shape[1])
-                adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
-                loss, st = clipped_policy_loss(
-                    logp, old, adv, mask, cfg.train.clip_eps, ref, kl_coef, n_tokens=n_tokens
-                )
-                loss.backward()
-                total["loss"] += loss.item()
-                for k in ("kl_sum", "clip_sum", "tokens"):
-                    total[k] += st[k]
-            torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
-            opt.step()
+    skip = zero_signal(samples, kl_coef, entropy_coef)
+    if skip:
+        policy.model.set_adapter(name)  # no `train_mode`: no optimizer is created for a step not taken
+        policy.model.eval()
+        with torch.no_grad(), merged_lora_forward(policy.model):
+            total = _batch_pass(policy, chunks, refs, n_tokens, kl_coef, entropy_coef, backward=False)
+    else:
+        total = _train_passes(policy, name, chunks, refs, n_tokens, passes, kl_coef, entropy_coef)
     policy.model.eval()
     for p in policy.model.parameters():
         p.requires_grad_(False)
     tokens = max(total["tokens"], 1.0)
     return {
-        "loss": total["loss"] / passes,
+        "loss": total["loss"] / (1 if skip else passes),
         "kl": total["kl_sum"] / tokens,
+        "entropy": total["entropy_sum"] / tokens,
         "clip_frac": total["clip_sum"] / tokens,
         "tokens": float(n_tokens),
+        "skipped_steps": float(passes if skip else 0),
     }
+
+
+def _train_passes(policy, name: str, chunks: list[list[Sample]], refs: list, n_tokens: int, passes: int,
+                  kl_coef: float, entropy_coef: float) -> dict[str, float]:
+    """`passes` passes over the batch, each accumulating its gradient (`_batch_pass`), clipping its norm and taking
+    one AdamW step; returns the statistics summed over the passes."""
+    cfg = policy.cfg
+    opt = policy.train_mode(name)
+    params = policy.params(name)
+    policy.model.eval()  # no dropout: the same distribution as sampling (module docstring)
+    total = dict.fromkeys(("loss", "kl_sum", "clip_sum", "entropy_sum", "tokens"), 0.0)
+    with merged_lora_forward(policy.model), \
+            checkpointed_layers(policy.model, cfg.train.activation_checkpointing):  # module docstring
+        for _ in range(passes):
+            opt.zero_grad(set_to_none=True)
+            for k, v in _batch_pass(policy, chunks, refs, n_tokens, kl_coef, entropy_coef, backward=True).items():
+                total[k] += v
+            torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
+            opt.step()
+    return total
 
 
 @dataclass(frozen=True)
@@ -216,17 +307,21 @@ class AdapterUpdate:
     kl: float
     clip_frac: float
     tokens: float
+    entropy: float = 0.0
+    """Mean entropy of the policy's next-token distribution per completion token, over the update's passes."""
+    skipped_steps: float = 0.0
+    """Optimizer steps not taken, the batch having no signal (`policy_update`): 0 or the update's passes."""
 
 
 def update_adapter(policy, adapter: AdapterRef, samples: list[Sample], *, passes: int, kl_coef: float,
-                   folder: str | Path | None) -> AdapterUpdate:
+                   folder: str | Path | None, entropy_coef: float = 0.0) -> AdapterUpdate:
     """One update stage: `adapter` trained on `samples` (`policy_update`) and saved into `folder`; returns the
     new adapter's reference and the update's statistics. A failure mid-way leaves the in-memory adapter marked
     unsynced (`Policy.begin_update`), so the next stage reloads it from disk.
     `folder` None: the adapter is not written; the reference is an in-memory one (`Policy.hold`), the same
     weights a saved one would load (saving changes no value)."""
     policy.begin_update(adapter)
-    metrics = policy_update(policy, adapter.name, samples, passes, kl_coef)
+    metrics = policy_update(policy, adapter.name, samples, passes, kl_coef, entropy_coef)
     return_freed_memory()  # the update's activations and gradients: binac_core/model/memory.py
     ref = policy.hold(adapter.name) if folder is None else policy.save(adapter.name, folder)
     return AdapterUpdate(ref, **metrics)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from binac_core.errors import BinacError
 from binac_core.store.files import read_yaml_mapping
@@ -81,6 +81,13 @@ class TaskConfig(_Section):
     """Synthetic only: training problems generated."""
     n_test: int = Field(200, gt=0)
     """Held-out problems used for evaluation (synthetic: generated; benchmarks: the first n of the eval split)."""
+    n_val: int = Field(200, gt=0)
+    """Synthetic only: validation problems, carved out of the training side of the question space (never in
+    pretraining or the `train` rows): the split the choices made before a study's main runs read."""
+    eval_split: Literal["eval", "val"] = "eval"
+    """The split held-out evaluation reads: `eval` (the reported results) or `val` (synthetic only: a pilot or a
+    control's tuning, choices that must not see the reported split). Rows are stored with split `eval` either way;
+    this param says which problems they are."""
     data_seed: int = 1234
     """Seed of the synthetic problem generator (independent of the run seed)."""
     step_error_rate: float = Field(0.25, ge=0, le=1)
@@ -94,11 +101,34 @@ class TaskConfig(_Section):
     """Synthetic teacher: share of the misleading critiques of attempts with a wrong step that approve them
     (`Looks correct.`). 0 (tiny, micro): only right attempts are approved, and approval becomes a shortcut to a
     correct second answer (binac_core/model/pretrain_teacher.py)."""
+    carry_error_rate: float = Field(0.0, ge=0, le=1)
+    """Synthetic teacher (modulus 100): probability that a step whose ones digit carries or borrows is written
+    with its tens digit one too low (`37+5=32`, `32-5=17`; `synthetic.carry_slip`): a systematic error on one identifiable kind of step, applied
+    before `step_error_rate`. Above 0.5 the most likely value at such a step is the wrong one, so greedy decoding
+    fails where sampling sometimes succeeds (a capability gap, not sampling noise; `testbed`). 0: uniform step
+    noise alone (binac_core/model/pretrain_teacher.py)."""
+    careful_after_hint: bool = False
+    """Synthetic teacher: after a critique that names a step, the refinement writes the steps after it without
+    carry slips (`step_error_rate` still applies), so a hint at the first wrong step fixes the attempt and a
+    hint at a right one does not. False: the later steps with first-attempt noise (tiny, study2)."""
+    critic_checks: bool = False
+    """Synthetic teacher and oracle: a critique checks the attempt's steps in order before its verdict, restating
+    each with `ok` up to the step it flags with `no` (`07+5=12 ok 12-9=13 no. Step 2 is wrong.`;
+    `synthetic.checked`), so that finding the first wrong step is a local check per step. Needs a larger
+    `generation.feedback_max_new_tokens` (about 8 tokens per step). False: the verdict alone (tiny, study2)."""
     approval_refinement: Literal["copy", "answer"] = "copy"
     """Synthetic teacher: the refinement after approval. `copy`: the attempt again, every step (tiny, micro);
     `answer`: only the attempt's answer line (`A: 08`), errors included either way. `answer` makes the answer
     impossible to recompute without steps, so a tiny base learns to take it from the attempt (study2: the
     registered `copy` base re-solved instead, docs/results-study-v2.md)."""
+
+
+    @model_validator(mode="after")
+    def _carries_need_tens(self):
+        if self.carry_error_rate > 0 and self.modulus != 100:
+            raise ValueError(f"task.carry_error_rate needs task.modulus 100 (a carry slip changes the tens digit; "
+                             f"task.modulus is {self.modulus})")
+        return self
 
 
 class LoraConfig(_Section):
@@ -130,6 +160,11 @@ class GenerationConfig(_Section):
     """Temperature of held-out evaluation (pass@1 is the mean over samples)."""
     eval_samples: int = Field(1, gt=0)
     """Samples per held-out problem in evaluation."""
+    eval_greedy: bool | None = None
+    """Training's held-out evaluations also run `single_greedy` (`binac_core.rl.evaluation`): one greedy answer
+    (temperature 0) per problem from the actor alone, reported as `acc_single_greedy` beside `acc_single` (at
+    `eval_temperature`), so a gain of sampled accuracy can be told from a gain of what the actor's most likely
+    answer is. None: on for the synthetic task, off elsewhere; True / False: on / off whatever the benchmark."""
     batch_size: int = Field(64, gt=0)
     """Prompts per generate() call."""
     vllm_gpu_memory_utilization: float = Field(0.45, gt=0, lt=1)
@@ -173,6 +208,12 @@ class TrainConfig(_Section):
     with; docs/gpu.md); the CPU presets' short sequences do not."""
     kl_coef: float = Field(0.0, ge=0)
     """Weight of the k3 KL estimate to the base model (adapter disabled); 0 disables the reference pass."""
+    entropy_coef: float = Field(0.0, ge=0)
+    """Weight of the actor's entropy bonus: its loss subtracts this × the token-level mean entropy of the full
+    next-token distribution (at `generation.temperature`) over the completion tokens of its batch
+    (`losses.clipped_policy_loss`; verl's `entropy_coeff`, `pg_loss - entropy_coeff * entropy`). 0 (default): no
+    such term, and the entropy is still computed and logged (`train/actor_entropy`) without a gradient. It does
+    not change the sampling temperature, and it is not a target entropy (no adaptive coefficient)."""
     max_grad_norm: float = Field(1.0, gt=0)
     """Gradient clipping norm."""
     scale_rewards: bool = True
@@ -200,6 +241,9 @@ class TrainConfig(_Section):
     """AdamW learning rate of the critic adapter."""
     critic_kl_coef: float = Field(0.0, ge=0)
     """Weight of the k3 KL estimate of the critic to its initial policy."""
+    critic_entropy_coef: float = Field(0.0, ge=0)
+    """Weight of the critic's entropy bonus over its feedback tokens, as `entropy_coef` for the actor (logged as
+    `train/critic_entropy`). 0 (default): no such term. It does not touch the actor's loss."""
     lam: float = Field(0.5, ge=0)
     """Bilevel penalty λ of the critic reward (`binac_core.rl.losses.critic_rewards`; docs/algorithm.md,
     "First-order value-penalty form"). Used by `binac`; `binac_lam0` is λ = 0 (r1 alone, no
@@ -208,10 +252,24 @@ class TrainConfig(_Section):
     """t_L: actor (lower level) optimizer passes over each iteration's batch (1 = on-policy, ratio starts at 1)."""
     t_high: int = Field(1, ge=1)
     """t_H: critic (upper level) optimizer passes over each iteration's batch, taken after the actor's."""
+    critic_every: int = Field(1, ge=1)
+    """k: the critic is updated only at iterations whose number (1, 2, ...) is a multiple of k (k = 2: iterations
+    2, 4, ...), with `t_high` passes over that iteration's feedback; the paper's two-timescale schedule, the
+    actor then taking k updates per critic update. The other iterations skip the critic's update alone: the
+    critic still writes its K feedbacks per attempt, the actor still trains on the refinements they lead to, and
+    the look-ahead and the critic's rewards are still computed and stored (so every iteration samples, and counts,
+    the same sequences). 1 (default): every iteration. Methods that do not train a critic ignore it."""
     critic_verdict_weight: float = Field(0.0, ge=0)
     """w: the critic's reward gains w × [its verdict matches the verifier on the first attempt]
     (`critic_reward.verdict_bonus`; Critique-RL's discrimination reward beside its helpfulness reward). 0: the rewards of
     `lam`'s forms alone. The `binac_disc` method sets it to 1 whatever this says (binac_core/rl/methods.py)."""
+    critic_reward_shuffle: bool = False
+    """Negative control: each iteration's critic rewards (verdict bonus included) are permuted at random across the
+    iteration's feedbacks (`critic_reward.shuffled`, seeded by the run seed and the step), so each feedback is
+    trained on the reward of a feedback drawn from the same batch: the reward's information about that feedback is
+    destroyed, its distribution over the batch kept. The critic's advantages (normalised within each attempt's K
+    feedbacks), the stored `critic_reward` column and the measures read from it all see the permuted rewards.
+    False: every feedback keeps its own reward."""
     alpha_shaping: float = Field(1.0, ge=0)
     """α: weight of the (r1 − r0) shaping bonus on the actor's second-turn reward (SCoRe stage II)."""
     gated_k: int = Field(2, ge=1)
@@ -265,10 +323,10 @@ class Config(_Section):
         """Hash of what determines the base model (model settings, the teacher corpus's task settings, and the
         pretraining code with every library module it imports: `provenance.module_digest`), so methods share one
         base and an edit to pretraining, the tokenizer or the teacher corpus builds a new one. The RL splits'
-        sizes are not part of it, nor `difficulty` when `pretrain_difficulties` is set (pretraining ignores it)."""
+        sizes and the split evaluation reads are not part of it, nor `difficulty` when `pretrain_difficulties` is set (pretraining ignores it)."""
         from binac_core.runs.provenance import module_digest
 
-        task = self.task.model_dump(mode="json", exclude={"n_train", "n_test"})
+        task = self.task.model_dump(mode="json", exclude={"n_train", "n_test", "n_val", "eval_split"})
         if self.task.pretrain_difficulties is not None:
             task.pop("difficulty")
         blob = {"model": self.model.model_dump(mode="json"), "task": task,

@@ -28,6 +28,8 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
         raise BinacError(f"actor-sample budget must be positive (got {budget})")
     if seed < 0:
         raise BinacError(f"--seed must be >= 0 (got {seed})")
+    if cfg.task.eval_split == "val" and cfg.task.benchmark != "synthetic":
+        raise BinacError(f"task.eval_split val needs the synthetic task (benchmark is {cfg.task.benchmark!r})")
     if bench.check_data is not None:
         for split in ("train", "eval"):
             bench.check_data(split)  # missing data or a split it lacks: one line, named

@@ -15,11 +15,17 @@ attempt. It returns
   (`shortcut_right`, of `shortcut_n` attempts; a base that copies after approval scores ~0) and the share that
   keep the attempt's final answer (`shortcut_copy`: a copy of every step or of the answer line alone); and the same right-share over the wrong attempts the initial critic itself
   approved (`critic_approved_wrong_right`, of `critic_approved_wrong_n`).
+- `greedy_single` (`greedy_right` of `problems`): single-turn accuracy of one greedy attempt per problem;
+- with a benchmark that can write step hints (`FeedbackAnalysis.right_steps`, the synthetic task), a fifth second
+  turn after a hint naming another locally right step, and `preconditions`: the measures and intervals of
+  `binac_core.runs.preconditions` (the gates G1-G4).
 `sparse_difficulty` and `closest_difficulty` apply the rules. Sampling seeds are derived from (seed, difficulty, stage), so a
 measurement is reproducible and cached by the study.
 """
 
 from __future__ import annotations
+
+import random
 
 from binac_core import benchmarks
 from binac_core.benchmarks.synthetic import final_answer
@@ -36,8 +42,9 @@ from binac_core.rl.episodes import (
 )
 from binac_core.rl.methods import FeedbackSource
 from binac_core.rl.stage_io import Attempt
+from binac_core.runs import preconditions
 
-SOURCES = ("initial_critic", "oracle", "self_correct", "approve")
+SOURCES = ("initial_critic", "oracle", "self_correct", "approve", "other_step")
 
 
 def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: int, bounds: bool = True,
@@ -53,8 +60,13 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
     by_id = {p["id"]: p for p in problems}
     attempts = generate_attempts(backend, benchmark, problems, None, group_size, params("y0", gen.max_new_tokens))
     first_rewards = score(benchmark, by_id, attempts)
+    greedy = generate_attempts(backend, benchmark, problems, None, 1,
+                               SamplingParams(gen.max_new_tokens, 0.0, 1.0, stage_seed(seed, "regime", difficulty,
+                                                                                        "greedy")))
+    greedy_rewards = score(benchmark, by_id, greedy)
     out = {"difficulty": difficulty, "problems": len(problems), "group_size": group_size, "seed": seed,
-           "temperature": gen.temperature, "single": _mean(first_rewards),
+           "temperature": gen.temperature, "single": _mean(first_rewards), "greedy_single": _mean(greedy_rewards),
+           "greedy_right": int(sum(r > 0 for r in greedy_rewards)),
            "all_wrong_frac": 1.0 - _share_of_groups_with_a_success(attempts, first_rewards),
            "zero_adv_frac": zero_adv_frac([a.problem_id for a in attempts], first_rewards)}
     if not bounds:
@@ -69,6 +81,9 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
         "approve": written_feedback(attempts, 1, lambda a: bench.feedback_analysis.approval),
     }
     analysis = bench.feedback_analysis
+    other_steps = _other_step_hints(analysis, by_id, attempts, stage_seed(seed, "regime", difficulty, "other"))
+    if other_steps is not None:
+        feedbacks["other_step"] = written_feedback(attempts, 1, lambda a: other_steps[(a.problem_id, a.sample_idx)])
     wrong_steps = [analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text) is not None for a in attempts]
     refined_by_source = {}
     for name, fb in feedbacks.items():
@@ -80,6 +95,8 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
         out[name] = _mean(refined_rewards)
         out[f"{name}_fixed"] = _mean([float(a == 0 and b > 0) for a, b in pairs])
         out[f"{name}_broken"] = _mean([float(a > 0 and b == 0) for a, b in pairs])
+    for key in ("other_step", "other_step_fixed", "other_step_broken"):  # mixed with approvals: see preconditions
+        out.pop(key, None)
     out.update(_shortcut(attempts, wrong_steps, refined_by_source["approve"]))
     critic = feedbacks["initial_critic"]
     y1, rewards = refined_by_source["initial_critic"]
@@ -94,7 +111,48 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
     out["critic_agrees_with_oracle"] = _mean([
         float(c.text.strip() == bench.oracle_feedback(by_id[a.problem_id], a.text))
         for a, c in zip(attempts, critic, strict=True)])
+    if other_steps is not None:
+        records = _attempt_records(analysis, by_id, attempts, first_rewards, feedbacks, refined_by_source,
+                                   other_steps)
+        all_wrong = round(out["all_wrong_frac"] * len(problems))
+        out["preconditions"] = {name: e.to_json() for name, e in preconditions.measures(
+            records, out["greedy_right"], len(greedy), all_wrong, len(problems), seed).items()}
     return out
+
+
+def _other_step_hints(analysis, by_id: dict, attempts: list[Attempt], seed: int) -> dict | None:
+    """For each attempt (by (problem_id, sample_idx)) a hint naming one of its locally right steps other than the
+    first wrong one, drawn uniformly (seeded); the approval text where there is none (such attempts are left out
+    of the measures that read it). None when the benchmark cannot write step hints."""
+    if analysis.right_steps is None or analysis.name_step is None:
+        return None
+    rng = random.Random(seed)
+    out = {}
+    for a in attempts:
+        question = by_id[a.problem_id]["question"]
+        first = analysis.first_wrong_step(question, a.text)
+        others = [k for k in analysis.right_steps(question, a.text) if k != first]
+        out[(a.problem_id, a.sample_idx)] = analysis.name_step(rng.choice(others)) if others else analysis.approval
+    return out
+
+
+def _attempt_records(analysis, by_id, attempts, first_rewards, feedbacks, refined_by_source, other_steps):
+    """One `preconditions.AttemptRecord` per first attempt, from the sources' feedbacks and second turns."""
+    records = []
+    for i, a in enumerate(attempts):
+        question = by_id[a.problem_id]["question"]
+        first = analysis.first_wrong_step(question, a.text)
+        has_other = other_steps[(a.problem_id, a.sample_idx)] != analysis.approval
+        critic = feedbacks["initial_critic"][i].text
+        records.append(preconditions.AttemptRecord(
+            problem_id=a.problem_id, right=first_rewards[i] > 0, first_wrong_step=first, has_other_step=has_other,
+            critic_step=analysis.named_step(critic), critic_approves=analysis.approves(critic),
+            oracle_step=analysis.named_step(feedbacks["oracle"][i].text),
+            after_oracle=refined_by_source["oracle"][1][i],
+            after_other_step=refined_by_source["other_step"][1][i] if has_other else None,
+            after_self_correct=refined_by_source["self_correct"][1][i],
+            after_approval=refined_by_source["approve"][1][i]))
+    return records
 
 
 def _shortcut(attempts: list[Attempt], wrong_steps: list[bool], approved: tuple[list, list[float]]) -> dict:

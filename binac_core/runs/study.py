@@ -18,7 +18,8 @@ any compute, and expanded into the training runs it asks for.
     variants:                        # optional: a method run once per named override set (a pilot's grid)
       grpo: {lr1e-3: {train.actor_lr: 0.001}, lr5e-3: {train.actor_lr: 0.005}}
     select: {grpo: acc_single}       # optional, with variants: the held-out metric that picks a method's variant
-    gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model
+    gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model,
+    # at every regime, or per regime: {all: {...}, sparse: {greedy_single_at_most: 0.1}}
 
 A regime is a task difficulty, fixed or chosen by a rule on the base model alone (`binac_core.runs.regimes`):
 `all_wrong_frac_at_least`: the smallest difficulty in `search` whose share of all-wrong groups is at least the
@@ -28,7 +29,8 @@ single-turn accuracy is closest to the target (a tie: the smaller). A method lis
 per variant (its overrides on top of `overrides`), the others once; the variant is part of the run's name.
 `select` names, per method with variants, the held-out metric (one of SELECT_METRICS) by which the report
 chooses its variant (binac_core/reports/study_report.py). `gates` are checks of the base model at every chosen difficulty
-(`gate_failures`), read before any run is submitted: a study whose base fails one stops with one line naming it
+(`gate_failures`; a flat mapping applies at every regime, a mapping by regime name, with `all` for every regime,
+applies per regime), read before any run is submitted: a study whose base fails one stops with one line naming it
 (its report can still be written with `--report-only`). Nothing here imports Prefect or torch.
 """
 
@@ -44,6 +46,8 @@ from binac_core.errors import BinacError
 from binac_core.rl.methods import method_spec
 from binac_core.runs.config import Config, current_keys, load_config
 from binac_core.runs.plans import check_sandbox
+from binac_core.runs.preconditions import GATES as PRECONDITION_GATES
+from binac_core.runs.preconditions import failures as precondition_failures
 from binac_core.store.files import read_yaml_mapping
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
@@ -54,8 +58,11 @@ GATES = {
                               "wrong-step attempts right after approval, binac_core/runs/regimes.py) is at most this",
     "oracle_gain_at_least": "the oracle's bound minus single-turn accuracy (one second turn after the oracle's "
                             "feedback) is at least this",
+    **{name: f"{g.label}: the {g.end} end of its 95 % interval is {g.kind.replace('_', ' ')} this"
+       for name, g in PRECONDITION_GATES.items()},
 }
-"""The checks a study file's `gates` can ask of the base model at every chosen difficulty."""
+"""The checks a study file's `gates` can ask of the base model at a chosen difficulty: two of the bounds, and the
+preconditions of binac_core/runs/preconditions.py (G1-G4)."""
 RULE_KINDS = ("all_wrong_frac_at_least", "single_closest_to")
 
 
@@ -179,7 +186,7 @@ def load_study(path: str | Path) -> Study:
         variants=_variants(path, raw.get("variants"), methods),  # both with old field names read as the new ones
     )
     study = replace(study, select=_select(path, raw.get("select"), study.variants),
-                    gates=_gates(path, raw.get("gates")))
+                    gates=_gates(path, raw.get("gates"), tuple(r.name for r in study.regimes)))
     if not study.regimes:
         raise BinacError(f"study file {path}: no regimes")
     for named in study.variants.values():  # every variant must make a valid config
@@ -233,28 +240,49 @@ def _select(path: Path, raw, variants: dict) -> dict:
     return {str(m): str(v) for m, v in raw.items()}
 
 
-def _gates(path: Path, raw) -> dict:
+def _gates(path: Path, raw, regimes: tuple[str, ...]) -> dict:
+    """The gates as given: {gate: threshold} (every regime) or {regime or `all`: {gate: threshold}}."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise BinacError(f"study file {path}: gates must map a gate to a threshold ({', '.join(GATES)})")
+    if all(isinstance(v, dict) for v in raw.values()):
+        for regime in raw:
+            if regime != "all" and regime not in regimes:
+                raise BinacError(f"study file {path}: gates of {regime!r}, which is no regime (known: all, "
+                                 f"{', '.join(regimes)})")
+        return {str(r): _gate_thresholds(path, v) for r, v in raw.items()}
+    return _gate_thresholds(path, raw)
+
+
+def _gate_thresholds(path: Path, raw: dict) -> dict:
     for name, value in raw.items():
         if name not in GATES:
             raise BinacError(f"study file {path}: unknown gate {name!r} (known: {', '.join(GATES)})")
-        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
-            raise BinacError(f"study file {path}: gate {name} must be a share in [0, 1] (got {value!r})")
+        ratio = name == "hint_over_self_correct_at_least"
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= (1e9 if ratio else 1):
+            raise BinacError(f"study file {path}: gate {name} must be a {'ratio >= 0' if ratio else 'share in [0, 1]'}"
+                             f" (got {value!r})")
     return {str(k): float(v) for k, v in raw.items()}
+
+
+def gates_at(study: Study, regime: str) -> dict[str, float]:
+    """The gates (name -> threshold) that apply at `regime`."""
+    if not study.gates or not all(isinstance(v, dict) for v in study.gates.values()):
+        return dict(study.gates)
+    return {**study.gates.get("all", {}), **study.gates.get(regime, {})}
 
 
 def gate_failures(study: Study, measured: dict[int, dict], difficulties: dict[str, int]) -> list[str]:
     """One line per gate the base model fails at a regime's difficulty (`measured`: binac_core/runs/regimes.py's
-    measurements with the bounds, by difficulty); empty when every gate holds or the study has none."""
+    measurements with the bounds, by difficulty), naming the gate, the regime and the value; empty when every gate
+    holds or the study has none. A precondition gate on a measurement without preconditions fails, saying so."""
     from binac_core.reports.stats import wilson_interval
 
     out = []
     for regime, d in difficulties.items():
-        m = measured[d]
-        limit = study.gates.get("shortcut_right_at_most")
+        m, gates = measured[d], gates_at(study, regime)
+        limit = gates.pop("shortcut_right_at_most", None)
         if limit is not None:
             n = m["shortcut_n"]
             right = round((m["shortcut_right"] or 0.0) * n)
@@ -263,11 +291,52 @@ def gate_failures(study: Study, measured: dict[int, dict], difficulties: dict[st
                 out.append(f"regime {regime} (difficulty {d}): the shortcut check fails: {right} of {n} wrong-step "
                            f"attempts are right after approval (95 % Wilson interval up to {100 * high:.1f} %, "
                            f"gate shortcut_right_at_most {limit})")
-        least = study.gates.get("oracle_gain_at_least")
+        least = gates.pop("oracle_gain_at_least", None)
         if least is not None and m["oracle"] - m["single"] < least:
             out.append(f"regime {regime} (difficulty {d}): the oracle's hint gains {100 * (m['oracle'] - m['single']):+.1f}"
                        f" points over single-turn {100 * m['single']:.1f} % (gate oracle_gain_at_least {least})")
+        if gates and "preconditions" not in m:
+            out.append(f"regime {regime} (difficulty {d}): gates {', '.join(gates)} need the precondition measures, "
+                       f"which benchmark {study.config().task.benchmark!r} cannot make")
+        elif gates:
+            out += precondition_failures(regime, d, m["preconditions"], gates)
     return out
+
+
+def choose_difficulties(study: Study, measured: dict[int, dict]) -> tuple[dict[str, int], list[str]]:
+    """Apply the regimes' rules to the base's measurements (`binac_core.runs.regimes`, by difficulty): (difficulty by
+    regime, deviations to report). A rule `otherwise: fail` that no difficulty meets raises one line."""
+    from binac_core.runs.regimes import closest_difficulty, sparse_difficulty
+
+    difficulties, deviations = {}, []
+    for r in study.regimes:
+        if r.rule is None:
+            difficulties[r.name] = r.difficulty
+            continue
+        searched = {d: m for d, m in measured.items() if r.rule.search[0] <= d <= r.rule.search[1]}
+        if r.rule.kind == "single_closest_to":
+            difficulties[r.name] = closest_difficulty(searched, r.rule.value)
+            continue
+        chosen = sparse_difficulty(searched, r.rule.value)
+        if chosen is None:
+            if r.rule.otherwise == "fail":
+                raise BinacError(f"regime {r.name!r}: no difficulty in {list(r.rule.search)} has an all-wrong "
+                                 f"share >= {r.rule.value} (widen the base's pretraining range)")
+            chosen = r.rule.search[1]
+            shares = ", ".join(f"d{d} {m['all_wrong_frac']:.3f}" for d, m in sorted(searched.items()))
+            deviations.append(f"regime {r.name}: no difficulty in {r.rule.search[0]}-{r.rule.search[1]} meets the "
+                              f"rule (all-wrong share >= {r.rule.value}; measured {shares}); the hardest, "
+                              f"{chosen}, is used, as the design allows")
+        difficulties[r.name] = chosen
+    return difficulties, deviations
+
+
+def wanted_difficulties(study: Study) -> tuple[set[int], set[int]]:
+    """(every difficulty a regime's rule or setting needs measured, the fixed ones)."""
+    wanted = set()
+    for r in study.regimes:
+        wanted |= {r.difficulty} if r.rule is None else set(range(r.rule.search[0], r.rule.search[1] + 1))
+    return wanted, {r.difficulty for r in study.regimes if r.rule is None}
 
 
 def _regime(path: Path, name: str, raw: dict) -> Regime:

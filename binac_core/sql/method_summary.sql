@@ -11,6 +11,8 @@
 --   train/feedback_gain      mean refined_reward - attempt_reward of those rows
 --   train/critic_reward      mean critic_reward of those rows
 --   eval/acc_single          mean attempt_reward of the eval rows of protocol single
+--   eval/acc_single_greedy   mean attempt_reward of the eval rows of protocol single_greedy (one greedy answer
+--                            per problem, temperature 0; the synthetic task by default, generation.eval_greedy)
 --   eval/acc_feedback        mean refined_reward of the eval rows of protocol feedback
 --   eval/acc_gated_k<K>      share of eval samples (problem_id, sample_idx) solved single-turn or in any gated
 --                            round (refined_reward > 0); K = the config's gated_k (gated_rounds <= K: rounds used)
@@ -77,7 +79,8 @@ WHERE r.split = 'eval' GROUP BY r.run_id, r.protocol;
 CREATE OR REPLACE TEMP TABLE per_run AS
 SELECT l.run_id, l.method, l.preset, l.seed, l.last_train_step AS iterations, l.last_eval_step,
        t.reward_first, t.reward_refined, t.feedback_gain, t.critic_reward,
-       e0.acc_single AS acc_single_start, s.first_acc AS acc_single, f.refined_acc AS acc_feedback,
+       e0.acc_single AS acc_single_start, s.first_acc AS acc_single, sg.first_acc AS acc_single_greedy,
+       f.refined_acc AS acc_feedback,
        CASE WHEN f.n IS NOT NULL THEN (s.solved_first + coalesce(g.solved_later, 0)) / s.n END AS acc_gated,
        g.rounds AS gated_rounds, fx.refined_acc AS acc_feedback_exec,
        CASE WHEN fx.n IS NOT NULL THEN (s.solved_first + coalesce(gx.solved_later, 0)) / s.n END AS acc_gated_exec
@@ -94,6 +97,7 @@ LEFT JOIN (
     WHERE split = 'eval' AND protocol = 'single' AND step = 0 GROUP BY run_id
 ) e0 ON e0.run_id = l.run_id
 LEFT JOIN last_eval s ON s.run_id = l.run_id AND s.protocol = 'single'
+LEFT JOIN last_eval sg ON sg.run_id = l.run_id AND sg.protocol = 'single_greedy'
 LEFT JOIN last_eval f ON f.run_id = l.run_id AND f.protocol = 'feedback'
 LEFT JOIN last_eval g ON g.run_id = l.run_id AND g.protocol = 'gated'
 LEFT JOIN last_eval fx ON fx.run_id = l.run_id AND fx.protocol = 'feedback_exec'
@@ -105,6 +109,7 @@ SELECT $comparison AS comparison, preset, method, CASE WHEN $per_run = 1 THEN an
        avg(feedback_gain) AS "train/feedback_gain", avg(critic_reward) AS "train/critic_reward",
        avg(acc_single_start) AS "eval/acc_single_start",
        avg(acc_single) AS "eval/acc_single", ci95(acc_single) AS "eval/acc_single_ci95",
+       avg(acc_single_greedy) AS "eval/acc_single_greedy", ci95(acc_single_greedy) AS "eval/acc_single_greedy_ci95",
        avg(acc_feedback) AS "eval/acc_feedback", ci95(acc_feedback) AS "eval/acc_feedback_ci95",
        avg(acc_gated) AS "eval/acc_gated", ci95(acc_gated) AS "eval/acc_gated_ci95",
        max(gated_rounds) AS gated_rounds, avg(acc_feedback_exec) AS "eval/acc_feedback_exec",

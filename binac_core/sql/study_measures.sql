@@ -11,6 +11,8 @@
 --                             share naming exactly that step
 --   critic_false_alarm        over feedback on attempts whose every step is right, the share naming a step
 --   critic_approves_wrong     over feedback on attempts with a first wrong step, the share approving them
+--   critic_approves_right     over feedback on attempts whose first answer is right (attempt_reward > 0), the
+--                             share approving them (a lucky right answer over a wrong step counts here too)
 --   critic_signal             over pairs (useful i, useless j) of one attempt's feedbacks, the mean of
 --                             sign(critic_reward_i - critic_reward_j); useful: names the first wrong step of an
 --                             attempt with one, or gives the oracle's verdict otherwise (binac_core/reports/measures.py)
@@ -21,8 +23,9 @@
 -- The critic measures need the synthetic task's analysis columns (first_wrong_step, feedback_step,
 -- feedback_approves); rows stored before feedback_approves existed still give zero_adv_frac,
 -- refine_zero_adv_frac, critic_hits_first_error, critic_false_alarm (synthetic rows), critic_signal_frac and
--- feedback_gain, and NULL for the other three.
--- With split = 'eval' the critic_hits_first_error, critic_false_alarm, critic_approves_wrong and feedback_gain
+-- feedback_gain, and NULL for the other four.
+-- With split = 'eval' the critic_hits_first_error, critic_false_alarm, critic_approves_wrong,
+-- critic_approves_right and feedback_gain
 -- columns describe the held-out `feedback` protocol (eval/<column> in MLflow), or with
 -- eval_protocol = feedback_frozen the frozen base critic on the same attempts (eval/frozen_<column>); the other
 -- columns are NULL.
@@ -94,6 +97,9 @@ SELECT $comparison AS comparison, r.run_id, any_value(r.method) AS method, any_v
        avg(r.feedback_approves::INT)
            FILTER (WHERE r.feedback IS NOT NULL AND r.first_wrong_step IS NOT NULL AND r.feedback_approves IS NOT NULL)
            AS critic_approves_wrong,
+       avg(r.feedback_approves::INT)
+           FILTER (WHERE r.feedback IS NOT NULL AND r.attempt_reward > 0 AND r.feedback_approves IS NOT NULL)
+           AS critic_approves_right,
        any_value(t.critic_signal) AS critic_signal,
        any_value(t.critic_useful_mixed_frac) AS critic_useful_mixed_frac,
        any_value(t.critic_signal_frac) AS critic_signal_frac,

@@ -13,7 +13,7 @@ from binac_core.reports.measures import (
     zero_adv_frac,
 )
 from binac_core.reports.stats import mean
-from binac_core.rl.evaluation import EXEC_PROTOCOLS, FROZEN_PROTOCOL, Evaluation
+from binac_core.rl.evaluation import EXEC_PROTOCOLS, FROZEN_PROTOCOL, GREEDY_PROTOCOL, Evaluation
 from binac_core.rl.methods import FeedbackSource, method_spec
 from binac_core.rl.stage_io import ScoredBatch
 from binac_core.runs.workspace import Workspace
@@ -73,17 +73,23 @@ def train_metrics(
 
 
 def store_eval(ws: Workspace, run: RunIdentity, step: int, result: Evaluation, problems: list[dict] | None = None) -> dict:
-    """Write one shard per protocol evaluated (single, feedback, gated, feedback_frozen); return the `eval/acc_*`
-    metrics, the critic health measures of the `feedback` protocol's rows (`eval/critic/*`; and of the frozen
-    critic's, `eval/frozen_critic/*`) where they have verdicts, and, on the synthetic task (with `problems`, the held-out split), the critic measures of the `feedback`
-    protocol's rows (`eval/critic_hits_first_error`, `eval/critic_false_alarm`, `eval/critic_approves_wrong`; not `critic_signal`,
-    which needs critic rewards, nor `critic_useful_mixed_frac`: held-out attempts get one feedback each), and the
-    same measures of the frozen base critic's `feedback_frozen` rows as `eval/frozen_critic_*`."""
+    """Write one shard per protocol evaluated (single, single_greedy, feedback, gated, feedback_frozen); return the
+    `eval/acc_*` metrics (`eval/acc_single_greedy` among them where the greedy protocol ran), the critic health
+    measures of the `feedback` protocol's rows (`eval/critic/*`; and of the frozen critic's, `eval/frozen_critic/*`)
+    where they have verdicts, and, on the synthetic task (with `problems`, the held-out split), the critic measures
+    of the `feedback` protocol's rows (`eval/critic_hits_first_error`, `eval/critic_false_alarm`,
+    `eval/critic_approves_wrong`, `eval/critic_approves_right`; not `critic_signal`, which needs critic rewards, nor
+    `critic_useful_mixed_frac`: held-out attempts get one feedback each), and the same measures of the frozen base
+    critic's `feedback_frozen` rows as `eval/frozen_critic_*`."""
     critic, questions = {}, analysis_questions(run.benchmark, problems)
     verdicts = result.feedback_source is not FeedbackSource.FIXED
     storage.write_shard(ws, run.run_id, "eval-single", step,
                         trajectory_rows(run, step, result.single, split="eval", protocol="single",
                                         questions=questions))
+    if result.single_greedy is not None:
+        storage.write_shard(ws, run.run_id, f"eval-{GREEDY_PROTOCOL}", step,
+                            trajectory_rows(run, step, result.single_greedy, split="eval", protocol=GREEDY_PROTOCOL,
+                                            questions=questions))
     if result.feedback is not None:
         rows = _protocol_rows(run, step, "feedback", result.rounds("feedback"), questions, verdicts)
         storage.write_shard(ws, run.run_id, "eval-feedback", step, rows)

@@ -258,3 +258,74 @@ def test_step_hint_redoes_the_step_and_continues_with_first_attempt_noise():
 def test_instruct_prompts_refuse_the_two_digit_family():
     with pytest.raises(BinacError, match="task.modulus is 100"):
         syn.make_split(task(modulus=100, prompt_style="instruct"), "eval")
+
+
+# --------------------------------------------------------------------------- the testbed's teacher
+
+
+def test_carries_and_the_carry_slip_by_hand():
+    assert syn.carries(37, "+", 5) and not syn.carries(32, "+", 5) and syn.carries(32, "-", 5)
+    assert not syn.carries(37, "-", 5) and syn.carries(97, "+", 5) and syn.carries(3, "-", 5)
+    assert syn.carry_slip(37, "+", 5, 2) == 32 and syn.carry_slip(32, "-", 5, 2) == 17
+    assert syn.carry_slip(97, "+", 5, 2) == 92 and syn.carry_slip(3, "-", 5, 2) == 88  # 02 and 98 less 10
+    with pytest.raises(BinacError, match="two-digit"):
+        syn.carry_slip(7, "+", 5, 1)
+
+
+def test_the_teacher_slips_on_carrying_steps_only_and_slips_never_cancel():
+    rng = random.Random(0)
+    q = "37+5-8+1-1"  # steps 1 (carry) and 2 (borrow) carry, 3 and 4 do not
+    traces = [teacher.teacher_solve(q, rng, 0.0, 1.0) for _ in range(20)]
+    assert set(traces) == {"37+5=32 32-8=14 14+1=15 15-1=14 A: 14"}  # each carrying step 10 low: 42->32, 34->14
+    assert syn.grade_response(syn.make_row(q), traces[0]) == 0.0
+    slipped = [syn.parse_steps(teacher.teacher_solve(q, rng, 0.0, 0.6), 2)[0].c == 32 for _ in range(2000)]
+    assert 1100 < sum(slipped) < 1300  # 0.6 of 2000
+    with pytest.raises(BinacError, match="carry_error_rate needs task.modulus 100"):
+        task(carry_error_rate=0.5)
+
+
+def test_a_careful_student_fixes_the_rest_after_a_first_error_hint_and_breaks_a_right_step():
+    rng = random.Random(0)
+    q = "37+5-8+1-1"
+    slipped = teacher.teacher_solve(q, rng, 0.0, 1.0)
+    right = syn.make_row(q)["solution"]
+    # careful: the named first wrong step and every later carrying step are written right
+    assert teacher.teacher_refine(q, slipped, "Step 1 is wrong.", rng, 0.0, "answer", 1.0, True) == right
+    # not careful: the later borrow slips again, as in a first attempt
+    assert syn.parse_steps(teacher.teacher_refine(q, slipped, "Step 1 is wrong.", rng, 0.0, "answer", 1.0), 2)[1].c == 24
+    # a hint at a right step: the student trusts it, changes that step and the answer goes wrong
+    fixed = teacher.teacher_refine(q, right, "Step 3 is wrong.", rng, 0.0, "answer", 1.0, True)
+    assert syn.parse_steps(fixed, 2)[:2] == syn.parse_steps(right, 2)[:2] and not syn.grade_response(syn.make_row(q), fixed)
+
+
+def test_checked_critiques_restate_and_mark_the_steps_up_to_the_verdict():
+    row = {**syn.make_row("37+5-8+1"), "checks": True}  # 42, 34, 35
+    wrong = "37+5=42 42-8=24 24+1=25 A: 25"
+    assert syn.oracle_feedback(row, wrong) == "37+5=42 ok 42-8=24 no. Step 2 is wrong."
+    assert syn.oracle_feedback(row, row["solution"]) == "37+5=42 ok 42-8=34 ok 34+1=35 ok. Looks correct."
+    assert syn.oracle_feedback(row, "37+5=42 A: 42") == "37+5=42 ok. Step 2 is wrong."  # a missing step
+    assert syn.oracle_feedback(syn.make_row("37+5-8+1"), wrong) == "Step 2 is wrong."  # without checks
+    fb = syn.oracle_feedback(row, wrong)
+    assert syn.named_step(fb) == 2 and not syn.approves(fb)
+    assert syn.VERDICT_SYNTAX.incorrect.search(fb) and not syn.VERDICT_SYNTAX.correct.search(fb)
+    rng = random.Random(0)
+    misleading = {teacher.teacher_critique(row["question"], wrong, rng, 0.0, 1.0, 0.5, True) for _ in range(60)}
+    assert misleading == {"37+5=42 ok 42-8=24 ok 24+1=25 ok. Looks correct.",  # a false approval
+                          "37+5=42 no. Step 1 is wrong.", "37+5=42 ok 42-8=24 ok 24+1=25 no. Step 3 is wrong."}
+    rows = syn.make_split(load_config("testbed", {"task.n_test": 5}).task, "eval")
+    assert all(r["checks"] for r in rows) and "checks" not in syn.make_split(task(n_test=5), "eval")[0]
+
+
+def test_the_validation_split_is_carved_out_of_the_training_side_and_never_pretrained_on():
+    t = task(difficulty=4, n_val=50)
+    val, train, held = (syn.make_split(t, s) for s in ("val", "train", "eval"))
+    assert len(val) == 50 and {syn.split_of(r["question"]) for r in val} == {"val"}
+    questions = {r["question"] for r in val}
+    assert not questions & {r["question"] for r in train} and not questions & {r["question"] for r in held}
+    shares = [syn.split_of(syn.random_question(random.Random(i), 6, 100)) for i in range(3000)]
+    assert 0.07 < shares.count("val") / 3000 < 0.13 and 0.17 < shares.count("eval") / 3000 < 0.23
+    corpus = teacher_corpus(task(difficulty=4), 2000)
+    asked = [c[0]["content"].split("\n")[0].split(": ", 1)[1] for c in corpus]  # `Solve: q` or `Check: q`
+    assert {syn.split_of(q) for q in asked} == {"train"}
+    with pytest.raises(BinacError, match="unknown split 'dev'"):
+        syn.make_split(t, "dev")

@@ -75,12 +75,11 @@ def flow_rows(home: Path, method: str, step: int) -> list[tuple]:
 
 
 def flow_metrics(home: Path, method: str, step: int) -> dict[str, float]:
-    """The run's logged update losses at `step`."""
+    """The run's logged update statistics at `step` (`UPDATE_METRICS`)."""
     ws = Workspace(home)
     (run_id,) = sqlrun.run(ws, f"SELECT DISTINCT run_id FROM trajectories WHERE method = '{method}'")["run_id"]
     c = tracking.client(ws)
-    return {key: m.value for key in ("train/actor_loss", "train/kl", "train/critic_loss")
-            for m in c.get_metric_history(run_id, key) if m.step == step}
+    return {key: m.value for key in UPDATE_METRICS for m in c.get_metric_history(run_id, key) if m.step == step}
 
 
 def flow_adapter(home: Path, method: str, name: str, step: int) -> dict[str, torch.Tensor]:
@@ -91,8 +90,16 @@ def flow_adapter(home: Path, method: str, name: str, step: int) -> dict[str, tor
     return load_file(str(folder / "adapter_model.safetensors"))
 
 
+UPDATE_METRICS = ("train/actor_loss", "train/kl", "train/critic_loss", "train/actor_entropy",
+                  "train/critic_entropy", "train/actor_skipped_steps", "train/critic_skipped_steps")
+"""The update statistics flows/train.py logs each iteration (where the update ran)."""
+
+
 def loop_metrics(res: IterationResult) -> dict[str, float]:
     named = {"train/actor_loss": res.actor_loss, "train/kl": res.kl, "train/critic_loss": res.critic_loss}
+    for model, upd in (("actor", res.actor_update), ("critic", res.critic_update)):
+        if upd is not None:
+            named |= {f"train/{model}_entropy": upd.entropy, f"train/{model}_skipped_steps": upd.skipped_steps}
     return {k: v for k, v in named.items() if v is not None}
 
 

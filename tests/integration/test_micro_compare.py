@@ -251,9 +251,9 @@ def test_each_method_is_evaluated_with_the_feedback_source_it_trains_with(micro_
 
 
 STUDY_TRAIN = ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",
-               "critic_approves_wrong", "critic_signal", "critic_useful_mixed_frac", "critic_signal_frac",
-               "feedback_gain")
-STUDY_EVAL = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong")
+               "critic_approves_wrong", "critic_approves_right", "critic_signal", "critic_useful_mixed_frac",
+               "critic_signal_frac", "feedback_gain")
+STUDY_EVAL = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right")
 
 
 def _sql_equals_mlflow(ws: Workspace, split: str, names: tuple[str, ...]) -> set[str]:

@@ -76,14 +76,19 @@ def test_critic_error_measures_on_hand_labelled_feedback():
         (RIGHT, 1.0, "Step 1 is wrong. Looks correct.", "alarm"),
     ]
     m = critic_error_measures(stored_rows(rows))
+    # approves right: over the six rows with r0 > 0 (two lucky, four right), the three that approve (the lucky
+    # attempt's "Looks correct.", the right attempt's "Looks correct." and "Step 1 is wrong. Looks correct.")
     assert m == pytest.approx({"critic_hits_first_error": 3 / 7, "critic_false_alarm": 3 / 5,
-                               "critic_approves_wrong": 2 / 7})
+                               "critic_approves_wrong": 2 / 7, "critic_approves_right": 3 / 6})
     none = critic_error_measures(stored_rows([(RIGHT, 1.0, "Looks correct.", "no alarm")]))
-    assert none == {"critic_hits_first_error": None, "critic_false_alarm": 0.0, "critic_approves_wrong": None}
+    assert none == {"critic_hits_first_error": None, "critic_false_alarm": 0.0, "critic_approves_wrong": None,
+                    "critic_approves_right": 1.0}
+    wrong_only = critic_error_measures(stored_rows([(WRONG_AT_1, 0.0, "Looks correct.", "approves a wrong one")]))
+    assert wrong_only["critic_approves_wrong"] == 1.0 and wrong_only["critic_approves_right"] is None
     # rows without the approval column (binac_core/runs/regimes.py's): hits and alarms only
     bare = [{"first_wrong_step": 2, "feedback_step": 2}, {"first_wrong_step": None, "feedback_step": 1}]
     assert critic_error_measures(bare) == {"critic_hits_first_error": 1.0, "critic_false_alarm": 1.0,
-                                           "critic_approves_wrong": None}
+                                           "critic_approves_wrong": None, "critic_approves_right": None}
 
 
 def test_records_fill_feedback_approves_only_with_an_analysis():
@@ -244,7 +249,13 @@ def test_the_oracle_never_false_alarms_always_hits_and_never_approves_a_wrong_at
         scored = ScoredBatch([a], [r0], [f], [Refinement(problem["id"], i, 0, [], "", [], [])], [0.0])
         rows += trajectory_rows(meta, 1, scored, split="train", protocol="train", questions={problem["id"]: question})
     m = critic_error_measures(rows)
-    assert m == {"critic_hits_first_error": 1.0, "critic_false_alarm": 0.0, "critic_approves_wrong": 0.0}
+    # it approves a right answer only when its steps are exactly the right ones (a lucky answer over a wrong step
+    # gets its hint, extra steps "Check your work."): below 1, and over the right answers only
+    right_answers = [r for r in rows if r["attempt_reward"] > 0]
+    approved = sum(r["feedback"] == synthetic.LOOKS_CORRECT for r in right_answers) / len(right_answers)
+    assert any(r["first_wrong_step"] is not None for r in right_answers) and approved < 1
+    assert m == {"critic_hits_first_error": 1.0, "critic_false_alarm": 0.0, "critic_approves_wrong": 0.0,
+                 "critic_approves_right": pytest.approx(approved)}
     wrong = [r for r in rows if r["first_wrong_step"] is not None]
     right = [r for r in rows if r["first_wrong_step"] is None]
     assert len(wrong) > 500 and len(right) > 300 and moduli == {10, 100}

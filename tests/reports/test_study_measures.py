@@ -20,7 +20,8 @@ from binac_core.store.step_records import train_metrics
 
 MEASURES = (REPO / "binac_core" / "sql" / "study_measures.sql").read_text()
 NAMES = ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",
-         "critic_approves_wrong", "critic_signal", "critic_useful_mixed_frac", "critic_signal_frac", "feedback_gain")
+         "critic_approves_wrong", "critic_approves_right", "critic_signal", "critic_useful_mixed_frac",
+         "critic_signal_frac", "feedback_gain")
 META = RunIdentity(run_id="r", parent_run_id="P", method="binac", preset="micro", seed=0, benchmark="synthetic")
 
 # question 7+5-3+4: correct steps 7+5=2 2-3=9 9+4=3, answer 3
@@ -43,6 +44,7 @@ HAND = {
     "critic_hits_first_error": 2 / 6,  # 6 rows on attempts with a wrong step; p1's and the lucky one's "Step 2"
     "critic_false_alarm": 1 / 2,  # the right attempt's "Step 1 is wrong."
     "critic_approves_wrong": 2 / 6,  # "Looks correct." on WRONG_AT_2 and on LUCKY
+    "critic_approves_right": 2 / 4,  # r0 > 0: RIGHT's and LUCKY's "Looks correct.", not their "Step k is wrong."
     "critic_signal": 2 / 3,  # pairs +1, 0, +1
     "critic_useful_mixed_frac": 3 / 4,
     "critic_signal_frac": 2 / 4,  # critic rewards differ for p1's first attempt and for LUCKY
@@ -118,6 +120,7 @@ def test_the_eval_split_gives_the_held_out_feedback_protocols_critic_measures(tm
     # wrong-step attempts: WRONG_AT_2 "Step 2" (hit), WRONG_AT_1 "Check your work.", LUCKY "Step 2" (hit)
     assert got["critic_hits_first_error"] == pytest.approx(2 / 3)
     assert got["critic_false_alarm"] == 0.0 and got["critic_approves_wrong"] == 0.0
+    assert got["critic_approves_right"] == pytest.approx(1 / 2)  # RIGHT's "Looks correct.", LUCKY's "Step 2 ..."
     assert all(got[k] is None for k in ("zero_adv_frac", "refine_zero_adv_frac", "critic_signal",
                                         "critic_useful_mixed_frac", "critic_signal_frac"))
 
@@ -146,6 +149,7 @@ def test_shards_written_before_feedback_approves_existed_still_read(tmp_path):
               "critic_signal_frac", "feedback_gain"):
         assert got[k] == pytest.approx(HAND[k]), k
     assert got["critic_approves_wrong"] is None and got["critic_signal"] is None
+    assert got["critic_approves_right"] is None
     assert got["critic_useful_mixed_frac"] is None
     # a new shard beside the old one: both read, each with what it has
     new_rows, _, _ = _train_rows(STEP, run_id="new")

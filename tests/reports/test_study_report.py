@@ -143,7 +143,7 @@ def test_the_regimes_section_names_each_rule_and_the_shortcut_check_with_its_wil
     assert f"| sparse (d2) | 400 | 0.5 % [{100 * lo:.1f}, {100 * hi:.1f}] (2 of 400) | 97.0 % | 50 |" in text
     lo, hi = wilson_interval(1, 50)
     assert f"2.0 % [{100 * lo:.1f}, {100 * hi:.1f}] (1 of 50)" in text
-    assert "| sparse (d2) | 30.0 % | 10.0 % | – | 25.0 % |" in text, "a measure not measured shows –"
+    assert "| sparse (d2) | 30.0 % | 10.0 % | – | – | 25.0 % |" in text, "a measure not measured shows –"
     assert "| moderate (d3) | 33.0 % | – | – | – | – |" in text, "no bounds measured there"
     assert "approval" in _section(text, "Bounds of feedback", "\n\n**The shortcut")
 
@@ -263,7 +263,8 @@ def test_select_names_a_method_with_variants_and_a_known_metric(tmp_path):
 
 def test_the_critic_health_table_gives_each_arm_at_step_0_and_its_last_evaluation_over_seeds(tmp_path):
     """binac's held-out verdict accuracy 0.5 at step 0 and 0.6 + 0.1·seed at the last evaluation (seeds 0, 1, 2:
-    mean 0.7, t half-width t(0.975, 2)·0.1/√3 = 24.8 points); grpo logs no verdicts: no row."""
+    mean 0.7, t half-width t(0.975, 2)·0.1/√3 = 24.8 points; the seeds span 20 points, so they split and are
+    given too); grpo logs no verdicts: no row."""
     st = _study(tmp_path)
     runs = []
     for s in st.seeds:
@@ -275,5 +276,79 @@ def test_the_critic_health_table_gives_each_arm_at_step_0_and_its_last_evaluatio
     text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
     table = _section(text, "**Critic health on held-out attempts**", "\n\nCritic health (")
     assert "| binac, step 0 | 50.0 ± 0.0 | – | 20.0 ± 0.0 |" in table
-    assert "| binac, last | 70.0 ± 24.8 | – | – |" in table
+    assert "| binac, last | 70.0 ± 24.8 (per seed: 60.0, 70.0, 80.0) | – | – |" in table, "seeds 20 points apart"
     assert "| grpo," not in table
+
+
+# --------------------------------------------------------------------------- per-seed values, greedy, approval
+
+
+def test_seeds_split_when_their_range_reaches_20_points():
+    from binac_core.reports.stats import per_seed, seeds_split
+
+    assert seeds_split([0.1, 0.3]) and seeds_split([0.004, 0.021, 0.885, 0.89, 0.911])
+    assert not seeds_split([0.1, 0.29]) and not seeds_split([0.9]) and not seeds_split([])
+    assert per_seed([0.1, 0.29]) == ""
+    assert per_seed([0.004, 0.885]) == " (per seed: 0.4, 88.5)"
+    assert per_seed([-0.1, 0.15], scale=1.0, digits=3, sign=True) == " (per seed: -0.100, +0.150)"
+
+
+def test_a_table_cell_whose_seeds_split_gives_the_values_seed_by_seed(tmp_path):
+    """GRPO's final acc_single is 0.4, 88.5 and 91.1 % on seeds 0, 1, 2 (two modes): its cell gives them after the
+    mean ± interval, in seed order; fixed_critic's seeds lie within a point: mean ± interval only."""
+    st = _study(tmp_path)
+    finals = {0: 0.004, 1: 0.885, 2: 0.911}
+    runs = [_run(m, s, "sparse", evals={"acc_single": {0: 0.05, 60: finals[s]}} if m == "grpo" else None)
+            for m in st.methods for s in (2, 0, 1)]  # not in seed order: the cell puts them in it
+    text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
+    table = _section(text[text.index("## Regime `sparse`"):], "**At (a)")
+    grpo = next(line for line in table.splitlines() if line.startswith("| grpo |"))
+    assert "| 60.0 ± 128.3 (per seed: 0.4, 88.5, 91.1) |" in grpo  # t(0.975, 2)·51.6/√3
+    fixed = next(line for line in table.splitlines() if line.startswith("| fixed_critic |"))
+    assert "per seed" not in fixed
+    assert "its per-seed values follow in seed order" in text
+
+
+def test_the_greedy_protocol_is_a_column_beside_acc_single_and_named_in_the_protocol(tmp_path):
+    st = _study(tmp_path)  # preset micro: the synthetic task, where the greedy protocol runs by default
+    runs = [_run(m, s, "sparse", evals={"acc_single_greedy": {0: 1.0, 60: 1.0}} if m == "binac" else None)
+            for m in st.methods for s in st.seeds]
+    text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
+    assert "`acc_single_greedy` (actor alone, one greedy answer per problem: temperature 0)" in text
+    table = _section(text[text.index("## Regime `sparse`"):], "**At (a)")
+    assert "| acc_single | acc_single_greedy | acc_feedback | acc_gated_k2 |" in table
+    binac = next(line for line in table.splitlines() if line.startswith("| binac |"))
+    grpo = next(line for line in table.splitlines() if line.startswith("| grpo |"))
+    assert binac.split(" | ")[5] == "100.0 ± 0.0" and grpo.split(" | ")[5] == "–"
+    off = _study(tmp_path, overrides={**SIZES, "generation.eval_greedy": False})
+    text = build_study_report(off, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "off")["text"]
+    assert "acc_single_greedy" not in text
+
+
+def test_approval_of_right_attempts_sits_beside_approval_of_wrong_ones(tmp_path):
+    """The initial critic's table (the base measurements) and the held-out critic table (step 0 → last, and the
+    frozen critic) both give `critic_approves_right` after `critic_approves_wrong`."""
+    st = _study(tmp_path)
+    measured = {**MEASURED, 2: {**MEASURED[2], "critic_approves_wrong": 0.223, "critic_approves_right": 0.25}}
+    runs = [_run(m, s, "sparse", evals={"critic_approves_right": {0: 0.3, 60: 0.5},
+                                        "frozen_critic_approves_right": {60: 0.25}} if m == "binac" else None)
+            for m in st.methods for s in st.seeds]
+    text = build_study_report(st, measured, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
+    assert "| regime | hits the first error | false alarm | approves wrong | approves right | agrees with the oracle |" \
+        in text
+    assert "| sparse (d2) | 30.0 % | 10.0 % | 22.3 % | 25.0 % | 25.0 % |" in text
+    held_out = _section(text[text.index("## Regime `sparse`"):], "**The critic on held-out attempts**", "\n\n![")
+    assert "| approves wrong | approves right | frozen critic: hits first error |" in held_out
+    assert "frozen: approves wrong | frozen: approves right |" in held_out
+    binac = next(line for line in held_out.splitlines() if line.startswith("| binac |"))
+    cells = binac.split(" | ")
+    assert cells[4] == "30.0 ± 0.0 → 50.0 ± 0.0" and cells[8].rstrip(" |") == "25.0 ± 0.0"
+
+
+def test_the_protocol_says_when_the_critic_rewards_were_shuffled(tmp_path):
+    runs = [_run(m, s, "sparse") for m in ("grpo", "binac") for s in (0, 1, 2)]
+    plain = build_study_report(_study(tmp_path), MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "a")
+    control = _study(tmp_path, name="control", overrides={**SIZES, "train.critic_reward_shuffle": True})
+    shuffled = build_study_report(control, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "b")
+    assert "Negative control" not in plain["text"]
+    assert "**Negative control**: each iteration's critic rewards are permuted" in shuffled["text"]

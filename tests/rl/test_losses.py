@@ -7,6 +7,7 @@ import torch
 from binac_core.rl.batches import attempt_samples, feedback_samples, refinement_rewards
 from binac_core.rl.losses import clipped_policy_loss, critic_rewards, group_advantages, k3_kl
 from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
+from binac_core.rl.update import token_entropy
 
 
 def test_group_advantages_normalise_within_each_group():
@@ -104,6 +105,43 @@ def test_kl_term_adds_beta_times_mean_k3():
     ref = torch.log(torch.tensor([[0.25, 0.5]]))
     loss, _ = clipped_policy_loss(lp, lp.clone(), torch.tensor([0.0]), torch.ones(1, 2), 0.2, ref, kl_coef=0.1)
     assert math.isclose(float(loss), 0.1 * (0.5 + math.log(2) - 1 + 1 - math.log(2)) / 2, rel_tol=1e-5)
+
+
+H_3_1 = math.log(4) - 0.75 * math.log(3)
+"""Entropy of (3/4, 1/4), the softmax of logits (ln 3, 0): −(3/4 ln 3/4 + 1/4 ln 1/4) = ln 4 − (3/4) ln 3."""
+
+
+def test_token_entropy_of_known_distributions():
+    logits = torch.tensor([[0.0, 0.0], [math.log(3), 0.0]])
+    assert torch.allclose(token_entropy(logits), torch.tensor([math.log(2), H_3_1]), atol=1e-6)
+    assert math.isclose(float(token_entropy(torch.zeros(1, 4))[0]), math.log(4), rel_tol=1e-6)  # uniform over 4
+    # at temperature 2 the logits (2 ln 3, 0) are (ln 3, 0): the entropy of the sampling distribution
+    assert math.isclose(float(token_entropy(torch.tensor([[2 * math.log(3), 0.0]]), 2.0)[0]), H_3_1, rel_tol=1e-6)
+
+
+def test_entropy_bonus_subtracts_coef_times_the_mean_token_entropy():
+    lp = torch.log(torch.tensor([[0.5, 0.25]]))
+    ent = torch.tensor([[math.log(2), H_3_1]])
+    args = (lp, lp.clone(), torch.tensor([0.5]), torch.ones(1, 2), 0.2)
+    loss, st = clipped_policy_loss(*args, entropy=ent, entropy_coef=0.1)
+    # ratio 1: −0.5 per token, minus 0.1 × the mean entropy of the two tokens
+    assert math.isclose(float(loss), -0.5 - 0.1 * (math.log(2) + H_3_1) / 2, rel_tol=1e-6)
+    assert math.isclose(st["entropy_sum"], math.log(2) + H_3_1, rel_tol=1e-6)
+    loss, st = clipped_policy_loss(*args, entropy=ent)  # coefficient 0: measured, not in the loss
+    assert math.isclose(float(loss), -0.5, rel_tol=1e-6)
+    assert math.isclose(st["entropy_sum"], math.log(2) + H_3_1, rel_tol=1e-6)
+    assert clipped_policy_loss(*args)[1]["entropy_sum"] == 0.0
+
+
+def test_entropy_bonus_gradient_pushes_the_logits_toward_uniform():
+    """dH/dz_i = −p_i (z_i − Σ_j p_j z_j): for z = (ln 3, 0), p = (3/4, 1/4), ∓(3/16) ln 3; for a uniform row 0."""
+    z = torch.tensor([[0.0, 0.0], [math.log(3), 0.0]], requires_grad=True)
+    lp = torch.zeros(1, 2)
+    loss, _ = clipped_policy_loss(lp, lp.clone(), torch.tensor([0.0]), torch.ones(1, 2), 0.2,
+                                  entropy=token_entropy(z).unsqueeze(0), entropy_coef=0.1)
+    loss.backward()
+    g = 0.1 / 2 * 3 / 16 * math.log(3)  # loss = −0.1 · (H_1 + H_2) / 2
+    assert torch.allclose(z.grad, torch.tensor([[0.0, 0.0], [g, -g]]), atol=1e-7)
 
 
 def _attempt(pid, k):

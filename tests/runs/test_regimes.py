@@ -64,6 +64,13 @@ def test_the_shortcut_check_tells_a_copying_student_from_a_shortcut(after_approv
     assert out["critic_approved_wrong_n"] == 4 and out["critic_approved_wrong_right"] == right
     # the oracle fixes every wrong attempt of a student that follows hints, and breaks nothing
     assert out["oracle"] == 1.0 and out["oracle_broken"] == 0.0 and out["oracle_fixed"] == 0.5
+    # the preconditions: this student solves after any hint, so the hint's content is worth nothing (G2, G4), and
+    # its critic approves everything (G3); one greedy attempt per problem (the alternation goes on: 2 of 4 right)
+    pre = {k: v["value"] for k, v in out["preconditions"].items()}
+    assert pre["fix_first_error"] == pre["fix_other_step"] == pre["fix_self_correct"] == 1.0 and pre["hint_gap"] == 0
+    assert pre["approves_right"] == pre["approves_wrong"] == 1.0 and pre["approval_gap"] == 0.0
+    assert pre["critic_hits"] == 0.0 and pre["oracle_over_verifier"] == 0.0
+    assert out["greedy_single"] == 0.5 and out["preconditions"]["greedy_single"]["n"] == 4
 
 
 def test_the_base_checks_script_measures_a_micro_base(tmp_path, micro_base):
@@ -79,9 +86,38 @@ def test_the_base_checks_script_measures_a_micro_base(tmp_path, micro_base):
 
     shutil.copytree(micro_base, tmp_path / "model")
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "base_checks.py"), "--preset", "micro",
-                           "--difficulties", "2", "--group-size", "2", "--out", str(tmp_path)],
+                           "--difficulties", "2", "--group-size", "2", "--split", "eval", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=900, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "d2: single" in proc.stdout and "right after approval" in proc.stdout
     checks = json.loads((tmp_path / "checks.json").read_text())["2"]
     assert checks["problems"] == 16 and checks["group_size"] == 2 and {"shortcut_right", "oracle"} <= set(checks)
+
+
+def test_the_base_checks_script_applies_a_study_files_rules_and_gates(tmp_path, micro_base):
+    """With `--study`, the script measures the validation split, chooses the regimes by the file's rules, applies its
+    gates per regime and exits 1 naming each failing gate, its regime and its value (an all-wrong share of at least 1
+    cannot hold at 16 problems: the Wilson interval's lower end stays below 1; greedy accuracy is always at most 1)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    shutil.copytree(micro_base, tmp_path / "model")
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\npreset: micro\niterations: 1\nmethods: [grpo]\nseeds: [0]\n"
+                     "regimes: {easy: {rule: {single_closest_to: 0.3, search: [2, 3]}}}\n"
+                     "rule_measure: {group_size: 2, seed: 0}\n"
+                     "gates: {all: {all_wrong_frac_at_least: 1.0}, easy: {greedy_single_at_most: 1.0}}\n")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "base_checks.py"), "--study", str(study),
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    checks = json.loads((tmp_path / "checks.json").read_text())
+    d = checks["difficulties"]["easy"]
+    assert d in (2, 3) and checks["measured"][str(d)]["problems"] == 16  # micro's n_val
+    (line,) = checks["failures"]
+    assert line.startswith(f"regime easy (difficulty {d}): gate all_wrong_frac_at_least 1 fails: G1")
+    assert line in proc.stdout
+    assert "critic_hits_chance" in proc.stdout and "1 gate(s) failed" in proc.stdout
