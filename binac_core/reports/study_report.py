@@ -98,6 +98,7 @@ def build_study_report(st, measured: dict, difficulties: dict, deviations: list[
                                              f"{st.equal_samples_method}'s total)",
                                      partial(_point_step, axis=axis, total=totals[axis]), axis=axis)
         lines += _critic_tables(st, rr)
+        lines += _gains(st, rr)
         png = out_dir / f"study-{regime.name}.png"
         if rr:
             _plot(st, rr, png, regime.name, totals)
@@ -299,12 +300,14 @@ def _wilson_cell(share, n) -> str:
 
 def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
     lines = ["## The regimes (base model only, before any RL run)", "",
-             f"Held-out problems, G = {st.group_size} first attempts each, measurement seed {st.measure_seed}, "
-             "the base model without adapters (binac_core/runs/regimes.py).", "",
-             "| difficulty | single-turn | all-wrong groups | zero_adv_frac |", "| --- | --- | --- | --- |"]
+             f"Validation problems (the `val` split: never the held-out problems results are reported on), G = "
+             f"{st.group_size} first attempts each, measurement seed {st.measure_seed}, the base model without "
+             "adapters (binac_core/runs/regimes.py); greedy: one attempt per problem at temperature 0.", "",
+             "| difficulty | single-turn | greedy | all-wrong groups | zero_adv_frac |", "| --- | --- | --- | --- | --- |"]
     for d, m in sorted(measured.items()):
         zero = m.get("zero_adv_frac")
-        lines.append(f"| {d} | {_pct(m.get('single'))} | {_num(m.get('all_wrong_frac'))} | {_num(zero)} |")
+        lines.append(f"| {d} | {_pct(m.get('single'))} | {_pct(m.get('greedy_single'))} | "
+                     f"{_num(m.get('all_wrong_frac'))} | {_num(zero)} |")
     by_name = {r.name: r for r in st.regimes}
     lines += ["", "Chosen:", ""]
     lines += [f"- `{name}` = difficulty {d}: {_rule_text(by_name[name])}" if name in by_name else
@@ -342,6 +345,30 @@ def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
             "critic_agrees_with_oracle")) + " |")
     lines += ["", "(approves wrong: over attempts with a first wrong step; approves right: over attempts whose answer "
               "is right; a critic whose approval ignores the attempt gives both the same share.)"]
+    return lines + [""] + _preconditions(st, measured, difficulties)
+
+
+def _preconditions(st, measured: dict, difficulties: dict) -> list[str]:
+    """The precondition measures (binac_core/runs/preconditions.py) at each chosen difficulty, with their 95 %
+    intervals, and each gate the study applies there with its verdict."""
+    from binac_core.runs.preconditions import GATES as PRECONDITIONS
+    from binac_core.runs.preconditions import Estimate
+    from binac_core.runs.study import gates_at
+
+    chosen = [(r, d) for r, d in difficulties.items() if "preconditions" in measured.get(d, {})]
+    if not chosen:
+        return []
+    lines = ["**The preconditions** (G1-G4, binac_core/runs/preconditions.py: value [95 % interval]; a gate reads "
+             "the interval's conservative end):", "", "| measure | " + " | ".join(f"{r} (d{d})" for r, d in chosen)
+             + " |", "| --- |" + " --- |" * len(chosen)]
+    for name in measured[chosen[0][1]]["preconditions"]:
+        cells = []
+        for r, d in chosen:
+            e = measured[d]["preconditions"][name]
+            gates = [f"{g} {t:g}: {'holds' if PRECONDITIONS[g].holds(Estimate(**e), t) else 'FAILS'}"
+                     for g, t in gates_at(st, r).items() if g in PRECONDITIONS and PRECONDITIONS[g].measure == name]
+            cells.append(f"{e['value']:.3f} [{e['low']:.3f}, {e['high']:.3f}]" + "".join(f"; {g}" for g in gates))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -410,6 +437,34 @@ def _critic_tables(st, rr: list[dict]) -> list[str]:
         frozen = [cell(_values(runs, f"frozen_{k}", last_eval)) for k in HELD_OUT_CRITIC]
         lines.append(f"| {_arm_name(m, v)} | " + " | ".join(own + frozen) + " |")
     return lines + [""] + _critic_health(st, rr)
+
+
+GAINS = ("acc_single", "acc_single_greedy", "acc_feedback", "critic_hits_first_error", "critic_approves_wrong",
+         "critic_approves_right")
+"""The held-out metrics whose change over training the gains table gives (a control's endpoints among them)."""
+
+
+def _gains(st, rr: list[dict]) -> list[str]:
+    """Each arm's change of `GAINS` from step 0 to its last evaluation, paired by seed: mean ± 95 % t half-width of
+    the per-seed differences (a control passes or fails on these: docs/results-testbed.md), the seeds' own values
+    where they split. A metric no arm has is left out."""
+    shown = set(accuracy_columns(st)) | set(GAINS[3:])
+    names = [k for k in GAINS if k in shown and any(_evals(r, k) for r in rr)]
+    if not names:
+        return []
+    lines = ["**Change over training on held-out problems** (last evaluation − step 0, paired by seed, in points; "
+             "the interval lies above 0 where the change is significant at 95 %)", "",
+             "| method | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    for m, v in _arms(st):
+        runs = _of(rr, m, v)
+        cells = []
+        for k in names:
+            first, last = _values(runs, k, lambda r: 0), _values(runs, k, last_eval)
+            seeds = sorted(set(first) & set(last))
+            diffs = {s: last[s] - first[s] for s in seeds}
+            cells.append(_cell(diffs, seeds=len(st.seeds), sign=True))
+        lines.append(f"| {_arm_name(m, v)} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _critic_health(st, rr: list[dict]) -> list[str]:

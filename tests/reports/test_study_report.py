@@ -352,3 +352,31 @@ def test_the_protocol_says_when_the_critic_rewards_were_shuffled(tmp_path):
     shuffled = build_study_report(control, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "b")
     assert "Negative control" not in plain["text"]
     assert "**Negative control**: each iteration's critic rewards are permuted" in shuffled["text"]
+
+
+def test_the_gains_table_pairs_each_arms_last_evaluation_with_its_step_0(tmp_path):
+    """binac's hits rise from 20 to 30 % on every seed (+10.0 ± 0.0), fixed_critic's stay (+0.0); acc_single's
+    per-seed jitter cancels in the pairing."""
+    st = _study(tmp_path)
+    runs = [_run(m, s, "sparse") for m in st.methods for s in st.seeds]
+    text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
+    table = _section(text[text.index("## Regime `sparse`"):], "**Change over training", "\n\n!")
+    header = next(line for line in table.splitlines() if line.startswith("| method |"))
+    assert header == ("| method | acc_single | acc_feedback | critic_hits_first_error | critic_approves_wrong |")
+    binac = next(line for line in table.splitlines() if line.startswith("| binac |")).split(" | ")
+    assert binac[1] == "+30.0 ± 0.0" and binac[3] == "+10.0 ± 0.0"
+    fixed = next(line for line in table.splitlines() if line.startswith("| fixed_critic |")).split(" | ")
+    assert fixed[3] == "+0.0 ± 0.0"
+
+
+def test_the_regimes_section_gives_the_preconditions_and_each_gates_verdict(tmp_path):
+    from tests.runs.test_preconditions import _measures, passing_base
+
+    st = _study(tmp_path, gates={"all": {"hint_gap_at_least": 0.2}, "sparse": {"greedy_single_at_most": 0.01}})
+    measured = {**MEASURED, 2: {**MEASURED[2], "greedy_single": 0.02, "preconditions": _measures(passing_base())}}
+    text = build_study_report(st, measured, {"moderate": 3, "sparse": 2}, [], [], tmp_path / "out")["text"]
+    table = _section(text, "**The preconditions**", "\n\n## ")
+    assert "| measure | sparse (d2) |" in table
+    assert "| hint_gap | 1.000 [1.000, 1.000]; hint_gap_at_least 0.2: holds |" in table
+    assert "| greedy_single | 0.020 [0.006, 0.070]; greedy_single_at_most 0.01: FAILS |" in table  # Wilson, 2 of 100
+    assert "| 2 | 4.0 % | 2.0 % | 0.620 |" in text
