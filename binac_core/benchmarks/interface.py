@@ -37,9 +37,11 @@ class FeedbackAnalysis:
     attempt)."""
     right_steps: Callable[[str, str], list[int]] | None = None
     """(question, attempt) -> the numbers of the attempt's locally right steps (right for their written operands);
-    with `name_step`, the other-step hint of the precondition checks (`binac_core.runs.preconditions`)."""
-    name_step: Callable[[int], str] | None = None
-    """step number -> the feedback that names that step as wrong."""
+    with `critique`, the other-step hint of the precondition checks (`binac_core.runs.preconditions`)."""
+    critique: Callable[[dict, str, int | None], str] | None = None
+    """(row, attempt, step) -> a feedback in the form the critic writes for that row that names `step` as wrong,
+    or approves the attempt when `step` is None: the written feedback of the base checks (approval, another
+    step's hint), so that they ask the actor what the critic's own feedback would."""
 
 
 @dataclass(frozen=True)

@@ -351,6 +351,13 @@ def locally_right_steps(question: str, attempt: str) -> list[int]:
     return [k for k, p in enumerate(pieces, 1) if isinstance(p, Step) and p.locally_right]
 
 
+def critique(row: dict, attempt: str, step: int | None) -> str:
+    """A feedback in the critic's form for `row` (with its step checks when the row has `checks`) that names `step`
+    as wrong, or approves the attempt when `step` is None, whatever the attempt's steps are."""
+    verdict = LOOKS_CORRECT if step is None else name_step(step)
+    return checked(attempt, width_of(row["question"]), step, verdict) if row.get("checks") else verdict
+
+
 def approves(feedback: str) -> bool:
     """Whether a feedback approves the attempt (`Looks correct.`, the verdict "correct")."""
     return LOOKS_CORRECT in feedback
@@ -361,5 +368,5 @@ BENCHMARK = Benchmark(
     actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
     oracle_feedback=oracle_feedback, verdict_syntax=VERDICT_SYNTAX,
     feedback_analysis=FeedbackAnalysis(first_wrong_step=first_wrong_step, named_step=named_step, approves=approves,
-                                       approval=LOOKS_CORRECT, right_steps=locally_right_steps, name_step=name_step),
+                                       approval=LOOKS_CORRECT, right_steps=locally_right_steps, critique=critique),
 )

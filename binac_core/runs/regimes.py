@@ -4,8 +4,8 @@ critic and a first-error analysis: the synthetic task).
 `measure_base` samples G first attempts per held-out problem from the base model (no adapters) with the
 pipeline's own generation backend and chat template, then gives every attempt four second turns that differ
 only in the feedback: the base model in the critic role (the initial critic), the rule-based oracle, the
-fixed self-correction instruction, and approval (`FeedbackAnalysis.approval`, "Looks correct.") whatever the
-attempt. It returns
+fixed self-correction instruction, and approval (`FeedbackAnalysis.approval`, "Looks correct.", in the critic's
+form where the benchmark writes one: `FeedbackAnalysis.critique`) whatever the attempt. It returns
 - `all_wrong_frac`: share of problems whose G attempts are all wrong, i.e. GRPO groups with no signal at step 0
   (the sparse regime's rule reads it);
 - the bounds of feedback as in docs/results-tiny.md: accuracy single-turn and after each feedback source, with
@@ -78,12 +78,13 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
                                   params("z", 1)),
         "self_correct": sample_feedback(backend, benchmark, by_id, attempts, FeedbackSource.FIXED, None, 1,
                                         params("z", 1)),
-        "approve": written_feedback(attempts, 1, lambda a: bench.feedback_analysis.approval),
+        "approve": written_feedback(attempts, 1, lambda a: _approval(bench.feedback_analysis, by_id, a)),
     }
     analysis = bench.feedback_analysis
     other_steps = _other_step_hints(analysis, by_id, attempts, stage_seed(seed, "regime", difficulty, "other"))
     if other_steps is not None:
-        feedbacks["other_step"] = written_feedback(attempts, 1, lambda a: other_steps[(a.problem_id, a.sample_idx)])
+        feedbacks["other_step"] = written_feedback(
+            attempts, 1, lambda a: other_steps[(a.problem_id, a.sample_idx)] or _approval(analysis, by_id, a))
     wrong_steps = [analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text) is not None for a in attempts]
     refined_by_source = {}
     for name, fb in feedbacks.items():
@@ -120,11 +121,20 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
     return out
 
 
+def _approval(analysis, by_id: dict, a: Attempt) -> str:
+    """The approving feedback of attempt `a` in the critic's form (`FeedbackAnalysis.critique`), else the bare
+    approval text."""
+    if analysis.critique is None:
+        return analysis.approval
+    return analysis.critique(by_id[a.problem_id], a.text, None)
+
+
 def _other_step_hints(analysis, by_id: dict, attempts: list[Attempt], seed: int) -> dict | None:
-    """For each attempt (by (problem_id, sample_idx)) a hint naming one of its locally right steps other than the
-    first wrong one, drawn uniformly (seeded); the approval text where there is none (such attempts are left out
-    of the measures that read it). None when the benchmark cannot write step hints."""
-    if analysis.right_steps is None or analysis.name_step is None:
+    """For each attempt (by (problem_id, sample_idx)) a hint in the critic's form naming one of its locally right
+    steps other than the first wrong one, drawn uniformly (seeded); None where there is none (such an attempt gets
+    the approval, and is left out of the measures that read the hint). None when the benchmark cannot write step
+    hints."""
+    if analysis.right_steps is None or analysis.critique is None:
         return None
     rng = random.Random(seed)
     out = {}
@@ -132,7 +142,8 @@ def _other_step_hints(analysis, by_id: dict, attempts: list[Attempt], seed: int)
         question = by_id[a.problem_id]["question"]
         first = analysis.first_wrong_step(question, a.text)
         others = [k for k in analysis.right_steps(question, a.text) if k != first]
-        out[(a.problem_id, a.sample_idx)] = analysis.name_step(rng.choice(others)) if others else analysis.approval
+        out[(a.problem_id, a.sample_idx)] = analysis.critique(by_id[a.problem_id], a.text, rng.choice(others)) \
+            if others else None
     return out
 
 
@@ -142,7 +153,7 @@ def _attempt_records(analysis, by_id, attempts, first_rewards, feedbacks, refine
     for i, a in enumerate(attempts):
         question = by_id[a.problem_id]["question"]
         first = analysis.first_wrong_step(question, a.text)
-        has_other = other_steps[(a.problem_id, a.sample_idx)] != analysis.approval
+        has_other = other_steps[(a.problem_id, a.sample_idx)] is not None
         critic = feedbacks["initial_critic"][i].text
         records.append(preconditions.AttemptRecord(
             problem_id=a.problem_id, right=first_rewards[i] > 0, first_wrong_step=first, has_other_step=has_other,

@@ -329,3 +329,13 @@ def test_the_validation_split_is_carved_out_of_the_training_side_and_never_pretr
     assert {syn.split_of(q) for q in asked} == {"train"}
     with pytest.raises(BinacError, match="unknown split 'dev'"):
         syn.make_split(t, "dev")
+
+
+def test_the_critique_in_the_critics_form_approves_or_names_any_step():
+    wrong = "37+5=42 42-8=24 24+1=25 A: 25"
+    row = syn.make_row("37+5-8+1")
+    assert syn.critique(row, wrong, None) == syn.LOOKS_CORRECT and syn.critique(row, wrong, 1) == "Step 1 is wrong."
+    checks = {**row, "checks": True}
+    assert syn.critique(checks, wrong, None) == "37+5=42 ok 42-8=24 ok 24+1=25 ok. Looks correct."
+    assert syn.critique(checks, wrong, 3) == "37+5=42 ok 42-8=24 ok 24+1=25 no. Step 3 is wrong."
+    assert syn.critique(checks, wrong, 2) == syn.oracle_feedback(checks, wrong)
