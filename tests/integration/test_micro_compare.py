@@ -77,7 +77,7 @@ def test_oracle_critic_trains_the_actor_on_the_oracles_feedback_only(micro_compa
         attempts = {(a["problem_id"], a["sample_idx"]): a["text"]
                     for a in json.loads((f.parent / "attempts.json").read_text())}
         for fb in json.loads(f.read_text()):
-            attempt = attempts[(fb["problem_id"], fb["sample_idx"])]
+            attempt = attempts[(fb["problem_id"], fb["sample_idx"])].strip()  # the prompt holds it stripped
             assert fb["text"] == synthetic.oracle_feedback(rows[fb["problem_id"]], attempt)
             assert fb["token_ids"] == [] and fb["prompt_ids"] == []
             checked += 1
@@ -210,7 +210,7 @@ def test_no_critic_prompt_contains_the_reference_answer(micro_compare, micro_bas
             if not fb["prompt_ids"]:  # the fixed self-correction text: no critic prompt
                 continue
             row = rows[fb["problem_id"]]
-            attempt = attempts[(fb["problem_id"], fb["sample_idx"])]
+            attempt = attempts[(fb["problem_id"], fb["sample_idx"])].strip()  # the prompt holds it stripped
             prompt = tok.decode(fb["prompt_ids"])
             assert row["question"] in prompt and attempt in prompt, "the critic's prompt for this attempt"
             prompt = prompt.replace(attempt, "")  # an attempt may itself be right: only the rest must not tell
