@@ -314,7 +314,7 @@ def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
               f"- `{name}` = difficulty {d}" for name, d in difficulties.items()]
     lines += ["", "Bounds of feedback at the chosen difficulties (each first attempt gets one second turn per source; "
               "fixed = wrong → right, broken = right → wrong, as shares of all attempts; approval = \"Looks "
-              "correct.\" whatever the attempt):", "",
+              "correct.\" whatever the attempt, in the critic's own form where it checks steps first):", "",
               "| regime | single-turn | " + " | ".join(label for _, label in SOURCES) + " |",
               "| --- | --- | " + " | ".join("---" for _ in SOURCES) + " |"]
     for r, d in difficulties.items():
