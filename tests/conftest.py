@@ -160,6 +160,41 @@ def _sandbox_accepts_what_works_here(monkeypatch):
     monkeypatch.setitem(ACCEPTED, "mode", "bwrap" if works == "bwrap" else "rlimits")
 
 
+SYSTEM_TOOLS = {"bwrap": ("a working bubblewrap", "apt-get install bubblewrap"),
+                "chromium": ("Debian's chromium", "apt-get install chromium")}
+"""The system tools some tests need (`@pytest.mark.needs_tool(name)`): what is needed, and its install command."""
+REQUIRE_SYSTEM_TOOLS = os.environ.get("BINAC_REQUIRE_SYSTEM_TOOLS") == "1"
+"""CI's switch (.ci/run): a missing system tool fails its tests instead of skipping them, so CI runs everything."""
+
+
+def tool_works(name: str) -> bool:
+    """Whether system tool `name` (SYSTEM_TOOLS) works here: bwrap as the sandbox's probe finds it (it can be
+    installed and still refused by the kernel), chromium on the PATH."""
+    if name == "bwrap":
+        from binac_core.grading.sandbox.isolation import SandboxError, isolation
+
+        try:
+            return isolation() == "bwrap"
+        except SandboxError:
+            return False
+    import shutil
+
+    return bool(shutil.which("chromium") or shutil.which("chromium-browser"))
+
+
+def pytest_runtest_setup(item):
+    """A test marked `needs_tool(name)` skips with one line naming the tool and its install command where the
+    tool does not work; with BINAC_REQUIRE_SYSTEM_TOOLS=1 it fails instead."""
+    for mark in item.iter_markers("needs_tool"):
+        name = mark.args[0]
+        if not tool_works(name):
+            what, install = SYSTEM_TOOLS[name]
+            line = f"needs {what} (`{install}`)"
+            if REQUIRE_SYSTEM_TOOLS:
+                pytest.fail(f"{line}: BINAC_REQUIRE_SYSTEM_TOOLS=1 requires it", pytrace=False)
+            pytest.skip(line)
+
+
 SLOW_FIXTURES = {"prefect_home", "micro_compare", "micro_base"}
 """Fixtures that start a real server or run `binac` subprocesses: a test that uses one (directly or through
 another fixture) is an integration test wherever it lives."""

@@ -17,7 +17,7 @@ import pytest
 
 from binac_core.grading.sandbox import TestFormatError, protocol, run_python
 from binac_core.grading.sandbox import plan as planning
-from binac_core.grading.sandbox.isolation import MAX_TASKS, MEMORY_BYTES, isolation
+from binac_core.grading.sandbox.isolation import MAX_TASKS, MEMORY_BYTES
 
 TESTS = ["assert square(2) == 4", "assert square(3) == 9", "assert square(-1) == 1"]
 
@@ -412,7 +412,7 @@ def test_a_run_cannot_start_more_than_max_tasks(kind):
     assert (int(started) + 1) * MEMORY_BYTES <= MAX_TASKS * MEMORY_BYTES
 
 
-@pytest.mark.skipif(isolation() != "bwrap", reason="needs a working bubblewrap (fallback: rlimits only)")
+@pytest.mark.needs_tool("bwrap")
 def test_the_process_budget_is_exact_as_root():
     if os.geteuid() != 0:
         pytest.skip("as non-root the limit counts the user's other processes")

@@ -4,6 +4,7 @@ takes (data, prompts, generation, grading, MLflow, DuckDB). A micro model's accu
 import pytest
 from conftest import run_binac
 
+from binac_core.runs.config import PRESET_DIR
 from binac_core.runs.workspace import Workspace
 from binac_core.store import sqlrun, tracking
 
@@ -14,10 +15,14 @@ def base_model(micro_base):
 
 
 @pytest.mark.parametrize("benchmark", ["math500", "mbpp", "gpqa_diamond", "gsm8k"])
-def test_evaluate_feedback_protocol_records_everything(micro_compare, base_model, benchmark):
+def test_evaluate_feedback_protocol_records_everything(micro_compare, base_model, benchmark, tmp_path):
     env, ws = micro_compare["env"], Workspace(micro_compare["home"])
+    preset = "micro"
+    if benchmark == "mbpp":  # what is tested is the records, not the isolation (tests/grading/test_sandbox.py):
+        preset = tmp_path / "micro-rlimits.yaml"  # the weaker setting, named, so no bubblewrap is needed here
+        preset.write_text((PRESET_DIR / "micro.yaml").read_text() + "grading:\n  sandbox: rlimits\n")
     proc = run_binac(["evaluate", "--benchmark", benchmark, "--model", str(base_model), "--protocol", "feedback",
-                      "--limit", "3", "--samples", "2", "--preset", "micro"], env)
+                      "--limit", "3", "--samples", "2", "--preset", str(preset)], env)
     assert "eval/acc_feedback" in proc.stdout
     c = tracking.client(ws)
     runs = [r for r in c.search_runs([tracking.experiment_id(c, ws)], filter_string=f"tags.benchmark = '{benchmark}'")
