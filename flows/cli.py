@@ -1,4 +1,4 @@
-"""`binac`: the command line (train, compare, demo, evaluate, study, sql).
+"""`binac`: the command line (train, compare, demo, evaluate, study, sql, config).
 
 Every argument is validated before any compute (before Prefect or a model starts); a bad value exits with
 status 2 and one line `error: ...` naming it.
@@ -62,7 +62,19 @@ def _fresh(a) -> str:
     return uuid.uuid4().hex[:12] if getattr(a, "fresh", False) else ""
 
 
+def cmd_config(a) -> int:
+    """`binac config`: every config field with its value for the preset (and overrides), its default and its
+    docstring; `--markdown`: the reference of the defaults (docs/config.md)."""
+    from binac_core.runs.config import load_config
+    from binac_core.runs.config_reference import markdown, terminal
+
+    print(markdown() if a.markdown else terminal(load_config(a.preset, _overrides(a.set))), end="")
+    return 0
+
+
 def cmd_train(a) -> int:
+    if a.help_config:
+        return cmd_config(argparse.Namespace(preset=a.preset, set=a.set, markdown=False))
     from binac_core.runs.plans import plan
 
     overrides = _overrides(a.set)
@@ -249,7 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="override a config field (repeatable), e.g. train.actor_lr=1e-3")
     t.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    t.add_argument("--help-config", action="store_true",
+                   help="print every config field of the preset (with --set) with its default and docstring, and exit")
     t.set_defaults(func=cmd_train)
+
+    g = command("config", "every config field: its value for a preset, its default and what it does")
+    g.add_argument("--preset", default="tiny", help=f"preset name or YAML file ({', '.join(preset_names())})")
+    g.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a config field (repeatable)")
+    g.add_argument("--markdown", action="store_true", help="the reference of the defaults as Markdown (docs/config.md)")
+    g.set_defaults(func=cmd_config)
 
     c = command("compare", "every method x seed at equal actor training sample budgets, with a report")
     c.add_argument("--preset", default="tiny", help=f"preset name or YAML file ({', '.join(preset_names())})")

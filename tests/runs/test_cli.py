@@ -46,7 +46,7 @@ def _subparsers():
     return action.choices
 
 
-@pytest.mark.parametrize("command", ["train", "compare", "demo", "evaluate", "study", "sql"])
+@pytest.mark.parametrize("command", ["train", "compare", "demo", "evaluate", "study", "sql", "config"])
 def test_help_shows_every_default_and_no_none_noise(command):
     sub = _subparsers()[command]
     text = " ".join(sub.format_help().split())  # argparse wraps lines at the terminal's width
@@ -57,7 +57,7 @@ def test_help_shows_every_default_and_no_none_noise(command):
         assert f"(default: {action.default})" in text, (command, action.dest, text)
         shown += 1
     assert "default: None" not in text and "default: False" not in text and "default: []" not in text, text
-    assert command in ("study", "sql") or shown >= 2
+    assert command in ("study", "sql", "config") or shown >= 2
 
 
 def test_train_help_names_its_defaults(binac):
