@@ -39,10 +39,12 @@ RECENT = 3  # how many of the most recent comparisons an unknown comparison id's
 
 
 def connect(ws: Workspace) -> duckdb.DuckDBPyConnection:
-    """`storage.connect` (in memory, no lock on the store) with the full-text-search extension loaded."""
+    """`storage.connect` (in memory, no lock on the store) with the full-text-search extension loaded, persistent
+    secrets and extension auto-installs off (both write files) and the configuration locked (`ALLOWED`)."""
     ext_dir = ws.home / "duckdb_extensions"
     ext_dir.mkdir(parents=True, exist_ok=True)
-    con = storage.connect(ws, {"extension_directory": str(ext_dir)})
+    con = storage.connect(ws, {"extension_directory": str(ext_dir), "allow_persistent_secrets": False,
+                               "autoinstall_known_extensions": False})
     try:
         con.execute("LOAD fts")
     except duckdb.Error:
@@ -50,6 +52,7 @@ def connect(ws: Workspace) -> duckdb.DuckDBPyConnection:
 
         duckdb_extensions.import_extension("fts", con=con)
         con.execute("LOAD fts")
+    con.execute("SET lock_configuration = true")  # a query cannot change a setting (the extension folder, say)
     return con
 
 
@@ -302,11 +305,38 @@ def run(ws: Workspace, sql: str, params: dict | None = None):
     return execute(ws, sql, params).df
 
 
+ALLOWED = frozenset({"SELECT", "EXPLAIN", "CREATE", "INSERT", "UPDATE", "DELETE", "DROP", "ALTER", "PRAGMA",
+                     "PREPARE", "EXECUTE", "TRANSACTION", "VACUUM"})
+"""The statement kinds (DuckDB's `StatementType`) a query may run: they read the store's shards or act on the
+connection's private in-memory catalog (TEMP tables and macros, an FTS index), which lives and dies with the
+process. Every other kind could reach a file, an attached database or the configuration (COPY ... TO, EXPORT,
+ATTACH, DETACH, INSTALL and LOAD, SET, CALL, COPY FROM DATABASE, ...) and is refused before it runs
+(`check_statement`); `--out` is the way to save a result. Persistent secrets, the one CREATE that writes a
+file, are switched off on the connection, and its configuration is locked (`connect`)."""
+
+
+def check_statement(con: duckdb.DuckDBPyConnection, stmt: str, where: str = "") -> None:
+    """Refuse `stmt` with one line when DuckDB's own parse of it (`extract_statements`, on this connection, so a
+    `PRAGMA` is expanded into what it runs) holds a kind outside `ALLOWED`. A statement DuckDB cannot parse is
+    left to execution, which reports the parse error."""
+    try:
+        kinds = [s.type.name for s in con.extract_statements(stmt)]
+    except duckdb.Error:
+        return
+    refused = [k for k in kinds if k not in ALLOWED]
+    if refused:
+        raise BinacError(f"binac sql runs read-only over the store: a {refused[0]} statement could change files or "
+                         f"databases outside its private in-memory one, and is refused{where} (save a result with "
+                         "--out)")
+
+
 def _run_statements(con: duckdb.DuckDBPyConnection, sql: str, stmts: list[tuple[str, set[str]]], bound: dict):
-    """Each statement in turn with the parameters it uses; the last one's result as a DataFrame."""
+    """Each statement in turn with the parameters it uses, each checked before it runs (`check_statement`); the
+    last one's result as a DataFrame."""
     result = None
     for i, (stmt, names) in enumerate(stmts):
         used = {k: bound[k] for k in names}
+        check_statement(con, stmt, f" (statement {i + 1} of {len(stmts)})" if len(stmts) > 1 else "")
         try:
             result = con.execute(stmt, used) if used else con.execute(stmt)
         except duckdb.Error as exc:
