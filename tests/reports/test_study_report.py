@@ -380,3 +380,11 @@ def test_the_regimes_section_gives_the_preconditions_and_each_gates_verdict(tmp_
     assert "| hint_gap | 1.000 [1.000, 1.000]; hint_gap_at_least 0.2: holds |" in table
     assert "| greedy_single | 0.020 [0.006, 0.070]; greedy_single_at_most 0.01: FAILS |" in table  # Wilson, 2 of 100
     assert "| 2 | 4.0 % | 2.0 % | 0.620 |" in text
+
+
+def test_a_control_study_tests_no_hypothesis_and_says_why(tmp_path):
+    st = _study(tmp_path, methods=["critic_only"])
+    runs = [_run("critic_only", s, "sparse") for s in st.seeds]
+    text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
+    assert "None tested: the pre-registered hypotheses compare binac, fixed_critic, grpo" in text
+    assert "**H1**" not in text and "**Change over training" in text
