@@ -749,6 +749,8 @@ def _plot(st, rr: list[dict], png: Path, regime: str, totals: dict[str, int]) ->
               (axes[1][0], "train/zero_adv_frac", None, "zero_adv_frac of first-attempt groups (%)"),
               (axes[1][1], "eval/critic_hits_first_error", None, "held-out critic_hits_first_error (%)"),
               (axes[1][2], "eval/critic_approves_wrong", None, "held-out critic_approves_wrong (%)")]
+    if not any(r[AXES["actor_train"][1]] for r in rr):  # no actor trains (a critic's control): its endpoint instead
+        panels[1] = (axes[0][1], "eval/acc_feedback", None, "held-out acc_feedback (%)")
     styles = ("-", "--", ":", "-.")
     for ax, key, axis, ylabel in panels:
         for m, v in _arms(st):
