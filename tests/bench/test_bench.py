@@ -50,7 +50,9 @@ def test_bench_harness_smoke(tmp_path):
     for field in ("Load average", "Preset `micro`", "repeats", "Not matched"):
         assert field in text
     # the pipeline's per-task breakdown: every task of a grpo iteration, once per iteration
-    grpo, binac = text.split("## Where a pipeline iteration goes")[1].split("### binac")
+    section = text.split("## Where a pipeline iteration goes")[1]
+    assert "### binac" in section, section  # a failed child's line says why (bench/pipeline.py markdown)
+    grpo, binac = section.split("### binac")
     for task in ("generate-rollouts", "score-rewards", "update-actor", "store-train-step"):
         assert f"| {task} | 1 |" in grpo and f"| {task} | " in binac
     for task in ("sample-feedback", "refine", "update-critic"):
