@@ -7,15 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
-from pydantic import BaseModel
-
 from binac_core.runs.config import Config
-
-
-def sections() -> dict[str, type[BaseModel]]:
-    """The config's sections in their order (`Config`'s fields that are sections, as `Config.flat` walks them)."""
-    return {name: f.annotation for name, f in Config.model_fields.items()
-            if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)}
+from binac_core.runs.config import _sections as sections
 
 
 def rows(cfg: Config | None = None) -> list[tuple[str, str, str, str, str]]:
