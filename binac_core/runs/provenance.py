@@ -5,8 +5,8 @@ source alone misses the code that does the work (a loss, a grader, a prompt live
 the digest a re-run after a library edit would silently serve results the old code computed.
 
 - `stage_code_digest()` covers every file of `tasks/` (the stages and their shared helpers) and every
-  `binac_core` module they import, transitively (imports inside functions included; read from the source with
-  `ast`, nothing is imported): any edit to that code, even to a comment, recomputes every cached stage.
+  `binac_core` module they import, transitively (imports inside functions included; read from the bytecode
+  `compile` makes of the source, as the standard library's `modulefinder` does; nothing is imported or run): any edit to that code, even to a comment, recomputes every cached stage.
   Modules no stage imports (the comparison and study reports, the study file reader) are left out, so a report
   can be rewritten while a study's runs are cached. Whole modules, not functions: per-function dependency
   tracking is easy to get subtly wrong, and a stale result is the worse error.
@@ -21,9 +21,11 @@ after changing those, force a recomputation with `binac train|compare ... --fres
 
 from __future__ import annotations
 
-import ast
+import dis
 import functools
 import hashlib
+import types
+from collections.abc import Iterator
 from pathlib import Path
 
 LIBRARY = Path(__file__).resolve().parent.parent
@@ -88,18 +90,36 @@ def _imports(module: str) -> set[str]:
 
 
 def _imports_of(path: Path, package: str) -> set[str]:
-    """The binac_core modules the file at `path` (a module of `package`) names in its import statements."""
+    """The binac_core modules the file at `path` (a module of `package`) names in its import statements.
+
+    Read from the compiled bytecode, not from `ast.parse`: on CPython 3.11 two threads in `ast.parse` at once can
+    fail with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905; seen in CI, where a
+    stage's cache key was computed while another thread parsed), and `compile` to bytecode builds no Python AST
+    objects. Dead code the compiler drops (`if False:`) is not read; binac has none."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parent + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{alias.name}" for alias in node.names)
+    code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True, optimize=0)
+    for name, level, fromlist in _import_statements(code):
+        base = name
+        if level:
+            parent = package.split(".")[: len(package.split(".")) - level + 1]
+            base = ".".join(parent + ([name] if name else []))
+        out.add(base)
+        out.update(f"{base}.{alias}" for alias in fromlist or ())
     # A submodule import also runs its package's __init__.
     out.update(m.rsplit(".", i)[0] for m in list(out) for i in range(1, m.count(".") + 1))
     return {m for m in out if _path(m) is not None}
+
+
+def _import_statements(code: types.CodeType) -> Iterator[tuple[str, int, tuple[str, ...] | None]]:
+    """(module, level, names) of every import in `code` and the code objects nested in it (functions, classes,
+    comprehensions): `IMPORT_NAME module` follows `LOAD_CONST level` and `LOAD_CONST names` (None for `import m`)."""
+    ops = list(dis.get_instructions(code))
+    for i, op in enumerate(ops):
+        if op.opname == "IMPORT_NAME":
+            level, names = ops[i - 2], ops[i - 1]
+            if i < 2 or level.opname != "LOAD_CONST" or names.opname != "LOAD_CONST":
+                raise RuntimeError(f"{code.co_filename}:{op.positions.lineno}: an import this reader does not know")
+            yield op.argval, level.argval, names.argval
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _import_statements(const)

@@ -428,3 +428,29 @@ def test_reference_shapes_of_mbpp_asserts_are_planned_as_one_leaf():
     assert [len(p.leaves) for p in plans] == [1, 1]
     assert isinstance(ast.parse(sources[0], mode="eval").body, ast.Call)
     assert re.fullmatch(r"\w+", collections.Counter(sources).most_common(1)[0][0].split("(")[0])
+
+
+def test_plans_and_result_records_are_parsed_under_the_one_ast_lock(monkeypatch):
+    """Graders run in pool threads and `ast.parse` is not thread-safe on CPython 3.11 (python/cpython#106905):
+    planning a test and reading a sandbox's records both parse under `plan._AST_LOCK`, and only there."""
+    held = []
+
+    class Recording:
+        def __enter__(self):
+            held.append(True)
+
+        def __exit__(self, *exc):
+            held[-1] = False
+
+    real_parse = ast.parse
+
+    def parse_only_under_the_lock(*args, **kwargs):
+        assert held and held[-1], "ast.parse outside the lock"
+        return real_parse(*args, **kwargs)
+
+    monkeypatch.setattr(planning, "_AST_LOCK", Recording())
+    monkeypatch.setattr(ast, "parse", parse_only_under_the_lock)
+    plans, sources = planning._plan(["assert f(1) == 2"])
+    assert sources == ["f(1)"] and len(held) == 1
+    results = protocol._Results.parse(b"('ready',)\n" + _encoded(2), 1)
+    assert results.ready and results.problem is None and len(held) == 3  # the start record and one leaf's

@@ -12,6 +12,7 @@ import ast
 import functools
 import math
 import operator
+import threading
 from dataclasses import dataclass
 
 PURE_CALLS = {
@@ -32,6 +33,17 @@ MATH_CALLS = {f.__name__: f for f in (math.sqrt, math.floor, math.ceil, math.fab
 
 TYPE_NAMES = {t.__name__: t for t in (bool, bytearray, bytes, complex, dict, float, frozenset, int, list, set,
                                       str, tuple, type(None))}
+
+
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(text: str, mode: str = "exec") -> ast.AST:
+    """`ast.parse` under one process-wide lock. Graders run in pool threads, and on CPython 3.11 two threads in
+    `ast.parse` at once can fail with "SystemError: AST constructor recursion depth mismatch"
+    (python/cpython#106905): a test would then read as unplannable, or a sandbox's result as malformed."""
+    with _AST_LOCK:
+        return ast.parse(text, mode=mode)
 
 
 _SIZE_LIMIT = 10**7  # elements or bits an expression evaluated here may build
@@ -83,7 +95,7 @@ def _plan(tests: list[str]) -> tuple[list[_Test], list[str]]:
     plans, sources = [], []
     for number, text in enumerate(tests, 1):
         try:
-            module = ast.parse(text.strip())
+            module = parse_python(text.strip())
         except SyntaxError as exc:
             raise TestFormatError(f"test {number} is not valid Python ({exc.msg}): {text[:200]!r}") from exc
         if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):

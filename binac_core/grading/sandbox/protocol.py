@@ -14,7 +14,7 @@ import re
 import signal
 from dataclasses import dataclass
 
-from binac_core.grading.sandbox.plan import _compute, _LeafFailed, _LeafMissing, _Test
+from binac_core.grading.sandbox.plan import _compute, _LeafFailed, _LeafMissing, _Test, parse_python
 
 OUTPUT_CAP = 16 << 10
 RESULT_CAP = 1 << 20  # bytes of encoded leaf values a run may return; over it, the run fails
@@ -194,7 +194,7 @@ class _Results:
             results.problem = "an unterminated record"
         for position, line in enumerate(lines[:-1]):
             try:
-                record = ast.literal_eval(line.decode("utf-8"))
+                record = ast.literal_eval(parse_python(line.decode("utf-8").lstrip(" \t"), "eval"))
                 if position == 0:
                     if not (type(record) is tuple and record == ("ready",)):
                         raise ValueError("no start record")
