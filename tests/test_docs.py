@@ -1,0 +1,60 @@
+"""The README and docs/: every relative link reaches a file (and a heading, when it names one), reference pages tell
+no project history, and every results page opens with its date, commit, status and conclusion."""
+
+import re
+
+from conftest import REPO
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+REFERENCE = [REPO / "README.md", *(REPO / "docs" / f for f in
+                                  ("algorithm.md", "config.md", "sandbox.md", "gpu.md", "usage.md", "operations.md",
+                                   "layout.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but '-' and '_' dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page) -> set[str]:
+    text = re.sub(r"^(    |\t).*$", "", page.read_text(), flags=re.M)  # headings inside code blocks do not count
+    return {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def test_every_relative_link_reaches_a_file_and_heading():
+    broken = []
+    for page in PAGES:
+        for target in LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_reference_pages_tell_no_project_history():
+    hits = [f"{page.relative_to(REPO)}:{i}: {line.strip()}"
+            for page in REFERENCE if page.exists()
+            for i, line in enumerate(page.read_text().splitlines(), 1)
+            if re.search(r"issue [0-9]+|previous session", line, flags=re.I)]
+    assert not hits, "\n".join(hits)
+
+
+def test_readme_stays_a_map():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    assert "make test " in readme and "make demo " in readme and "BINAC_REQUIRE_SYSTEM_TOOLS=1" in readme
+    results = sorted(p.name for p in (REPO / "docs").glob("results-*.md"))
+    assert results and all(f"(docs/{name})" in readme for name in results), "every results page linked"
+
+
+def test_results_pages_open_with_date_commit_status_and_conclusion():
+    for page in sorted((REPO / "docs").glob("results-*.md")):
+        head = page.read_text().split("\n## ", 1)[0]
+        missing = [f for f in ("**Date:**", "**Commit", "**Status:**", "**Conclusion:**") if f not in head]
+        assert not missing, f"{page.name}: its opening lacks {missing}"
