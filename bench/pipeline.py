@@ -2,9 +2,10 @@
 
 The pipeline side runs in a child process (`python -m bench.run --child pipeline`), set up as `binac train` sets
 itself up (`flows.cli._env_defaults`: WARNING logging, Prefect's temporary local API, cache records under a fresh
-`$BINAC_HOME`), and calls the train flow with method `grpo` on the bench's base model (a model cache folder that
-links to it) and config, `fresh`, so every stage computes. Everything a user's iteration does is inside: the
-Prefect tasks, stage files, the trajectory shard, MLflow, the adapter save.
+`$BINAC_HOME`, even where the parent's environment names others: `STORAGE_ENV`), and calls the train flow with
+method `grpo` on the bench's base model (a model cache folder that links to it) and config, `fresh`, so every
+stage computes. Everything a user's iteration does is inside: the Prefect tasks, stage files, the trajectory shard,
+MLflow, the adapter save.
 An iteration's time is the time between the progress lines of two consecutive iterations (each printed at the
 end of its iteration). `train.eval_every` is set past the run, so only iteration 0 (before the first line) and
 the last iteration evaluate, and the last interval is left out.
@@ -33,6 +34,11 @@ from pathlib import Path
 EVAL_NEVER = 10**6
 """`train.eval_every` of the pipeline run: no evaluation between iteration 0 and the last."""
 
+STORAGE_ENV = ("PREFECT_RESULTS_LOCAL_STORAGE_PATH", "PREFECT_LOCAL_STORAGE_PATH")
+"""Where Prefect keeps results and cache records: a pipeline child drops what it inherits, so `_env_defaults` puts
+them under the child's own `$BINAC_HOME` (a parent may have them set: a shell or process of `make serve`'s
+environment, scripts/serve.py `run_env`; a pytest process where a test ran `flows.cli.main` in-process before)."""
+
 
 def preset_file(cfg, work: Path) -> Path:
     """`cfg` as a preset file for the pipeline child: only the fields that differ from the defaults (what older
@@ -55,6 +61,12 @@ def child(preset: Path, base_dir: Path, threads: int, iterations: int, method: s
         (models / f"base-{load_config(str(preset)).base_digest()}").symlink_to(Path(base_dir).resolve())
         os.environ.update(BINAC_HOME=str(home), BINAC_MODEL_CACHE=str(models), BINAC_TORCH_THREADS=str(threads))
         os.environ.pop("PREFECT_API_URL", None)  # the temporary API, as a plain `binac train`
+        # Cache records under this fresh $BINAC_HOME, whatever the parent's environment says (`_env_defaults` only
+        # sets them where unset): records shared between children would hand a later child an earlier child's
+        # `build-base-model` result (its cache key is the config alone), a model folder inside that child's
+        # removed temp dir, which transformers then takes for a hub repo id.
+        for key in STORAGE_ENV:
+            os.environ.pop(key, None)
         from flows.cli import _env_defaults
 
         _env_defaults()

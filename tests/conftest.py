@@ -160,6 +160,21 @@ def _sandbox_accepts_what_works_here(monkeypatch):
     monkeypatch.setitem(ACCEPTED, "mode", "bwrap" if works == "bwrap" else "rlimits")
 
 
+@pytest.fixture(autouse=True)
+def _prefect_settings_stay_in_their_test():
+    """Prefect's settings in the environment (`PREFECT_*`) as they were before each test. An in-process
+    `flows.cli.main` (tests/runs/test_config_reference.py) runs `_env_defaults`, which sets Prefect's result storage
+    to `$BINAC_HOME/prefect` (here the repository's `.binac`) with `setdefault`, out of monkeypatch's reach; left
+    set, every later test of that pytest process and every subprocess it starts with `dict(os.environ)` shared one
+    cache (tests/bench/test_bench.py's pipeline children did, when pytest-xdist ran both files in one worker).
+    Only `PREFECT_*`: libraries set other variables at import (KMP_*, TORCHINDUCTOR_CACHE_DIR) and rely on them."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("PREFECT_")}
+    yield
+    for key in [k for k in os.environ if k.startswith("PREFECT_") and k not in before]:
+        del os.environ[key]
+    os.environ.update(before)
+
+
 SYSTEM_TOOLS = {"bwrap": ("a working bubblewrap", "apt-get install bubblewrap"),
                 "chromium": ("Debian's chromium", "apt-get install chromium")}
 """The system tools some tests need (`@pytest.mark.needs_tool(name)`): what is needed, and its install command."""

@@ -85,3 +85,34 @@ def test_bench_table_keeps_rows_when_measurements_fail():
     assert "binac failed" in by_key["rss_peak"].note
     assert by_key["pipeline_iter"].b is None and "no store today" in by_key["pipeline_iter"].note
     assert table(rows).count("\n") == len(rows) + 1
+
+
+def test_pipeline_child_keeps_its_cache_records_in_its_own_home(tmp_path, monkeypatch):
+    """A pipeline child keeps Prefect's results and cache records under its own fresh `$BINAC_HOME`, even where the
+    parent's environment names a storage (a test that ran `flows.cli.main` in-process earlier in the same pytest
+    worker leaves one set: `_env_defaults` uses setdefault). With one storage for all children, the binac child got
+    the grpo child's cached `build-base-model` result (its key is the config alone): a model folder inside that
+    child's removed temp dir, which transformers took for a hub repo id ("Repo id must be in the form ...")."""
+    import os
+
+    from bench import pipeline
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the child's settings stay in this test
+    leaked = str(tmp_path / "parent-prefect")
+    for key in pipeline.STORAGE_ENV:
+        os.environ[key] = leaked
+    seen = {}
+
+    def run(preset, iterations, method):
+        home = Path(os.environ["BINAC_HOME"])
+        seen.update(home=home, storage={k: os.environ[k] for k in pipeline.STORAGE_ENV},
+                    base=(Path(os.environ["BINAC_MODEL_CACHE"]) / f"base-{load_config(preset).base_digest()}").resolve())
+        return {}
+
+    monkeypatch.setattr(pipeline, "_run", run)
+    base = tmp_path / "base"
+    base.mkdir()
+    pipeline.child(pipeline.preset_file(load_config("micro", SMALL), tmp_path), base, 1, 4, "binac")
+
+    assert seen["storage"] == {k: str(seen["home"].resolve() / "prefect") for k in pipeline.STORAGE_ENV}
+    assert seen["base"] == base.resolve()  # the flow finds the bench's base through the model cache
