@@ -5,7 +5,7 @@
 - ingest: `storage.write_shard`'s Parquet write of one shard of 1,024 rows (one tiny-preset step) and of 10,000
   rows, the old row-by-row `executemany` into DuckDB (kept here, `old_write_rows`) vs the columnar write
   (`storage._write_rows`); same rows, median of `--repeats`.
-- search: `binac_core/sql/feedback_search.sql` over a generated store of `--rows` rows in shards of 1,024 (rows shaped like
+- search: `sql/feedback_search.sql` over a generated store of `--rows` rows in shards of 1,024 (rows shaped like
   real ones: short critic feedback such as "Step 3 is wrong." or "Looks correct.", and natural-language feedback of
   10-40 words; 10 % without feedback), through `sqlrun.run` as `binac sql` runs it. Old: the query as it was (an
   FTS index rebuilt over the selected rows at each query); new: the feedback index beside the shards. The new
@@ -35,7 +35,7 @@ from binac_core.store import sqlrun, storage
 from binac_core.store.files import atomic_path
 
 REPO = Path(__file__).resolve().parent.parent
-SEARCH = (REPO / "binac_core" / "sql" / "feedback_search.sql").read_text()
+SEARCH = (REPO / "sql" / "feedback_search.sql").read_text()
 OLD_SEARCH_BODY = """CREATE OR REPLACE TEMP TABLE feedback_docs_old AS
 SELECT row_number() OVER () AS doc_id, run_id, method, seed, step, split, protocol, problem_id, sample_idx,
        feedback_idx, round, feedback, attempt_reward, refined_reward, parent_run_id
@@ -174,7 +174,7 @@ def search(total: int, repeats: int, old_repeats: int, tmp: Path, log) -> list[t
     for i, q in enumerate(QUERIES):
         o, w = statistics.median(old[i]), statistics.median(new[i])
         words = q["query"] + (" (all words)" if q.get("all_words") == "1" else "")
-        out.append((f"BM25 feedback search over {total:,} rows (`binac_core/sql/feedback_search.sql`, query \"{words}\")",
+        out.append((f"BM25 feedback search over {total:,} rows (`sql/feedback_search.sql`, query \"{words}\")",
                     f"FTS index rebuilt per query: {o:.3g} s", f"feedback index: {w:.3g} s",
                     f"**{o / w:.3g}** [{min(old[i]) / max(new[i]):.3g}–{max(old[i]) / min(new[i]):.3g}] (old / new time)",
                     f"median of {repeats} new, {old_repeats} old; through `sqlrun.run` like `binac sql`"))
@@ -190,7 +190,7 @@ def markdown(rows: list[tuple], args) -> str:
     lines = ["## `store`: the trajectory store (`python -m bench.store`)", "",
              f"Measured {datetime.now():%Y-%m-%d} on this machine; {args.rows:,}-row store, shards of {SHARD} rows. "
              "Shard writes: the old row-by-row `executemany` vs the columnar write (one Arrow table, one INSERT). "
-             "Search: the old `binac_core/sql/feedback_search.sql` (FTS index rebuilt over every selected row at each query) "
+             "Search: the old `sql/feedback_search.sql` (FTS index rebuilt over every selected row at each query) "
              "vs the per-shard feedback index merged at query time (same scores: tests/store/test_feedback_index.py).", "",
              "| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

@@ -322,9 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="resubmissions of a run whose flow run failed, per invocation (killed runs always are)")
     st.set_defaults(func=cmd_study)
 
-    q = command("sql", "run SQL (a query or a file from binac_core/sql/) over the trajectory store")
-    q.add_argument("query", help="a SQL string, a path to a .sql file, or the name of one of binac_core/sql/ "
-                   "(method_summary.sql, critic_health.sql, ...)")
+    q = command("sql", "run SQL (a query or a .sql file, e.g. sql/method_summary.sql) over the trajectory store")
+    q.add_argument("query", help="a SQL string, a path to a .sql file (sql/method_summary.sql from a checkout), or "
+                   "the file name of one of binac's queries in sql/, found from any folder (method_summary.sql, "
+                   "critic_health.sql, ...)")
     q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="query parameter")
     q.add_argument("--out", help="write the result to a .csv or .parquet file instead of printing it")
     q.set_defaults(func=cmd_sql)

@@ -1,6 +1,6 @@
 """`binac sql`: print a query's result as a table, or write it to CSV/Parquet with --out.
 
-A query over one comparison (one that uses `$comparison`, as the summaries in binac_core/sql/ do) first prints a header line
+A query over one comparison (one that uses `$comparison`, as the summaries in sql/ do) first prints a header line
 naming it (`comparison <parent run id> (latest): preset micro, 8 runs, rows from ... to ... UTC`); the table then
 leaves out the `comparison` column when it only repeats that id (a file written with --out keeps it). An empty
 result prints `(no rows)` and the parameters in effect, so that a filter that matched nothing is easy to spot.

@@ -6,7 +6,6 @@ comments, presets, the Makefile) from the old location to the new one. Run once 
 What it rewrites, in every tracked text file but this one:
 - `binac_core.<module>` and `binac_core/<module>` (a dotted name or a path) of a moved module;
 - `from binac_core import a, b as c` lines, split per subpackage (`from binac_core.store import storage`);
-- `sql/...` paths (the queries and the schema moved into the package, `binac_core/sql/`, so a wheel has them);
 - `tests/test_x.py` paths of the tests moved into the folders that mirror the library (`TEST_MOVES`).
 It does not touch bare module names (`storage.run_sample`, `batches.verdict_bonus`): module names are unchanged.
 Paths computed from `__file__` inside the moved modules are fixed by hand in the same commit.
@@ -57,8 +56,6 @@ TEXT_SUFFIXES = {".py", ".md", ".sql", ".yaml", ".yml", ".toml", ".txt", ".cfg",
 _FROM_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from binac_core import (?P<names>[A-Za-z_][\w, ]*(?: as \w+)?[\w, ]*)$",
                           re.MULTILINE)
 _DOTTED = re.compile(r"\bbinac_core([./])(" + "|".join(sorted(SUBPACKAGE, key=len, reverse=True)) + r")(?![\w])")
-_SQL_PATH = re.compile(r"(?<![\w/.-])sql/")
-_SQL_JOIN = re.compile(r'(?<!"binac_core" )/ "sql"')
 _TEST_PATH = re.compile(r"\btests/(" + "|".join(TEST_FOLDER) + r")\.py\b")
 
 
@@ -74,8 +71,6 @@ def move_modules(root: Path) -> None:
             old = root / "binac_core" / f"{module}.py"
             if old.exists():
                 subprocess.run(["git", "mv", str(old), str(folder / old.name)], cwd=root, check=True)
-    if (root / "sql").is_dir():
-        subprocess.run(["git", "mv", "sql", "binac_core/sql"], cwd=root, check=True)
     for name, folder in TEST_FOLDER.items():
         old = root / "tests" / f"{name}.py"
         if old.exists():
@@ -101,11 +96,7 @@ def rewrite(text: str, path: Path) -> str:
         text = text.replace("Path(__file__).resolve().parents[1]", "Path(__file__).resolve().parents[2]")
     if path.suffix == ".py":
         text = _FROM_IMPORT.sub(_split_from_import, text)
-        if not path.as_posix().startswith("binac_core/"):  # the library finds its sql/ from its own folder
-            text = _SQL_JOIN.sub('/ "binac_core" / "sql"', text)
-    if path.name == "pyproject.toml":  # its package-data globs are relative to the package
-        return text
-    return _SQL_PATH.sub("binac_core/sql/", text)
+    return text
 
 
 def main() -> int:

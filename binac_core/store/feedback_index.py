@@ -5,7 +5,7 @@ For each trajectory shard `trajectories/<run>/<name>.parquet` the index holds tw
 rewritten shard (a re-run) gets new index files and the old ones are no longer read (and deleted an hour later,
 `drop_stale`):
 - `<name>.<id>.docs.parquet`: one row per row of the shard whose feedback is not NULL: the shard (`run/name`),
-  the row's position in it, the columns `binac_core/sql/feedback_search.sql` shows and filters on, and `len`, the number of
+  the row's position in it, the columns `sql/feedback_search.sql` shows and filters on, and `len`, the number of
   index terms of the feedback;
 - `<name>.<id>.terms.parquet`: one row per (row, term): the term, its count in the feedback (`tf`), `len`, and
   the filter columns (method, split, parent_run_id), so a query reads the postings of its words in one scan.

@@ -1,4 +1,4 @@
-"""Which run a stored row belongs to: the identity columns every trajectory row carries (binac_core/sql/schema.sql)
+"""Which run a stored row belongs to: the identity columns every trajectory row carries (sql/schema.sql)
 and the per-iteration sample counts its cumulative count columns are computed from (`records.sample_counts`).
 
 Built once per run (flows/train.py for a training run, flows/evaluate.py for `binac evaluate`) and handed to the

@@ -1,4 +1,4 @@
-"""Building the stored trajectory rows (schema: binac_core/sql/schema.sql) from one step's stage outputs."""
+"""Building the stored trajectory rows (schema: sql/schema.sql) from one step's stage outputs."""
 
 from __future__ import annotations
 

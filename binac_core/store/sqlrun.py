@@ -14,7 +14,7 @@ The parameter `$comparison` selects the runs of one comparison (one MLflow paren
 parent run id or a unique prefix of one, or `all`), and the result says which comparison that was
 (`Result.comparison`).
 
-A query that names `feedback_docs` or `feedback_terms` (binac_core/sql/feedback_search.sql) gets those views over the
+A query that names `feedback_docs` or `feedback_terms` (sql/feedback_search.sql) gets those views over the
 feedback index (binac_core/store/feedback_index.py), first brought up to date with the shards written since the last
 query; the index files are immutable, so this takes no lock either.
 """
@@ -56,9 +56,9 @@ def connect(ws: Workspace) -> duckdb.DuckDBPyConnection:
     return con
 
 
-QUERY_DIR = Path(__file__).resolve().parent.parent / "sql"
-"""The schema and the analysis queries, shipped in the package (`binac sql method_summary.sql` finds them from
-any folder, a wheel install included)."""
+QUERY_DIR = storage.SQL_DIR
+"""The schema and the analysis queries (the repository's `sql/`, shipped in the wheel): `binac sql
+method_summary.sql` finds them by name from any folder, a wheel install included."""
 
 
 def read_query(text_or_path: str) -> str:

@@ -8,7 +8,7 @@ processes cannot open it while a writer holds it. Training therefore never keeps
 - any number of processes (training runs, `binac sql`) read concurrently.
 binac reads through a private in-memory DuckDB connection with the view `trajectories` over the shards (`connect`):
 no reader ever takes a lock. `trajectories.duckdb`, created once per workspace, holds the same view for users'
-own DuckDB clients. The column types come from `binac_core/sql/schema.sql`. A shard is written from columnar data (one Arrow
+own DuckDB clients. The column types come from `sql/schema.sql`. A shard is written from columnar data (one Arrow
 table inserted in one statement, `_write_rows`), not row by row.
 The full-text index of the feedback lives beside the shards, one pair of immutable files per shard, made by the
 readers that search (`binac_core/store/feedback_index.py`): a shard write does no indexing.
@@ -28,7 +28,22 @@ from binac_core.runs.faults import fault_point
 from binac_core.runs.workspace import Workspace
 from binac_core.store.files import atomic_path
 
-SCHEMA_SQL = Path(__file__).resolve().parent.parent / "sql" / "schema.sql"
+
+def _sql_dir() -> Path:
+    """The folder of the schema and the analysis queries, the repository's top-level `sql/`: inside the package as
+    `binac_core/sql/` in an installed wheel (setup.py maps `sql/` there), beside the package in a checkout (on
+    PYTHONPATH or an editable install)."""
+    package = Path(__file__).resolve().parents[1]
+    folders = (package / "sql", package.parent / "sql")
+    for folder in folders:
+        if (folder / "schema.sql").is_file():
+            return folder
+    raise FileNotFoundError(f"binac's SQL files (schema.sql) are in neither {folders[0]} nor {folders[1]}")
+
+
+SQL_DIR = _sql_dir()
+"""The schema and the analysis queries (`sql/` of the repository), resolved once: every reader of them uses this."""
+SCHEMA_SQL = SQL_DIR / "schema.sql"
 
 
 def schema_sql() -> str:
@@ -54,7 +69,7 @@ def write_shard(ws: Workspace, run_id: str, protocol: str, step: int, rows: list
 
 
 def _write_rows(path: Path, rows: list[dict]) -> None:
-    """`rows` (every column of `binac_core/sql/schema.sql`) as a Parquet file at `path`, written atomically.
+    """`rows` (every column of `sql/schema.sql`) as a Parquet file at `path`, written atomically.
 
     Columnar: the rows become one Arrow table (a column per schema column, typed as the schema says where the
     values allow), inserted into the schema's table in one statement (DuckDB casts and checks NOT NULL as an
@@ -135,7 +150,7 @@ def _quoted(name: str) -> str:
 def ensure_schema_shard(ws: Workspace) -> Path:
     """An empty shard that fixes the column types and keeps the view valid before any run has written.
 
-    Its name carries a digest of `binac_core/sql/schema.sql` (`_schema/empty-<sha8>.parquet`): after a schema change (a new
+    Its name carries a digest of `sql/schema.sql` (`_schema/empty-<sha8>.parquet`): after a schema change (a new
     column) a store made before it gets a second, empty schema shard with the new columns, so the view
     (`union_by_name`) has every column and old rows read NULL in the new ones. Older schema shards are left
     alone: they hold no rows."""

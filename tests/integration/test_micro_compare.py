@@ -257,9 +257,9 @@ STUDY_EVAL = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_
 
 
 def _sql_equals_mlflow(ws: Workspace, split: str, names: tuple[str, ...]) -> set[str]:
-    """Assert every value of binac_core/sql/study_measures.sql (the latest comparison) equals the MLflow metric
+    """Assert every value of sql/study_measures.sql (the latest comparison) equals the MLflow metric
     `<split>/<name>` at its step (a NULL: no metric there); return the names compared on a value at least once."""
-    df = sqlrun.run(ws, (Path(__file__).resolve().parents[2] / "binac_core" / "sql" / "study_measures.sql").read_text(),
+    df = sqlrun.run(ws, (Path(__file__).resolve().parents[2] / "sql" / "study_measures.sql").read_text(),
                     {"split": split})
     assert len(df) > 0
     c, compared = tracking.client(ws), set()
@@ -276,7 +276,7 @@ def _sql_equals_mlflow(ws: Workspace, split: str, names: tuple[str, ...]) -> set
 
 
 def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
-    """binac_core/sql/study_measures.sql recomputes the per-iteration measures from the stored rows (its own SQL, not the
+    """sql/study_measures.sql recomputes the per-iteration measures from the stored rows (its own SQL, not the
     Python that logged them); every value equals the MLflow metric of the same name and step, for the training
     iterations of all nine methods and for the held-out `feedback` protocol. (Hand-computed values on planted
     stores, including the measures micro's near-chance critic leaves empty: tests/reports/test_study_measures.py.)"""
@@ -299,7 +299,7 @@ HEALTH = ("verdict_accuracy", "balanced_accuracy", "approves_wrong", "flags_righ
 
 def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflow(micro_compare):
     """Every feedback row a critic (or the oracle) wrote has a verdict, a fixed instruction's none; and
-    binac_core/sql/critic_health.sql (per run, its own SQL over the stored rows) equals the MLflow metrics
+    sql/critic_health.sql (per run, its own SQL over the stored rows) equals the MLflow metrics
     `<split>/critic/<measure>` of every run and step, for training and for the held-out `feedback` protocol."""
     ws = Workspace(micro_compare["home"])
     df = sqlrun.run(ws, "SELECT method, count(feedback) AS fb, count(feedback_verdict) AS v, "
@@ -311,7 +311,7 @@ def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflo
         if m != "self_correct":
             assert df.loc[m, "v"] == df.loc[m, "fb"] > 0, m
     assert df.loc["oracle_critic", "missing"] == 0  # the oracle always says a verdict
-    query = (Path(__file__).resolve().parents[2] / "binac_core" / "sql" / "critic_health.sql").read_text()
+    query = (Path(__file__).resolve().parents[2] / "sql" / "critic_health.sql").read_text()
     c, compared = tracking.client(ws), set()
     for split in ("train", "eval"):
         rows = sqlrun.run(ws, query, {"split": split, "per_run": 1})

@@ -116,7 +116,7 @@ def test_sigkill_mid_iteration_then_rerun_ends_with_the_rows_of_a_run_that_never
     try:
         wait_for_point(faults, "shard:train@1", proc, log)
         # Another process queries the store while the run is in the middle of writing it.
-        query = run_binac(["sql", "binac_core/sql/method_summary.sql", "--param", "per_run=1"], env)
+        query = run_binac(["sql", "sql/method_summary.sql", "--param", "per_run=1"], env)
         assert "binac" in query.stdout
         resume(faults, "shard:train@1")
         proc.wait()

@@ -1,4 +1,4 @@
-"""The analysis queries in binac_core/sql/ against a store filled by a real micro comparison (`micro_compare`, conftest.py):
+"""The analysis queries in sql/ against a store filled by a real micro comparison (`micro_compare`, conftest.py):
 each runs with its defaults, the CLI runs them with parameters, the BM25 search finds a planted phrase, and the
 per-method summary equals the numbers MLflow holds: per run, and, on a store with two comparisons, the latest
 comparison's per-method numbers equal its parent run's metrics. (Comparison selection, headers and error messages
@@ -18,7 +18,7 @@ from binac_core.errors import BinacError
 from binac_core.runs.workspace import Workspace
 from binac_core.store import sqlrun, storage, tracking
 
-QUERIES = sorted(p for p in (REPO / "binac_core" / "sql").glob("*.sql") if p.name != "schema.sql")
+QUERIES = sorted(p for p in (REPO / "sql").glob("*.sql") if p.name != "schema.sql")
 pytestmark = pytest.mark.integration
 
 
@@ -42,7 +42,7 @@ def test_each_query_is_documented_and_runs_with_its_defaults(micro_compare, path
 def test_queries_run_from_the_cli_with_parameters_and_out(micro_compare, tmp_path):
     out = tmp_path / "top.csv"
     env = binac_env(micro_compare["home"], tmp_path / "prefect")
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "binac_core/sql/feedback_top_gain.sql", "--param", "k=1",
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "sql/feedback_top_gain.sql", "--param", "k=1",
                            "--param", "split=eval", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stderr
@@ -69,7 +69,7 @@ def test_bm25_search_finds_a_planted_phrase(micro_compare, tmp_path):
     row = _stored_row(ws, "feedback IS NOT NULL AND split = 'train'")
     planted = "Step 2 is wrong: carry the zebra quantum before multiplying"
     storage.write_shard(ws, "planted-run", "train", 1, [{**row, "run_id": "planted-run", "method": "binac", "feedback": planted}])
-    query = (REPO / "binac_core" / "sql" / "feedback_search.sql").read_text()
+    query = (REPO / "sql" / "feedback_search.sql").read_text()
 
     hits = sqlrun.run(ws, query, {"query": "quantum zebras"})  # stemmed: zebras -> zebra
     assert len(hits) == 1 and hits["run_id"][0] == "planted-run" and hits["feedback"][0] == planted
@@ -114,7 +114,7 @@ def test_statement_splitting_on_hand_written_cases():
 
 def test_method_summary_equals_the_mlflow_numbers(micro_compare):
     ws = Workspace(micro_compare["home"])
-    query = (REPO / "binac_core" / "sql" / "method_summary.sql").read_text()
+    query = (REPO / "sql" / "method_summary.sql").read_text()
     parent = _parent_run_id(micro_compare["stdout"])
     per_run = sqlrun.run(ws, query, {"per_run": "1", "comparison": parent})
     c = tracking.client(ws)
@@ -267,7 +267,7 @@ def _assert_summary_equals_parent_metrics(df, home: Path, parent: str, methods: 
 def test_method_summary_of_the_latest_of_two_comparisons_equals_its_parent_runs_metrics(
     tmp_path_factory, prefect_home, micro_compare, tmp_path
 ):
-    """Done-when of issue 13 (SQL): two real comparisons in one store; `binac sql binac_core/sql/method_summary.sql` with its
+    """Done-when of issue 13 (SQL): two real comparisons in one store; `binac sql sql/method_summary.sql` with its
     defaults summarises the later one only, and its numbers are the parent run's metrics in MLflow; the earlier
     one, asked for by id, equals its own parent's."""
     home = home_with_micro_base(tmp_path_factory, "binac-home-two-comparisons", micro_compare)
@@ -278,15 +278,15 @@ def test_method_summary_of_the_latest_of_two_comparisons_equals_its_parent_runs_
     latest = _parent_run_id(run_binac(["compare", "--preset", "micro", "--methods", "grpo,fixed_critic",
                                        "--seeds", "0,1", "--steps", "3"], env).stdout)
     out = tmp_path / "summary.csv"
-    proc = run_binac(["sql", "binac_core/sql/method_summary.sql", "--out", str(out)], env)
+    proc = run_binac(["sql", "sql/method_summary.sql", "--out", str(out)], env)
     assert proc.stdout.startswith(f"comparison {latest} (latest): preset micro, 4 runs, rows from "), proc.stdout
     compared = _assert_summary_equals_parent_metrics(pd.read_csv(out), home, latest, ["fixed_critic", "grpo"], [0, 1])
     assert compared >= 2 * 2 + 2  # acc_single of both methods with their half-widths, fixed_critic's acc_feedback
 
-    printed = run_binac(["sql", "binac_core/sql/method_summary.sql", "--param", f"comparison={older}"], env).stdout
+    printed = run_binac(["sql", "sql/method_summary.sql", "--param", f"comparison={older}"], env).stdout
     assert printed.startswith(f"comparison {older}: preset micro, 1 run, rows from ")
-    run_binac(["sql", "binac_core/sql/method_summary.sql", "--param", f"comparison={older}", "--out", str(out)], env)
+    run_binac(["sql", "sql/method_summary.sql", "--param", f"comparison={older}", "--out", str(out)], env)
     assert _assert_summary_equals_parent_metrics(pd.read_csv(out), home, older, ["grpo"], [0]) >= 1
 
-    pooled = sqlrun.run(Workspace(home), (REPO / "binac_core" / "sql" / "method_summary.sql").read_text(), {"comparison": "all"})
+    pooled = sqlrun.run(Workspace(home), (REPO / "sql" / "method_summary.sql").read_text(), {"comparison": "all"})
     assert pooled.set_index("method")["runs"].to_dict() == {"grpo": 3, "fixed_critic": 2}

@@ -5,7 +5,8 @@ whose only other path is the project venv's site-packages (a `.pth` line: the pi
 without downloading them again). Nothing of the checkout is importable there: the commands run from a temporary
 folder, and the project venv's editable install of binac is not active (`.pth` files of a folder added by a `.pth`
 line are not processed), so `binac_core` can only come from the wheel; the test checks that it does. A module, a
-subpackage or a data file (presets, SQL) missing from the wheel fails here.
+subpackage or a data file (presets, SQL) missing from the wheel fails here: the schema and the queries live in the
+repository's top-level `sql/` and ship inside the package as `binac_core/sql/` (setup.py).
 """
 
 from __future__ import annotations
@@ -52,12 +53,16 @@ def _run(venv: Path, args: list[str], env: dict, cwd: Path, timeout: int = 900) 
 
 def test_the_wheel_holds_every_subpackage_and_data_file(wheel_venv, tmp_path):
     code = ("import binac_core, binac_core.benchmarks, binac_core.runs.config as c, binac_core.store.sqlrun as s;"
-            "print(binac_core.__file__); print(len(c.preset_names())); print(s.QUERY_DIR.joinpath('schema.sql').is_file())")
+            "from binac_core.store import storage as st;"
+            "print(binac_core.__file__); print(len(c.preset_names())); print(st.SCHEMA_SQL, st.SCHEMA_SQL.is_file());"
+            "print(','.join(sorted(p.name for p in s.QUERY_DIR.glob('*.sql'))))")
     proc = _run(wheel_venv, ["python", "-c", code], dict(os.environ), tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    where, presets, schema = proc.stdout.split()
+    where, presets, schema, schema_found, queries = proc.stdout.split()
     assert str(wheel_venv) in where and str(REPO) not in where  # from the wheel, not the checkout
-    assert int(presets) == len(list((REPO / "binac_core" / "presets").glob("*.yaml"))) and schema == "True"
+    assert int(presets) == len(list((REPO / "binac_core" / "presets").glob("*.yaml")))
+    assert schema_found == "True" and str(wheel_venv) in schema and schema.endswith("binac_core/sql/schema.sql")
+    assert queries == ",".join(sorted(p.name for p in (REPO / "sql").glob("*.sql")))  # every file of sql/
 
 
 def test_binac_help_and_one_micro_iteration_from_the_wheel(wheel_venv, tmp_path, prefect_home):
@@ -69,3 +74,5 @@ def test_binac_help_and_one_micro_iteration_from_the_wheel(wheel_venv, tmp_path,
     assert "iteration 1/1" in proc.stdout + proc.stderr
     out = _run(wheel_venv, ["binac", "sql", "method_summary.sql"], env, tmp_path)  # a packaged query, by name
     assert out.returncode == 0 and "grpo" in out.stdout, out.stderr[-2000:]
+    out = _run(wheel_venv, ["binac", "sql", "feedback_search.sql", "--param", "query=answer"], env, tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]

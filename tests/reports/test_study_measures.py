@@ -1,4 +1,4 @@
-"""binac_core/sql/study_measures.sql on small hand-built stores (no training, no MLflow): every column equals the hand-computed
+"""sql/study_measures.sql on small hand-built stores (no training, no MLflow): every column equals the hand-computed
 value and the metric `step_records` computes from the same rows; a store holding shards written before the
 `feedback_approves` column existed still reads, with NULL in it. (The same agreement on a real micro run, against
 MLflow: test_study_measures_run.py.)"""
@@ -18,7 +18,7 @@ from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
 from binac_core.store.step_records import train_metrics
 
-MEASURES = (REPO / "binac_core" / "sql" / "study_measures.sql").read_text()
+MEASURES = (REPO / "sql" / "study_measures.sql").read_text()
 NAMES = ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",
          "critic_approves_wrong", "critic_approves_right", "critic_signal", "critic_useful_mixed_frac",
          "critic_signal_frac", "feedback_gain")

@@ -18,7 +18,7 @@ from conftest import REPO
 from binac_core.runs.workspace import Workspace
 from binac_core.store import feedback_index, sqlrun, storage
 
-SEARCH = (REPO / "binac_core" / "sql" / "feedback_search.sql").read_text()
+SEARCH = (REPO / "sql" / "feedback_search.sql").read_text()
 
 if str(REPO) not in sys.path:  # `bench` is a folder of the repository, not an installed package
     sys.path.insert(0, str(REPO))

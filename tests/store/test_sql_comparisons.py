@@ -21,7 +21,7 @@ from binac_core.runs.workspace import Workspace
 from binac_core.store import sqlrun, storage
 from flows import sql_cli
 
-SUMMARY = (REPO / "binac_core" / "sql" / "method_summary.sql").read_text()
+SUMMARY = (REPO / "sql" / "method_summary.sql").read_text()
 P1, P2 = "p1aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "p2bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 
@@ -108,11 +108,11 @@ def test_every_query_over_runs_takes_the_comparison_and_returns_it(three_runs):
     for name, default in [("method_summary", "latest"), ("feedback_over_training", "latest"),
                           ("feedback_use", "latest"), ("study_measures", "latest"), ("feedback_top_gain", "latest"),
                           ("feedback_search", "all")]:
-        text = (REPO / "binac_core" / "sql" / f"{name}.sql").read_text()
+        text = (REPO / "sql" / f"{name}.sql").read_text()
         assert sqlrun.declared_params(text)["comparison"] == default, name
         df = sqlrun.run(three_runs, text, {"comparison": P1})
         assert "comparison" in df.columns, name
-    measures = sqlrun.run(three_runs, (REPO / "binac_core" / "sql" / "study_measures.sql").read_text(), {"comparison": P1})
+    measures = sqlrun.run(three_runs, (REPO / "sql" / "study_measures.sql").read_text(), {"comparison": P1})
     assert sorted(measures["run_id"]) == ["a", "b"] and set(measures["comparison"]) == {P1}
 
 
@@ -136,18 +136,18 @@ def _cli(ws: Workspace, monkeypatch, capsys, query: str, *params: str, out: str 
 
 def test_the_cli_prints_the_header_then_the_table_without_repeating_the_comparison(three_runs, monkeypatch, capsys,
                                                                                     tmp_path):
-    out = _cli(three_runs, monkeypatch, capsys, str(REPO / "binac_core" / "sql" / "method_summary.sql"))
+    out = _cli(three_runs, monkeypatch, capsys, str(REPO / "sql" / "method_summary.sql"))
     header, columns = out.splitlines()[:2]
     assert header.startswith(f"comparison {P2} (latest): preset micro, 1 run, rows from 2025-01-02 11:00:00")
     assert columns.split()[:3] == ["preset", "method", "run_id"] and P2 not in out.split("\n", 1)[1]
     csv = tmp_path / "s.csv"
-    out = _cli(three_runs, monkeypatch, capsys, str(REPO / "binac_core" / "sql" / "method_summary.sql"), out=str(csv))
+    out = _cli(three_runs, monkeypatch, capsys, str(REPO / "sql" / "method_summary.sql"), out=str(csv))
     assert out.splitlines()[1] == f"1 rows -> {csv}"
     assert pd.read_csv(csv)["comparison"].tolist() == [P2]  # the file keeps the column
 
 
 def test_an_empty_result_says_no_rows_and_the_filters(three_runs, monkeypatch, capsys):
-    out = _cli(three_runs, monkeypatch, capsys, str(REPO / "binac_core" / "sql" / "method_summary.sql"), "method=binac")
+    out = _cli(three_runs, monkeypatch, capsys, str(REPO / "sql" / "method_summary.sql"), "method=binac")
     assert "Empty DataFrame" not in out
     assert out.splitlines()[1:] == ["(no rows)",
                                     f"filters: comparison=latest (-> {P2}), preset=%, method=binac, per_run=0"]
@@ -179,7 +179,7 @@ def test_a_value_that_is_not_of_the_parameters_kind_names_the_parameter(three_ru
     with pytest.raises(BinacError, match=r"^query parameter \$per_run: could not convert 'abc' to an integer "
                                          r"\(its default is 0\)$"):
         _summary(three_runs, per_run="abc")
-    top_gain = (REPO / "binac_core" / "sql" / "feedback_top_gain.sql").read_text()
+    top_gain = (REPO / "sql" / "feedback_top_gain.sql").read_text()
     with pytest.raises(BinacError, match=r"^query parameter \$k: could not convert '2.5' to an integer"):
         sqlrun.run(three_runs, top_gain, {"k": "2.5"})
     # An undeclared parameter that DuckDB cannot convert: named from DuckDB's message.

@@ -30,7 +30,7 @@
 -- @param k = 20
 --   how many rows to return
 --
--- Example: binac sql binac_core/sql/feedback_search.sql --param query="check the sign" --param method=binac
+-- Example: binac sql sql/feedback_search.sql --param query="check the sign" --param method=binac
 WITH tokens AS (SELECT DISTINCT stem(unnest(fts_main__binac_fts_probe.tokenize($query)), 'porter') AS t),
 docs AS (SELECT * FROM feedback_docs
          WHERE method LIKE $method AND split LIKE $split AND ($comparison = 'all' OR parent_run_id = $comparison)),
