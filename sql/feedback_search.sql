@@ -8,9 +8,10 @@
 -- `feedback_terms` (one row per feedback and term) and `feedback_docs` (one row per feedback). The corpus
 -- statistics (number of feedback texts, average length, document frequency of each word) are those of the rows
 -- the filters below select, so the scores are those of `PRAGMA create_fts_index` built over exactly those rows
--- (what this query did before, rebuilding the index at every query: 6.5 s at a million rows). Each query
--- indexes only the shards written since the last one, and reads immutable files: no lock, under a second
--- at a million rows (0.8 s: bench/store.py). Rows whose feedback contains none of the words do not appear.
+-- (building that index at every query instead takes about 5.5 s at a million rows). Each query indexes only the
+-- shards written since the last one, and reads immutable files: no lock, under a second at a million rows
+-- (0.8 s; both measured by bench/store.py, bench/results.md). Rows whose feedback contains none of the
+-- words do not appear.
 -- BM25 favours short texts: a one-word feedback that matches can outrank a long one that matches more words.
 --
 -- Parameters:

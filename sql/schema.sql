@@ -33,17 +33,17 @@ CREATE TABLE trajectory_rows (
     actor_samples   BIGINT,            -- training runs: the run's cumulative actor TRAINING samples after `step`
                                        -- (sequences the actor's loss was computed on; never look-ahead
                                        -- refinements); eval rows: at the evaluation's step, 0 at step 0. NULL for
-                                       -- `binac evaluate` and rows stored before this column existed
+                                       -- `binac evaluate` and in rows of a shard without this column
     generated_samples BIGINT,          -- the same, counting every sequence sampled from the actor or the critic
                                        -- (attempts, critic feedback, refinements, look-ahead refinements)
     feedback_approves BOOLEAN,         -- synthetic task: the feedback approves the attempt ("Looks correct."); NULL
-                                       -- without feedback, on other benchmarks, and in rows stored before this
-                                       -- column existed
+                                       -- without feedback, on other benchmarks, and in rows of a shard without
+                                       -- this column
     parent_run_id   VARCHAR,           -- MLflow run id of the comparison or study (the parent run) this run belongs
                                        -- to; NULL for a standalone `binac train` / `binac evaluate` (and in rows
-                                       -- stored before this column existed)
+                                       -- of a shard without this column)
     feedback_verdict VARCHAR           -- the feedback's verdict on the attempt: correct | incorrect | none (none: no
                                        -- verdict, or a contradictory one; binac_core/rl/verdict.py). NULL without
-                                       -- feedback, for a fixed instruction (no critic wrote it), and in rows stored
-                                       -- before this column existed
+                                       -- feedback, for a fixed instruction (no critic wrote it), and in rows of a
+                                       -- shard without this column
 );

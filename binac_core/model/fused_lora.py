@@ -6,7 +6,7 @@ per-module Python around them. With dropout inactive (the update's forward runs 
 carries the gradients to A and B through the merge: the same values up to float rounding
 (tests/model/test_fused_lora.py). Where the merged weight (out × in) is no larger than the LoRA branch's activation
 (tokens × rank), merging costs less time and no more memory than the branch; that holds for small models on big
-batches (the tiny preset: a policy update ~17 % faster, issue 12), not for a 135 M model on a CPU batch (`smol`),
+batches (the tiny preset: a policy update ~17 % faster; docs/results-tiny.md), not for a 135 M model on a CPU batch (`smol`),
 which keeps peft's forward. So does every module with another layout (fan-in-fan-out weights), a LoRA variant
 (DoRA...), several active adapters, adapters disabled (the KL reference pass) or another dtype.
 

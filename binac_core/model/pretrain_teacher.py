@@ -24,8 +24,8 @@ The rules, which decide what a critic trained against this base can gain:
   without carry slips (the student, told where to look, minds the carries from there on;
   `task.step_error_rate` still applies); after anything else: a fresh solve with first-attempt noise.
 With `critic_false_approval_rate` > 0, approval is followed by a right answer only when the attempt was right, so
-a base model learns "after approval, copy" and not "after approval, write a correct solution" (the first study's
-shortcut, issue 21); the best critic against it approves right attempts and names the first wrong step of wrong
+a base model learns "after approval, copy" and not "after approval, write a correct solution" (approval as a
+shortcut to a correct second answer: docs/results-study-v2.md); the best critic against it approves right attempts and names the first wrong step of wrong
 ones. At 0 (`tiny`, `micro`, the first study) approval is the helpful branch's alone and follows right attempts
 only.
 """

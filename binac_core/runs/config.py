@@ -178,8 +178,8 @@ class CriticConfig(_Section):
     verdict: bool = True
     """Ask the critic of every benchmark for a last verdict line (`Verdict: correct` / `Verdict: incorrect`) after
     its feedback (`binac_core.benchmarks.prompts.VERDICT`); the verdict is part of the feedback the actor sees, and the critic
-    health measures read it (`binac_core.rl.verdict`, `binac_core.reports.measures`). False: the prompts of runs before it,
-    token for token (runs whose params lack `critic.verdict` were made with those). The synthetic task's feedback
+    health measures read it (`binac_core.rl.verdict`, `binac_core.reports.measures`). False: the prompts without the verdict
+    line, token for token (the prompts of a run whose MLflow params lack `critic.verdict`). The synthetic task's feedback
     is a verdict already: this changes nothing there."""
 
 
@@ -199,8 +199,7 @@ class TrainConfig(_Section):
     changes memory, not the update's math beyond float rounding. A gradient-accumulation micro-batch, the term and
     role of verl's `ppo_micro_batch_size_per_gpu` and OpenRLHF's `micro_train_batch_size` (TRL:
     `per_device_train_batch_size` with `gradient_accumulation_steps`), not a PPO minibatch (verl's
-    `ppo_mini_batch_size`: one optimizer step per minibatch). Formerly `train.minibatch_size`, still read as this
-    (`RENAMED`)."""
+    `ppo_mini_batch_size`: one optimizer step per minibatch)."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward of an update instead of keeping them
     (`update.checkpointed_layers`): a micro-batch then keeps only the layers' inputs, for about one more forward.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from binac_core.runs.config import Config
+from binac_core.runs.config import RENAMED, Config
 from binac_core.runs.config import _sections as sections
 
 
@@ -59,6 +59,10 @@ def markdown() -> str:
             last = section
         escaped = doc.replace("|", "\\|")
         lines.append(f"| `{section}.{name}` | `{default}` | {escaped} |")
+    if RENAMED:
+        lines += ["", "## Deprecated names", "", "Read as the field they name, with a deprecation line on stderr "
+                  "(`RENAMED` in `binac_core/runs/config.py`).", "", "| name | read as |", "| --- | --- |"]
+        lines += [f"| `{old}` | `{new}` |" for old, (new, _) in RENAMED.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -116,8 +116,8 @@ class Study:
 
     def key(self) -> str:
         """Content hash of everything that determines the runs (not the file's path or the deployment's name);
-        `variants`, `select` and `gates` count when set (a study without them keeps the key it had before they
-        existed)."""
+        `variants`, `select` and `gates` count only when set, so a study that does not use them hashes as if
+        the study format had no such keys."""
         blob = {k: v for k, v in self.__dict__.items() if k not in ("path", "deployment", "design")
                 and not (k in ("variants", "select", "gates") and not v)}
         return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:12]
