@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from binac_core.benchmarks.problems import load_problems
 from binac_core.model.base_model import base_model
@@ -14,9 +15,13 @@ from binac_core.store.files import StageFile, write_json
 from tasks._common import CACHED, config, loaded
 
 
-@task(name="build-base-model", **CACHED)
+@task(name="build-base-model", cache_policy=NO_CACHE)
 def build_base_model(cfg_d: dict) -> StageFile:
-    """The base model's folder and digest (`binac_core.model.base_model`): a hub model as it is, the others built once."""
+    """The base model's folder and digest (`binac_core.model.base_model`): a hub model as it is, the others built once.
+
+    Not cached by Prefect: the folder is a cache of its own, named by the config's digest and built when its
+    `config.json` is missing, so a run always gets a folder that exists (one deleted from `$BINAC_HOME/models` or
+    `BINAC_MODEL_CACHE` is built again) and the digest of what is in it, which keys the stages downstream."""
     return base_model(config(cfg_d), workspace())
 
 

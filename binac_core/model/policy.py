@@ -30,7 +30,7 @@ from binac_core.model.generation import AdapterRef
 from binac_core.model.memory import map_large_blocks
 from binac_core.runs.config import Config
 from binac_core.runs.faults import fault_point
-from binac_core.store.files import file_digest
+from binac_core.store.files import MISSING_HINT, file_digest
 
 ADAPTERS = ("actor", "critic")
 
@@ -101,6 +101,8 @@ class Policy:
             raise BinacError(f"adapter {ref.name} {ref.digest} was held in memory only (`Policy.hold`) and another "
                              "has been loaded since: no folder holds it")
         folder = Path(ref.path)
+        if not (folder / "adapter_model.safetensors").is_file():
+            raise BinacError(f"adapter {ref.name} missing: {folder / 'adapter_model.safetensors'} ({MISSING_HINT})")
         state = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
         set_peft_model_state_dict(self.model, state, adapter_name=ref.name)
         opt_file = folder / "optimizer.pt"

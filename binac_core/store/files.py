@@ -54,11 +54,15 @@ def write_json(path: str | Path, obj) -> StageFile:
     return StageFile(str(Path(path)), hashlib.sha256(data).hexdigest()[:16])
 
 
+MISSING_HINT = "a cached stage's output was deleted; run the command again with --fresh to recompute its stages"
+"""The end of the one-line error for a stage output that a cache record names and the disk no longer holds."""
+
+
 def read_json(file: StageFile):
     """Load a stage file, checking that it is the one the reference names."""
     path = Path(file.path)
     if not path.exists():
-        raise BinacError(f"stage output missing: {path} (delete $BINAC_HOME/prefect to drop stale cache records)")
+        raise BinacError(f"stage output missing: {path} ({MISSING_HINT})")
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest()[:16] != file.digest:
         raise BinacError(f"stage output changed on disk: {path}")

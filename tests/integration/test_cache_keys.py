@@ -1,6 +1,7 @@
 """Cached stages never outlive the code that computed them: an edit to `binac_core` recomputes the stages of the
 next run (a real `binac train` on micro, in a temporary copy of the project), `--fresh` recomputes without an
-edit, and the library digests change exactly when the files they cover do."""
+edit, and the library digests change exactly when the files they cover do. No cache record points at a deleted
+base model folder: the next run builds it again."""
 
 import json
 import shutil
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, binac_env, home_with_micro_base
+from conftest import REPO, binac_env, home_with_micro_base, run_binac
 
 from binac_core.runs.provenance import module_closure
 from binac_core.runs.workspace import Workspace
@@ -80,6 +81,22 @@ def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
     assert any("/step-00001/attempts.json" in f for f in set(fresh) - set(after_edit))
     assert all(fresh[f] != after_edit[f] for f in data)
     assert len(runs_of(home)) == 3
+
+
+def test_a_deleted_base_model_folder_is_built_again_by_the_next_run(tmp_path, prefect_home):
+    """A user cleans `$BINAC_HOME/models` between two runs of the micro preset in one home (one set of Prefect
+    cache records): the second run, whose actor and critic start from the base model (another seed), builds the
+    base folder again instead of being handed the deleted path by a cache record."""
+    home = tmp_path / "home"
+    env = binac_env(home, prefect_home)
+    env.pop("BINAC_MODEL_CACHE")  # the base model inside this home, where a user would delete it
+    run_binac(ARGS, env)
+    (base,) = (home / "models").glob("base-*")
+    assert (base / "config.json").is_file()
+    shutil.rmtree(home / "models")
+    proc = run_binac([*ARGS[:-1], "1"], env)  # seed 1: init-adapters loads the base model
+    assert "iteration 1/1" in proc.stdout + proc.stderr
+    assert (base / "config.json").is_file(), "the base model folder was built again"
 
 
 def move_a_function_between_subpackages(project: Path) -> None:

@@ -61,6 +61,14 @@ def test_a_reference_names_its_content(tmp_path):
         read_json(ref)
 
 
+def test_a_deleted_stage_output_fails_in_one_line_naming_it_and_fresh(tmp_path):
+    ref = write_json(tmp_path / "a.json", {"a": 1})
+    (tmp_path / "a.json").unlink()
+    with pytest.raises(BinacError, match=r"stage output missing: .*a\.json \(.*--fresh") as err:
+        read_json(ref)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("text, needle", [("a: [", "malformed study file s.yaml: "),
                                           ("- 1\n- 2\n", "expected a mapping at top level")])
 def test_a_yaml_file_without_a_mapping_fails_in_one_line_naming_it(tmp_path, text, needle):
