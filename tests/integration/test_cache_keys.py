@@ -21,7 +21,7 @@ ARGS = ["train", "--preset", "micro", "--method", "grpo", "--steps", "1", "--see
 
 
 def copy_project(dest: Path) -> Path:
-    for folder in ("binac_core", "tasks", "flows"):
+    for folder in ("binac_core", "tasks", "flows", "sql"):
         shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
