@@ -18,6 +18,7 @@ any compute, and expanded into the training runs it asks for.
     variants:                        # optional: a method run once per named override set (a pilot's grid)
       grpo: {lr1e-3: {train.actor_lr: 0.001}, lr5e-3: {train.actor_lr: 0.005}}
     select: {grpo: acc_single}       # optional, with variants: the held-out metric that picks a method's variant
+    select_rule: auc_paired          # optional: how the report picks it (SelectRule; default last_mean)
     gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model,
     # at every regime, or per regime: {all: {...}, sparse: {greedy_single_at_most: 0.1}}
 
@@ -28,8 +29,8 @@ deviation) and `otherwise: fail` stopping the study; `single_closest_to`: the di
 single-turn accuracy is closest to the target (a tie: the smaller). A method listed under `variants` runs once
 per variant (its overrides on top of `overrides`), the others once; the variant is part of the run's name.
 `select` names, per method with variants, the held-out metric (one of SELECT_METRICS) by which the report
-chooses its variant (binac_core/reports/study_report.py). `gates` are checks of the base model at every chosen difficulty
-(`gate_failures`; a flat mapping applies at every regime, a mapping by regime name, with `all` for every regime,
+chooses its variant, by the rule `select_rule` names (`SelectRule`; binac_core/reports/study_report.py). `gates`
+are checks of the base model at every chosen difficulty (`gate_failures`; a flat mapping applies at every regime, a mapping by regime name, with `all` for every regime,
 applies per regime), read before any run is submitted: a study whose base fails one stops with one line naming it
 (its report can still be written with `--report-only`). Nothing here imports Prefect or torch.
 """
@@ -39,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 
 from binac_core import benchmarks
@@ -51,7 +53,7 @@ from binac_core.runs.preconditions import failures as precondition_failures
 from binac_core.store.files import read_yaml_mapping
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
-        "seeds", "regimes", "rule_measure", "overrides", "variants", "select", "gates"}
+        "seeds", "regimes", "rule_measure", "overrides", "variants", "select", "select_rule", "gates"}
 SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
 GATES = {
     "shortcut_right_at_most": "the upper end of the 95 % Wilson interval of the shortcut check (the share of "
@@ -64,6 +66,21 @@ GATES = {
 """The checks a study file's `gates` can ask of the base model at a chosen difficulty: two of the bounds, and the
 preconditions of binac_core/runs/preconditions.py (G1-G4)."""
 RULE_KINDS = ("all_wrong_frac_at_least", "single_closest_to")
+
+
+class SelectRule(str, Enum):
+    """How a pilot's report chooses a method's variant by its `select` metric (binac_core/reports/study_report.py,
+    `choose_variant`)."""
+
+    LAST_MEAN = "last_mean"
+    """The highest mean over seeds at each run's last evaluation; means within 0.1 point of it tie, and a tie goes
+    to the variant whose override values sort smallest (the second edition's rule)."""
+    AUC_PAIRED = "auc_paired"
+    """The metric's area under the held-out curve (trapezoid over the evaluations every `eval_every` iterations,
+    divided by the iterations: a mean accuracy); the variant with the highest mean over seeds leads, a variant
+    whose paired difference from it has a 95 % t-interval containing 0 ties with it, and among the leader and its
+    ties the one changing the fewest config fields from the preset's values wins, then the higher mean (the third
+    edition's rule). The report also says when the leader holds the extreme value of a field the grid varies."""
 
 
 @dataclass(frozen=True)
@@ -113,13 +130,16 @@ class Study:
     """method (one with variants) -> the held-out metric (SELECT_METRICS) that chooses its variant in the report."""
     gates: dict = field(default_factory=dict)
     """gate name (GATES) -> its threshold: checks of the base model before any run is submitted."""
+    select_rule: SelectRule = SelectRule.LAST_MEAN
+    """How the report chooses a variant by its `select` metric (`SelectRule`)."""
 
     def key(self) -> str:
         """Content hash of everything that determines the runs (not the file's path or the deployment's name);
-        `variants`, `select` and `gates` count only when set, so a study that does not use them hashes as if
-        the study format had no such keys."""
+        `variants`, `select` and `gates` count only when set, and `select_rule` only when not the default, so a
+        study that does not use them hashes as if the study format had no such keys."""
         blob = {k: v for k, v in self.__dict__.items() if k not in ("path", "deployment", "design")
-                and not (k in ("variants", "select", "gates") and not v)}
+                and not (k in ("variants", "select", "gates") and not v)
+                and not (k == "select_rule" and v == SelectRule.LAST_MEAN)}
         return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     def config(self, difficulty: int | None = None) -> Config:
@@ -186,6 +206,7 @@ def load_study(path: str | Path) -> Study:
         variants=_variants(path, raw.get("variants"), methods),  # both with old field names read as the new ones
     )
     study = replace(study, select=_select(path, raw.get("select"), study.variants),
+                    select_rule=_select_rule(path, raw.get("select_rule")),
                     gates=_gates(path, raw.get("gates"), tuple(r.name for r in study.regimes)))
     if not study.regimes:
         raise BinacError(f"study file {path}: no regimes")
@@ -238,6 +259,16 @@ def _select(path: Path, raw, variants: dict) -> dict:
             raise BinacError(f"study file {path}: select of {method!r}: unknown metric {metric!r} "
                              f"(known: {', '.join(SELECT_METRICS)})")
     return {str(m): str(v) for m, v in raw.items()}
+
+
+def _select_rule(path: Path, raw) -> SelectRule:
+    if raw is None:
+        return SelectRule.LAST_MEAN
+    try:
+        return SelectRule(raw)
+    except ValueError:
+        raise BinacError(f"study file {path}: select_rule: unknown rule {raw!r} "
+                         f"(known: {', '.join(r.value for r in SelectRule)})") from None
 
 
 def _gates(path: Path, raw, regimes: tuple[str, ...]) -> dict:

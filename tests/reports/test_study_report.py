@@ -261,6 +261,19 @@ def test_select_names_a_method_with_variants_and_a_known_metric(tmp_path):
     assert _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}}, select={}).key() == plain.key()
 
 
+def test_select_rule_is_a_known_rule_and_counts_in_the_key_only_when_not_the_default(tmp_path):
+    from binac_core.runs.study import SelectRule
+
+    grid = {"grpo": {"a": {"train.actor_lr": 0.001}}}
+    with pytest.raises(BinacError, match="select_rule: unknown rule 'best' \\(known: last_mean, auc_paired\\)"):
+        _study(tmp_path, variants=grid, select={"grpo": "acc_single"}, select_rule="best")
+    plain = _study(tmp_path, variants=grid, select={"grpo": "acc_single"})
+    auc = _study(tmp_path, variants=grid, select={"grpo": "acc_single"}, select_rule="auc_paired")
+    assert plain.select_rule is SelectRule.LAST_MEAN and auc.select_rule is SelectRule.AUC_PAIRED
+    assert _study(tmp_path, variants=grid, select={"grpo": "acc_single"}, select_rule="last_mean").key() == plain.key()
+    assert auc.key() != plain.key()
+
+
 def test_the_critic_health_table_gives_each_arm_at_step_0_and_its_last_evaluation_over_seeds(tmp_path):
     """binac's held-out verdict accuracy 0.5 at step 0 and 0.6 + 0.1·seed at the last evaluation (seeds 0, 1, 2:
     mean 0.7, t half-width t(0.975, 2)·0.1/√3 = 24.8 points; the seeds span 20 points, so they split and are
