@@ -33,8 +33,10 @@ A pilot (a study with `variants`) gets a table per method with variants: the sel
 at each run's last evaluation, mean ± interval over seeds, and the chosen variant (`choose_variant`): the highest
 mean; means within 0.001 (0.1 point) of it tie, and a tie goes to the variant whose override values sort
 smallest (the values in the order of the override names, sorted: `train.critic_lr` before `train.t_high`, so the
-smaller learning rate first, then fewer passes). The section ends with the chosen values merged, for the main
-study file. The hypotheses are not tested in a pilot.
+smaller learning rate first, then fewer passes); with `select_rule: auc_paired` (`SelectRule`), the third
+edition's rule instead (`binac_core.reports.pilot_rule`: areas under the held-out curve, paired ties, fewest fields
+changed from the preset, the grid's edges). The section ends with the chosen values merged, for the main study
+file. The hypotheses are not tested in a pilot.
 """
 
 from __future__ import annotations
@@ -47,12 +49,14 @@ from functools import partial
 from pathlib import Path
 
 from binac_core.reports.critic_health import EXPLAINED, health_table
+from binac_core.reports.pilot_rule import changed_fields, choose_paired, curve_area, edges
 from binac_core.reports.plots import METHOD_ORDER, seed_band
 from binac_core.reports.report import sandbox_line
 from binac_core.reports.stats import SPLIT, per_seed, t_interval, wilson_interval
 from binac_core.rl.evaluation import greedy_evaluated
 from binac_core.rl.methods import method_spec
-from binac_core.runs.study import equal_budget_totals
+from binac_core.runs.config import load_config
+from binac_core.runs.study import SelectRule, equal_budget_totals
 
 ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
 GREEDY_ACC = "acc_single_greedy"
@@ -689,12 +693,21 @@ def choose_variant(means: dict[str, float | None], overrides: dict[str, dict], t
 
 
 def _pilot(st, done: list[dict]) -> list[str]:
-    lines = ["## Pilot: the variants and the chosen settings", "",
-             "The design's rule, applied mechanically: per method with variants, its selection metric (study file "
-             "`select`) at each run's last evaluation, mean ± 95 % t-interval over seeds; the variant with the highest "
-             f"mean is chosen, means within {TIE:g} ({100 * TIE:g} point) of it tie, and a tie goes to the variant "
-             "whose override values sort smallest (the values in the order of the override names, sorted: "
-             "`train.critic_lr` before `train.t_high`, so the smaller learning rate, then fewer passes).", ""]
+    if st.select_rule == SelectRule.AUC_PAIRED:
+        rule = ("The design's rule (`select_rule: auc_paired`, binac_core/reports/pilot_rule.py), applied "
+                "mechanically: per method with variants, the area under its selection metric's held-out curve (study "
+                "file `select`; the trapezoid over the evaluations every `eval_every` iterations, divided by the "
+                "iterations: a mean accuracy), mean ± 95 % t-interval over seeds; the variant with the highest mean "
+                "leads; a variant whose paired difference from the leader has an interval containing 0 ties with "
+                "it; among the leader and its ties, the variant changing the fewest fields from the preset's values "
+                "is chosen, then the higher mean.")
+    else:
+        rule = ("The design's rule, applied mechanically: per method with variants, its selection metric (study "
+                "file `select`) at each run's last evaluation, mean ± 95 % t-interval over seeds; the variant with the "
+                f"highest mean is chosen, means within {TIE:g} ({100 * TIE:g} point) of it tie, and a tie goes to the "
+                "variant whose override values sort smallest (the values in the order of the override names, "
+                "sorted: `train.critic_lr` before `train.t_high`, so the smaller learning rate, then fewer passes).")
+    lines = ["## Pilot: the variants and the chosen settings", "", rule, ""]
     for regime in st.regimes:
         rr = [r for r in done if r["regime"] == regime.name]
         merged, conflicts = {}, []
@@ -704,22 +717,9 @@ def _pilot(st, done: list[dict]) -> list[str]:
             if metric is None:
                 lines += [f"**{method}**: no selection metric (study file `select`): nothing chosen.", ""]
                 continue
-            rows, means = [], {}
-            for v, ov in named.items():
-                runs = _of(rr, method, v)
-                vals = _values(runs, metric, last_eval)
-                means[v] = statistics.fmean(vals.values()) if vals else None
-                steps = sorted({last_eval(r) for r in runs} - {None})
-                rows.append((v, ov, _cell(vals, seeds=len(st.seeds)), ", ".join(map(str, steps)) or "–"))
-            chosen = choose_variant(means, named)
-            best = max((m for m in means.values() if m is not None), default=None)
-            lines += [f"**{method}** (selected by held-out `{metric}`)", "",
-                      f"| variant | overrides | {metric} (%) | iteration | chosen |", "| --- | --- | --- | --- | --- |"]
-            for v, ov, c, steps in rows:
-                tied = (v != chosen and means[v] is not None and best is not None and best - means[v] <= TIE + 1e-12)
-                mark = "**chosen**" if v == chosen else ("tie, not chosen" if tied else "")
-                lines.append(f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {c} | {steps} | {mark} |")
-            lines.append("")
+            choose = _choose_auc_paired if st.select_rule == SelectRule.AUC_PAIRED else _choose_last_mean
+            method_lines, chosen = choose(st, rr, method, metric)
+            lines += method_lines
             if chosen is None:
                 lines += [f"{method}: no variant has data: nothing chosen.", ""]
                 continue
@@ -731,6 +731,73 @@ def _pilot(st, done: list[dict]) -> list[str]:
             lines += ["Conflicting chosen values (the first kept): " + "; ".join(conflicts) + ".", ""]
         lines += [f"main-study overrides: {json.dumps(merged, sort_keys=True)}", ""]
     return lines
+
+
+def _choose_last_mean(st, rr: list[dict], method: str, metric: str) -> tuple[list[str], str | None]:
+    """`SelectRule.LAST_MEAN`: the table of `metric` at each run's last evaluation and `choose_variant`'s pick."""
+    named, rows, means = st.variants[method], [], {}
+    for v, ov in named.items():
+        runs = _of(rr, method, v)
+        vals = _values(runs, metric, last_eval)
+        means[v] = statistics.fmean(vals.values()) if vals else None
+        steps = sorted({last_eval(r) for r in runs} - {None})
+        rows.append((v, ov, _cell(vals, seeds=len(st.seeds)), ", ".join(map(str, steps)) or "–"))
+    chosen = choose_variant(means, named)
+    best = max((m for m in means.values() if m is not None), default=None)
+    lines = [f"**{method}** (selected by held-out `{metric}`)", "",
+             f"| variant | overrides | {metric} (%) | iteration | chosen |", "| --- | --- | --- | --- | --- |"]
+    for v, ov, c, steps in rows:
+        tied = (v != chosen and means[v] is not None and best is not None and best - means[v] <= TIE + 1e-12)
+        mark = "**chosen**" if v == chosen else ("tie, not chosen" if tied else "")
+        lines.append(f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {c} | {steps} | {mark} |")
+    return lines + [""], chosen
+
+
+def curve_steps(st) -> list[int]:
+    """The evaluation grid an area under the curve is taken on: step 0, every `eval_every` iterations, the last."""
+    return sorted(set(range(0, st.iterations + 1, st.eval_every)) | {st.iterations})
+
+
+def preset_values(st, keys) -> dict:
+    """{"section.field": the preset's value} for `keys` (the study's own `overrides` not applied)."""
+    cfg = load_config(st.preset, {})
+    return {k: getattr(getattr(cfg, k.split(".")[0]), k.split(".")[1]) for k in keys}
+
+
+def _choose_auc_paired(st, rr: list[dict], method: str, metric: str) -> tuple[list[str], str | None]:
+    """`SelectRule.AUC_PAIRED` (binac_core/reports/pilot_rule.py): the table of `metric`'s area under the held-out
+    curve per variant, the leader, its paired ties, the fields each changes from the preset, the choice, and the
+    grid's edges when the leader sits on one."""
+    named, steps = st.variants[method], curve_steps(st)
+    defaults = preset_values(st, {k for ov in named.values() for k in ov})
+    values = {v: {r["seed"]: a for r in _of(rr, method, v)
+                  if (a := curve_area(_evals(r, metric), steps)) is not None} for v in named}
+    changes = {v: changed_fields(ov, defaults) for v, ov in named.items()}
+    choice = choose_paired(values, changes)
+    lines = [f"**{method}** (selected by the area under held-out `{metric}` over iterations "
+             f"{steps[0]}-{steps[-1]}, evaluations at {', '.join(map(str, steps))})", "",
+             f"| variant | overrides | fields changed | area of {metric} (%) | {metric} at the last evaluation (%) | "
+             "leader − variant (points) | chosen |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for v, ov in named.items():
+        last = _values(_of(rr, method, v), metric, last_eval)
+        if v == choice.leader:
+            diff, mark = "leader", "leader"
+        else:
+            diff = _d(choice.differences[v]) if v in choice.differences else "–"
+            mark = "tie" if v in choice.ties else ""
+        if v == choice.chosen:
+            mark = "**chosen**" + (f" ({mark})" if mark else "")
+        lines.append(f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {changes[v]} | "
+                     f"{_cell(values[v], seeds=len(st.seeds))} | {_cell(last, seeds=len(st.seeds))} | {diff} | "
+                     f"{mark} |")
+    lines.append("")
+    if choice.leader is not None:
+        at_edge = edges(choice.leader, named, defaults)
+        if at_edge:
+            where = "; ".join(f"the {end} `{k}` of the grid ({named[choice.leader][k]})" for k, end in at_edge)
+            lines += [f"**Edge**: the leader `{choice.leader}` holds {where}. By the design the grid is widened "
+                      "along that field and the rule applied again before its choice is used.", ""]
+    return lines, choice.chosen
 
 
 # --------------------------------------------------------------------------- plots

@@ -249,6 +249,32 @@ def test_the_pilot_table_chooses_each_methods_variant_by_the_rule_with_a_tie(tmp
     assert "| grpo [lr5e-3] |" in text, "the accuracy tables show every variant"
 
 
+def test_a_pilot_with_auc_paired_tables_areas_ties_the_choice_and_the_edge(tmp_path):
+    """grpo, 20 iterations, evaluations at 0, 10, 20 (acc_single 0.1 at step 0 and at 20: lr1e-3 0.3, lr2e-3 0.3,
+    lr5e-3 0.32; at 10 per seed: lr1e-3 0.20, 0.26, 0.14; lr2e-3 0.25; lr5e-3 0.30, 0.24, 0.36). Area =
+    (0.1 + 2·mid + last) / 4: lr1e-3 20.0, 23.0, 17.0 %; lr2e-3 22.5 %; lr5e-3 25.5, 22.5, 28.5 %. The leader
+    lr5e-3 − lr2e-3: +3.0, 0.0, +6.0 (mean 3.0, sd 3.0, t(0.975, 2)·3.0/√3 = 7.5: a tie); − lr1e-3: +5.5, −0.5,
+    +11.5 (mean 5.5, sd 6.0, half-width 14.9: a tie); lr2e-3 changes nothing from micro's actor_lr 0.002:
+    chosen. The leader holds the grid's highest learning rate: an edge."""
+    grid = {"lr1e-3": {"train.actor_lr": 0.001}, "lr2e-3": {"train.actor_lr": 0.002},
+            "lr5e-3": {"train.actor_lr": 0.005}}
+    st = _study(tmp_path, name="pilot", iterations=20, methods=["grpo"], seeds=[100, 101, 102],
+                regimes={"moderate": {"difficulty": 2}}, variants={"grpo": grid}, select={"grpo": "acc_single"},
+                select_rule="auc_paired")
+    at_10 = {"lr1e-3": [0.20, 0.26, 0.14], "lr2e-3": [0.25] * 3, "lr5e-3": [0.30, 0.24, 0.36]}
+    at_20 = {"lr1e-3": 0.3, "lr2e-3": 0.3, "lr5e-3": 0.32}
+    runs = [_run("grpo", seed, "moderate", iterations=20, total=1280, variant=v,
+                 evals={"acc_single": {0: 0.1, 10: mid, 20: at_20[v]}})
+            for v, mids in at_10.items() for seed, mid in zip(st.seeds, mids, strict=True)]
+    text = build_study_report(st, {2: MEASURED[2]}, {"moderate": 2}, [], runs, tmp_path / "out")["text"]
+    pilot = text[text.index("## Pilot"):]
+    assert "| lr5e-3 | `{\"train.actor_lr\": 0.005}` | 1 | 25.5 ± 7.5 | 32.0 ± 0.0 | leader | leader |" in pilot
+    assert "| lr2e-3 | `{\"train.actor_lr\": 0.002}` | 0 | 22.5 ± 0.0 | 30.0 ± 0.0 | +3.0 ± 7.5 (n=3) | **chosen** (tie) |" in pilot
+    assert "| lr1e-3 | `{\"train.actor_lr\": 0.001}` | 1 | 20.0 ± 7.5 | 30.0 ± 0.0 | +5.5 ± 14.9 (n=3) | tie |" in pilot
+    assert "**Edge**: the leader `lr5e-3` holds the highest `train.actor_lr` of the grid (0.005)" in pilot
+    assert 'main-study overrides: {"train.actor_lr": 0.002}' in pilot.splitlines()
+
+
 def test_select_names_a_method_with_variants_and_a_known_metric(tmp_path):
     with pytest.raises(BinacError, match="select names 'fixed_critic', which has no variants"):
         _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}}, select={"fixed_critic": "acc_single"})
