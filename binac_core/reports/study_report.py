@@ -52,7 +52,21 @@ from binac_core.reports.critic_health import EXPLAINED, health_table
 from binac_core.reports.pilot_rule import changed_fields, choose_paired, curve_area, edges
 from binac_core.reports.plots import METHOD_ORDER, seed_band
 from binac_core.reports.report import sandbox_line
-from binac_core.reports.stats import SPLIT, per_seed, t_interval, wilson_interval
+from binac_core.reports.run_values import (
+    AXES,
+    budget_point,
+    evals,
+    last_eval,
+    never_reached,
+    point_step,
+    runs_of,
+    seed_cell,
+    train_at,
+    train_mean,
+    values_at,
+)
+from binac_core.reports.stats import SPLIT, wilson_interval
+from binac_core.reports.verdicts import NO_DATA, claim, combine, diff_text, margin_verdict, paired
 from binac_core.rl.evaluation import greedy_evaluated
 from binac_core.rl.methods import method_spec
 from binac_core.runs.config import load_config
@@ -62,16 +76,12 @@ ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
 GREEDY_ACC = "acc_single_greedy"
 """The greedy protocol's accuracy (binac_core/rl/evaluation.py), a column beside `acc_single` where the study's
 config evaluates it (`accuracy_columns`)."""
-AXES = {"actor_train": ("actor training samples", "actor_train_per_iteration"),
-        "generated": ("generated samples", "generated_per_iteration")}
-"""Budget axis -> (its name in the report, the run dict's per-iteration count)."""
 TIE = 0.001
 """A pilot's means within this of the highest tie (0.1 point; the design)."""
 H6_MARGIN = 0.05
 """H6: an increase of binac's approves_wrong below this (5 points) still counts as "no higher" (the design)."""
 SOURCES = (("initial_critic", "initial critic"), ("oracle", "oracle"), ("self_correct", "fixed self-correction"),
            ("approve", "approval"))
-NO_DATA = "inconclusive (no data)"
 FEEDBACK_RUNS = ("binac", "binac_lam0", "binac_after")
 """H4's three critic rewards, side by side."""
 HELD_OUT_CRITIC = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right")
@@ -100,7 +110,7 @@ def build_study_report(st, measured: dict, difficulties: dict, deviations: list[
             part = "(b)" if axis == "actor_train" else "(c)"
             lines += _accuracy_table(st, rr, f"{part} the equal-budget point on {label} ({totals[axis]} = "
                                              f"{st.equal_samples_method}'s total)",
-                                     partial(_point_step, axis=axis, total=totals[axis]), axis=axis)
+                                     partial(point_step, axis=axis, total=totals[axis]), axis=axis)
         lines += _critic_tables(st, rr)
         lines += _gains(st, rr)
         png = out_dir / f"study-{regime.name}.png"
@@ -130,84 +140,6 @@ def build_study_report(st, measured: dict, difficulties: dict, deviations: list[
 
 
 # --------------------------------------------------------------------------- reading runs
-
-
-def _evals(r: dict, name: str) -> dict[int, float]:
-    return {int(k): v for k, v in r["metrics"].get(f"eval/{name}", {}).items()}
-
-
-def last_eval(r: dict) -> int | None:
-    """The run's last evaluation (its iteration), None without one."""
-    steps = _evals(r, "acc_single")
-    return max(steps) if steps else None
-
-
-def budget_point(r: dict, axis: str, total: int) -> tuple[int, int] | None:
-    """(iteration, exact count reached) of the run's first evaluation whose cumulative count on `axis`
-    (`actor_train` or `generated`: iteration × the run's per-iteration count) reaches `total`; None when it never
-    does (0 per iteration, or no evaluation that far)."""
-    per = r[AXES[axis][1]]
-    if not per:
-        return None
-    steps = [s for s in _evals(r, "acc_single") if s * per >= total]
-    return (min(steps), min(steps) * per) if steps else None
-
-
-def _point_step(r: dict, axis: str, total: int) -> int | None:
-    point = budget_point(r, axis, total)
-    return point[0] if point else None
-
-
-def _never(r: dict, axis: str) -> str:
-    if not r[AXES[axis][1]]:
-        return "never (actor not trained)" if axis == "actor_train" else "never (nothing generated)"
-    last = last_eval(r)
-    return "not reached" + (f" (last evaluation: iteration {last})" if last is not None else "")
-
-
-def _of(rr: list[dict], method: str, variant: str = "") -> list[dict]:
-    return [r for r in rr if r["method"] == method and r.get("variant", "") == variant]
-
-
-def _values(runs: list[dict], name: str, at) -> dict[int, float]:
-    """seed -> eval metric `name` at step `at(run)` (the runs of one arm)."""
-    out = {}
-    for r in runs:
-        step = at(r)
-        v = _evals(r, name).get(step) if step is not None else None
-        if v is not None:
-            out[r["seed"]] = v
-    return out
-
-
-def _train_at(runs: list[dict], name: str, step: int) -> dict[int, float]:
-    return {r["seed"]: r["metrics"][f"train/{name}"][step] for r in runs
-            if step in r["metrics"].get(f"train/{name}", {})}
-
-
-def _train_mean(runs: list[dict], name: str) -> dict[int, float]:
-    out = {}
-    for r in runs:
-        vals = [v for v in r["metrics"].get(f"train/{name}", {}).values() if v is not None and not math.isnan(v)]
-        if vals:
-            out[r["seed"]] = statistics.fmean(vals)
-    return out
-
-
-def _cell(values: dict[int, float], scale: float = 100.0, digits: int = 1, seeds: int | None = None,
-          sign: bool = False) -> str:
-    """mean ± 95 % t half-width over seeds (scaled); the seed count when it is not the study's; and the values
-    seed by seed (in seed order) when the seeds split (`stats.seeds_split`: ≥ 2 seeds whose range is ≥ 20
-    points), where a t-interval over a bimodal set would hide the modes."""
-    if not values:
-        return "–"
-    mean, half = t_interval(list(values.values()))
-    n = f" (n={len(values)})" if len(values) != seeds else ""
-    fmt = f"{'+' if sign else ''}.{digits}f"
-    seeds_shown = per_seed([values[s] for s in sorted(values)], scale, digits, sign)
-    if math.isnan(half):
-        return f"{scale * mean:{fmt}}{n}"
-    return f"{scale * mean:{fmt}} ± {scale * half:.{digits}f}{seeds_shown}{n}"
 
 
 def _arms(st) -> list[tuple[str, str]]:
@@ -397,42 +329,42 @@ def accuracy_columns(st) -> tuple[str, ...]:
 
 
 def _accuracy_table(st, rr: list[dict], title: str, at, axis: str | None = None) -> list[str]:
-    cell = partial(_cell, seeds=len(st.seeds))
+    cell = partial(seed_cell, seeds=len(st.seeds))
     columns = accuracy_columns(st)
     lines = [f"**At {title}**", "",
              "| method | iteration | actor training samples | generated samples | " + " | ".join(columns) + " |",
              "| --- | --- | --- | --- | " + " | ".join("---" for _ in columns) + " |"]
     for m, v in _arms(st):
-        runs = _of(rr, m, v)
+        runs = runs_of(rr, m, v)
         if not runs:
             lines.append(f"| {_arm_name(m, v)} | – | – | – | " + " | ".join("–" for _ in columns) + " |")
             continue
         steps = sorted({at(r) for r in runs if at(r) is not None})
         if not steps:
-            reasons = sorted({_never(r, axis) for r in runs}) if axis else ["no evaluation"]
+            reasons = sorted({never_reached(r, axis) for r in runs}) if axis else ["no evaluation"]
             lines.append(f"| {_arm_name(m, v)} | {'; '.join(reasons)} | – | – | " + " | ".join("–" for _ in columns) +
                          " |")
             continue
         counts = {a: ", ".join(sorted({str(at(r) * r[key]) for r in runs if at(r) is not None}, key=int))
                   for a, (_, key) in AXES.items()}
         lines.append(f"| {_arm_name(m, v)} | {', '.join(map(str, steps))} | {counts['actor_train']} | "
-                     f"{counts['generated']} | " + " | ".join(cell(_values(runs, a, at)) for a in columns) + " |")
+                     f"{counts['generated']} | " + " | ".join(cell(values_at(runs, a, at)) for a in columns) + " |")
     return lines + [""]
 
 
 def _critic_tables(st, rr: list[dict]) -> list[str]:
-    cell = partial(_cell, seeds=len(st.seeds))
+    cell = partial(seed_cell, seeds=len(st.seeds))
     lines = ["**Advantage collapse and the critic, on the training batches** (iteration 1 = the base policies; means "
              "over all iterations; `critic_signal` in [−1, 1], the rest in %)", "",
              "| method | zero_adv_frac (it. 1) | refine_zero_adv_frac (it. 1) | critic_signal (mean) | "
              "critic_useful_mixed_frac (mean) | feedback_gain (mean, points) |", "| --- | --- | --- | --- | --- | --- |"]
     for m, v in _arms(st):
-        runs = _of(rr, m, v)
-        lines.append(f"| {_arm_name(m, v)} | {cell(_train_at(runs, 'zero_adv_frac', 1))} | "
-                     f"{cell(_train_at(runs, 'refine_zero_adv_frac', 1))} | "
-                     f"{cell(_train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} | "
-                     f"{cell(_train_mean(runs, 'critic_useful_mixed_frac'))} | "
-                     f"{cell(_train_mean(runs, 'feedback_gain'), sign=True)} |")
+        runs = runs_of(rr, m, v)
+        lines.append(f"| {_arm_name(m, v)} | {cell(train_at(runs, 'zero_adv_frac', 1))} | "
+                     f"{cell(train_at(runs, 'refine_zero_adv_frac', 1))} | "
+                     f"{cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} | "
+                     f"{cell(train_mean(runs, 'critic_useful_mixed_frac'))} | "
+                     f"{cell(train_mean(runs, 'feedback_gain'), sign=True)} |")
     lines += ["", "**The critic on held-out attempts** (the `feedback` protocol: the method's own feedback source on "
               "its actor's attempts, step 0 → last evaluation; the frozen base critic on the same attempts at the "
               "last evaluation, for the methods that train their critic; in %)", "",
@@ -440,9 +372,9 @@ def _critic_tables(st, rr: list[dict]) -> list[str]:
               "error | frozen: false alarm | frozen: approves wrong | frozen: approves right |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m, v in _arms(st):
-        runs = _of(rr, m, v)
-        own = [f"{cell(_values(runs, k, lambda r: 0))} → {cell(_values(runs, k, last_eval))}" for k in HELD_OUT_CRITIC]
-        frozen = [cell(_values(runs, f"frozen_{k}", last_eval)) for k in HELD_OUT_CRITIC]
+        runs = runs_of(rr, m, v)
+        own = [f"{cell(values_at(runs, k, lambda r: 0))} → {cell(values_at(runs, k, last_eval))}" for k in HELD_OUT_CRITIC]
+        frozen = [cell(values_at(runs, f"frozen_{k}", last_eval)) for k in HELD_OUT_CRITIC]
         lines.append(f"| {_arm_name(m, v)} | " + " | ".join(own + frozen) + " |")
     return lines + [""] + _critic_health(st, rr)
 
@@ -459,20 +391,20 @@ def _gains(st, rr: list[dict]) -> list[str]:
     the per-seed differences (a control passes or fails on these: docs/results-testbed.md), the seeds' own values
     where they split. A metric no arm has is left out."""
     shown = set(accuracy_columns(st)) | set(GAINS[3:])
-    names = [k for k in GAINS if k in shown and any(_evals(r, k) for r in rr)]
+    names = [k for k in GAINS if k in shown and any(evals(r, k) for r in rr)]
     if not names:
         return []
     lines = ["**Change over training on held-out problems** (last evaluation − step 0, paired by seed, in points; "
              "the interval lies above 0 where the change is significant at 95 %)", "",
              "| method | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
     for m, v in _arms(st):
-        runs = _of(rr, m, v)
+        runs = runs_of(rr, m, v)
         cells = []
         for k in names:
-            first, last = _values(runs, k, lambda r: 0), _values(runs, k, last_eval)
+            first, last = values_at(runs, k, lambda r: 0), values_at(runs, k, last_eval)
             seeds = sorted(set(first) & set(last))
             diffs = {s: last[s] - first[s] for s in seeds}
-            cells.append(_cell(diffs, seeds=len(st.seeds), sign=True))
+            cells.append(seed_cell(diffs, seeds=len(st.seeds), sign=True))
         lines.append(f"| {_arm_name(m, v)} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -481,10 +413,10 @@ def _critic_health(st, rr: list[dict]) -> list[str]:
     """The critic health table (`binac_core.reports.critic_health`): per arm with verdicts, at step 0 and at its last
     evaluation."""
     def at(runs: list[dict], step) -> Callable[[str], list[float]]:
-        return lambda measure: list(_values(runs, f"critic/{measure}", step).values())
+        return lambda measure: list(values_at(runs, f"critic/{measure}", step).values())
 
-    rows = [(f"{_arm_name(m, v)}, {label}", at(_of(rr, m, v), step)) for m, v in _arms(st)
-            if any(_evals(r, "critic/verdict_accuracy") for r in _of(rr, m, v))
+    rows = [(f"{_arm_name(m, v)}, {label}", at(runs_of(rr, m, v), step)) for m, v in _arms(st)
+            if any(evals(r, "critic/verdict_accuracy") for r in runs_of(rr, m, v))
             for label, step in (("step 0", lambda r: 0), ("last", last_eval))]
     if not rows:
         return []
@@ -495,90 +427,19 @@ def _critic_health(st, rr: list[dict]) -> list[str]:
 # --------------------------------------------------------------------------- verdicts
 
 
-def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, int]:
-    """(mean, half-width, n) of the per-seed differences a − b over the seeds both have."""
-    seeds = sorted(set(a) & set(b))
-    if not seeds:
-        return math.nan, math.nan, 0
-    mean, half = t_interval([a[s] - b[s] for s in seeds])
-    return mean, half, len(seeds)
-
-
-def _state(diff: tuple[float, float, int]) -> str:
-    mean, half, n = diff
-    if n < 2 or math.isnan(half):
-        return "inconclusive"
-    if mean - half > 0:
-        return "supported"
-    if mean + half < 0:
-        return "not supported"
-    return "inconclusive"
-
-
-def verdict(diffs: list[tuple[float, float, int]]) -> str:
-    """The fixed rule of the module doc over claims "difference > 0"."""
-    states = [_state(d) for d in diffs]
-    if "not supported" in states:
-        return "not supported"
-    return "supported" if states and all(s == "supported" for s in states) else "inconclusive"
-
-
-def margin_verdict(diff: tuple[float, float, int], margin: float = H6_MARGIN) -> str:
-    """H6's rule over a difference (last − step 0): not supported when the interval's lower end is above 0 (a
-    significant rise, however small: checked first), supported when its upper end is below `margin`,
-    inconclusive otherwise (one seed: inconclusive; no seed: no data)."""
-    mean, half, n = diff
-    if n == 0:
-        return NO_DATA
-    if n < 2 or math.isnan(half):
-        return "inconclusive"
-    if mean - half > 0:
-        return "not supported"
-    if mean + half < margin:
-        return "supported"
-    return "inconclusive"
-
-
-def claim(diffs: list[tuple[float, float, int]]) -> str:
-    """`verdict` over the comparisons with data; without data for some: not supported when an available one is,
-    inconclusive (no data) otherwise."""
-    have = [d for d in diffs if d[2] > 0]
-    if "not supported" in (_state(d) for d in have):
-        return "not supported"
-    if not have or len(have) < len(diffs):
-        return NO_DATA
-    return verdict(have)
-
-
-def _combine(states: list[str]) -> str:
-    """Per-part verdicts combined like the comparisons of one claim (no data as in `claim`)."""
-    if "not supported" in states:
-        return "not supported"
-    if not states or NO_DATA in states:
-        return NO_DATA
-    return "supported" if all(s == "supported" for s in states) else "inconclusive"
-
-
-def _d(diff: tuple[float, float, int], scale: float = 100.0) -> str:
-    mean, half, n = diff
-    if n == 0:
-        return "no paired seeds"
-    return f"{scale * mean:+.1f} ± {scale * half:.1f} (n={n})" if not math.isnan(half) else f"{scale * mean:+.1f} (n=1)"
-
-
 def _points(runs: list[dict], axis: str, total: int) -> str:
     """The iterations and exact counts at which these runs reached the axis's total."""
     found = sorted({budget_point(r, axis, total) for r in runs} - {None})
     if found:
         return ", ".join(f"iteration {it} ({count})" for it, count in found)
-    return "; ".join(sorted({_never(r, axis) for r in runs})) or "no runs"
+    return "; ".join(sorted({never_reached(r, axis) for r in runs})) or "no runs"
 
 
 def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
     main = [r for r in done if not r.get("variant")]
     by_regime = {reg.name: [r for r in main if r["regime"] == reg.name] for reg in st.regimes}
     sparse = by_regime.get("sparse", [])
-    cell = partial(_cell, seeds=len(st.seeds))
+    cell = partial(seed_cell, seeds=len(st.seeds))
     at_last, at_0 = last_eval, (lambda r: 0)
     lines = ["## Hypotheses", "",
              "The design's verdict rules (studies/sparse-feedback-v2.design.md, module doc of "
@@ -589,48 +450,48 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
                 "data."), ""]
 
     def order(rr, at, name="acc_single"):
-        b, f, g = (_values(_of(rr, m), name, at) for m in ("binac", "fixed_critic", "grpo"))
+        b, f, g = (values_at(runs_of(rr, m), name, at) for m in ("binac", "fixed_critic", "grpo"))
         return paired(b, f), paired(f, g)
 
     d1, d2 = order(sparse, at_last)
     lines.append(f"- **H1** (sparse, equal iterations, final acc_single: binac > fixed_critic and fixed_critic > "
-                 f"grpo): **{claim([d1, d2])}**. binac − fixed_critic {_d(d1)}; fixed_critic − grpo {_d(d2)}.")
-    at = {axis: partial(_point_step, axis=axis, total=totals[axis]) for axis in AXES}
+                 f"grpo): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − grpo {diff_text(d2)}.")
+    at = {axis: partial(point_step, axis=axis, total=totals[axis]) for axis in AXES}
     d1, d2 = order(sparse, at["actor_train"])
     g1, g2 = order(sparse, at["generated"])
-    pts = {axis: "; ".join(f"{m} {_points(_of(sparse, m), axis, totals[axis])}"
+    pts = {axis: "; ".join(f"{m} {_points(runs_of(sparse, m), axis, totals[axis])}"
                            for m in ("binac", "fixed_critic", "grpo")) for axis in AXES}
     lines.append(f"- **H2** (sparse, the same at the equal-budget point on actor training samples, "
-                 f"{totals['actor_train']}): **{claim([d1, d2])}**. binac − fixed_critic {_d(d1)}; fixed_critic − "
-                 f"grpo {_d(d2)}. Points reached: {pts['actor_train']}.")
+                 f"{totals['actor_train']}): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − "
+                 f"grpo {diff_text(d2)}. Points reached: {pts['actor_train']}.")
     lines.append(f"  - Beside it, not a hypothesis: the same at the equal-budget point on generated samples "
-                 f"({totals['generated']}): binac − fixed_critic {_d(g1)}; fixed_critic − grpo {_d(g2)} (by the same "
+                 f"({totals['generated']}): binac − fixed_critic {diff_text(g1)}; fixed_critic − grpo {diff_text(g2)} (by the same "
                  f"rule: {claim([g1, g2])}). Points reached: {pts['generated']}.")
 
     h3_parts, h3_lines = [], []
     for name, rr in by_regime.items():
-        binac, fixed = _of(rr, "binac"), _of(rr, "fixed_critic")
-        hits = _values(binac, "critic_hits_first_error", at_last)
-        d_time = paired(hits, _values(binac, "critic_hits_first_error", at_0))
-        d_frozen = paired(hits, _values(binac, "frozen_critic_hits_first_error", at_last))
-        d_fixed = paired(hits, _values(fixed, "critic_hits_first_error", at_last))
+        binac, fixed = runs_of(rr, "binac"), runs_of(rr, "fixed_critic")
+        hits = values_at(binac, "critic_hits_first_error", at_last)
+        d_time = paired(hits, values_at(binac, "critic_hits_first_error", at_0))
+        d_frozen = paired(hits, values_at(binac, "frozen_critic_hits_first_error", at_last))
+        d_fixed = paired(hits, values_at(fixed, "critic_hits_first_error", at_last))
         h3_parts.append(claim([d_time, d_frozen]))
-        h3_lines.append(f"  - {name}: **{h3_parts[-1]}**. last − step 0 {_d(d_time)}; binac − frozen critic on "
-                        f"binac's own attempts {_d(d_frozen)}. Beside it: the frozen critic on fixed_critic's "
-                        f"attempts {cell(_values(fixed, 'critic_hits_first_error', at_last))} %, binac − it "
-                        f"{_d(d_fixed)}.")
+        h3_lines.append(f"  - {name}: **{h3_parts[-1]}**. last − step 0 {diff_text(d_time)}; binac − frozen critic on "
+                        f"binac's own attempts {diff_text(d_frozen)}. Beside it: the frozen critic on fixed_critic's "
+                        f"attempts {cell(values_at(fixed, 'critic_hits_first_error', at_last))} %, binac − it "
+                        f"{diff_text(d_fixed)}.")
     lines.append(f"- **H3** (both regimes: binac's held-out critic_hits_first_error at the last evaluation > at step "
-                 f"0, and > the frozen base critic's on binac's own held-out attempts): **{_combine(h3_parts)}**.")
+                 f"0, and > the frozen base critic's on binac's own held-out attempts): **{combine(h3_parts)}**.")
     lines += h3_lines
 
     h4_parts, h4_lines = [], []
     for name, rr in by_regime.items():
-        d = paired(_values(_of(rr, "binac"), "acc_feedback", at_last),
-                   _values(_of(rr, "binac_lam0"), "acc_feedback", at_last))
+        d = paired(values_at(runs_of(rr, "binac"), "acc_feedback", at_last),
+                   values_at(runs_of(rr, "binac_lam0"), "acc_feedback", at_last))
         h4_parts.append(claim([d]))
-        h4_lines.append(f"  - {name}: **{h4_parts[-1]}**. binac − binac_lam0 {_d(d)}.")
+        h4_lines.append(f"  - {name}: **{h4_parts[-1]}**. binac − binac_lam0 {diff_text(d)}.")
     lines.append(f"- **H4** (both regimes: penalty-form binac > binac_lam0 on final acc_feedback): "
-                 f"**{_combine(h4_parts)}**.")
+                 f"**{combine(h4_parts)}**.")
     lines += h4_lines
     lines += ["", "  The three critic rewards side by side (last evaluation; critic_signal: mean over training "
               "iterations, in [−1, 1]):", "",
@@ -638,15 +499,15 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
               "  | --- | --- | --- | --- | --- | --- |"]
     for name, rr in by_regime.items():
         for m in FEEDBACK_RUNS:
-            runs = _of(rr, m)
-            lines.append(f"  | {name} | {m} | " + " | ".join(cell(_values(runs, k, at_last)) for k in (
+            runs = runs_of(rr, m)
+            lines.append(f"  | {name} | {m} | " + " | ".join(cell(values_at(runs, k, at_last)) for k in (
                 "acc_feedback", "critic_hits_first_error", "critic_approves_wrong")) +
-                f" | {cell(_train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} |")
+                f" | {cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} |")
     lines.append("")
 
-    grpo0 = _train_at(_of(sparse, "grpo"), "zero_adv_frac", 1)
+    grpo0 = train_at(runs_of(sparse, "grpo"), "zero_adv_frac", 1)
     feedback_methods = [m for m in st.methods if method_spec(m).feedback]
-    diffs = {m: paired(grpo0, _train_at(_of(sparse, m), "refine_zero_adv_frac", 1)) for m in feedback_methods}
+    diffs = {m: paired(grpo0, train_at(runs_of(sparse, m), "refine_zero_adv_frac", 1)) for m in feedback_methods}
     first = statistics.fmean(grpo0.values()) if grpo0 else math.nan
     if math.isnan(first):
         h5 = NO_DATA
@@ -657,17 +518,17 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
     lines.append(f"- **H5** (sparse: GRPO's zero_adv_frac at iteration 1 ≥ 0.5 (mean over seeds), and every feedback "
                  f"method's refine_zero_adv_frac at iteration 1 (G unshaped r1 per problem, GRPO's group size) lower "
                  f"than GRPO's zero_adv_frac, paired): **{h5}**. GRPO: {cell(grpo0)} %; GRPO − refinement groups: "
-                 + ("; ".join(f"{m} {_d(d)}" for m, d in diffs.items()) or "no feedback method") + ".")
+                 + ("; ".join(f"{m} {diff_text(d)}" for m, d in diffs.items()) or "no feedback method") + ".")
 
     h6_parts, h6_lines = [], []
     for name, rr in by_regime.items():
-        binac = _of(rr, "binac")
-        d = paired(_values(binac, "critic_approves_wrong", at_last), _values(binac, "critic_approves_wrong", at_0))
-        h6_parts.append(margin_verdict(d))
-        h6_lines.append(f"  - {name}: **{h6_parts[-1]}**. last − step 0 {_d(d)}.")
+        binac = runs_of(rr, "binac")
+        d = paired(values_at(binac, "critic_approves_wrong", at_last), values_at(binac, "critic_approves_wrong", at_0))
+        h6_parts.append(margin_verdict(d, H6_MARGIN))
+        h6_lines.append(f"  - {name}: **{h6_parts[-1]}**. last − step 0 {diff_text(d)}.")
     lines.append(f"- **H6** (both regimes, no approval drift: binac's held-out critic_approves_wrong at the last "
                  f"evaluation no higher than at step 0; not supported when the interval of last − step 0 starts above "
-                 f"0, else supported when it ends below +{100 * H6_MARGIN:g} points): **{_combine(h6_parts)}**.")
+                 f"0, else supported when it ends below +{100 * H6_MARGIN:g} points): **{combine(h6_parts)}**.")
     lines += h6_lines
     return lines + [""]
 
@@ -737,11 +598,11 @@ def _choose_last_mean(st, rr: list[dict], method: str, metric: str) -> tuple[lis
     """`SelectRule.LAST_MEAN`: the table of `metric` at each run's last evaluation and `choose_variant`'s pick."""
     named, rows, means = st.variants[method], [], {}
     for v, ov in named.items():
-        runs = _of(rr, method, v)
-        vals = _values(runs, metric, last_eval)
+        runs = runs_of(rr, method, v)
+        vals = values_at(runs, metric, last_eval)
         means[v] = statistics.fmean(vals.values()) if vals else None
         steps = sorted({last_eval(r) for r in runs} - {None})
-        rows.append((v, ov, _cell(vals, seeds=len(st.seeds)), ", ".join(map(str, steps)) or "–"))
+        rows.append((v, ov, seed_cell(vals, seeds=len(st.seeds)), ", ".join(map(str, steps)) or "–"))
     chosen = choose_variant(means, named)
     best = max((m for m in means.values() if m is not None), default=None)
     lines = [f"**{method}** (selected by held-out `{metric}`)", "",
@@ -770,8 +631,8 @@ def _choose_auc_paired(st, rr: list[dict], method: str, metric: str) -> tuple[li
     grid's edges when the leader sits on one."""
     named, steps = st.variants[method], curve_steps(st)
     defaults = preset_values(st, {k for ov in named.values() for k in ov})
-    values = {v: {r["seed"]: a for r in _of(rr, method, v)
-                  if (a := curve_area(_evals(r, metric), steps)) is not None} for v in named}
+    values = {v: {r["seed"]: a for r in runs_of(rr, method, v)
+                  if (a := curve_area(evals(r, metric), steps)) is not None} for v in named}
     changes = {v: changed_fields(ov, defaults) for v, ov in named.items()}
     choice = choose_paired(values, changes)
     lines = [f"**{method}** (selected by the area under held-out `{metric}` over iterations "
@@ -779,16 +640,16 @@ def _choose_auc_paired(st, rr: list[dict], method: str, metric: str) -> tuple[li
              f"| variant | overrides | fields changed | area of {metric} (%) | {metric} at the last evaluation (%) | "
              "leader − variant (points) | chosen |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for v, ov in named.items():
-        last = _values(_of(rr, method, v), metric, last_eval)
+        last = values_at(runs_of(rr, method, v), metric, last_eval)
         if v == choice.leader:
             diff, mark = "leader", "leader"
         else:
-            diff = _d(choice.differences[v]) if v in choice.differences else "–"
+            diff = diff_text(choice.differences[v]) if v in choice.differences else "–"
             mark = "tie" if v in choice.ties else ""
         if v == choice.chosen:
             mark = "**chosen**" + (f" ({mark})" if mark else "")
         lines.append(f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {changes[v]} | "
-                     f"{_cell(values[v], seeds=len(st.seeds))} | {_cell(last, seeds=len(st.seeds))} | {diff} | "
+                     f"{seed_cell(values[v], seeds=len(st.seeds))} | {seed_cell(last, seeds=len(st.seeds))} | {diff} | "
                      f"{mark} |")
     lines.append("")
     if choice.leader is not None:
@@ -821,7 +682,7 @@ def _plot(st, rr: list[dict], png: Path, regime: str, totals: dict[str, int]) ->
     styles = ("-", "--", ":", "-.")
     for ax, key, axis, ylabel in panels:
         for m, v in _arms(st):
-            runs = [r for r in _of(rr, m, v) if r["metrics"].get(key) and (axis is None or r[AXES[axis][1]])]
+            runs = [r for r in runs_of(rr, m, v) if r["metrics"].get(key) and (axis is None or r[AXES[axis][1]])]
             if not runs:
                 continue
             points: dict[int, list[float]] = {}

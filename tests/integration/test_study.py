@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, home_with_micro_base
 
 from binac_core.errors import BinacError
-from binac_core.reports.study_report import paired, verdict
+from binac_core.reports.verdicts import paired, verdict
 from binac_core.runs import runlock
 from binac_core.runs.regimes import closest_difficulty, sparse_difficulty
 from binac_core.runs.study import grid, load_study

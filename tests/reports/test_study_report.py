@@ -9,15 +9,10 @@ import pytest
 import yaml
 
 from binac_core.errors import BinacError
+from binac_core.reports.run_values import budget_point
 from binac_core.reports.stats import wilson_interval
-from binac_core.reports.study_report import (
-    NO_DATA,
-    budget_point,
-    build_study_report,
-    choose_variant,
-    claim,
-    margin_verdict,
-)
+from binac_core.reports.study_report import build_study_report, choose_variant
+from binac_core.reports.verdicts import NO_DATA, claim, margin_verdict
 from binac_core.runs.study import equal_budget_totals, load_study
 
 # The design's per-iteration counts (B = 8, G = 8, K = 4): (actor training, generated).
@@ -152,15 +147,15 @@ def test_the_regimes_section_names_each_rule_and_the_shortcut_check_with_its_wil
 
 
 def test_h6_margin_rule_on_hand_made_differences():
-    assert margin_verdict((0.01, 0.02, 5)) == "supported", "upper end 0.03 < 0.05"
-    assert margin_verdict((0.06, 0.02, 5)) == "not supported", "lower end 0.04 > 0, upper end 0.08"
-    assert margin_verdict((0.03, 0.04, 5)) == "inconclusive", "[-0.01, 0.07]"
-    assert margin_verdict((-0.10, 0.02, 5)) == "supported", "a fall is no drift"
-    assert margin_verdict((0.02, 0.01, 5)) == "not supported", "[0.01, 0.03]: a significant rise is checked first"
-    assert margin_verdict((0.04, 0.01, 5)) == "not supported", "[0.03, 0.05]: the upper end is not below 0.05"
-    assert margin_verdict((0.025, 0.025, 5)) == "inconclusive", "[0, 0.05]: neither end past its bound"
-    assert margin_verdict((0.0, math.nan, 1)) == "inconclusive"
-    assert margin_verdict((math.nan, math.nan, 0)) == NO_DATA
+    assert margin_verdict((0.01, 0.02, 5), 0.05) == "supported", "upper end 0.03 < 0.05"
+    assert margin_verdict((0.06, 0.02, 5), 0.05) == "not supported", "lower end 0.04 > 0, upper end 0.08"
+    assert margin_verdict((0.03, 0.04, 5), 0.05) == "inconclusive", "[-0.01, 0.07]"
+    assert margin_verdict((-0.10, 0.02, 5), 0.05) == "supported", "a fall is no drift"
+    assert margin_verdict((0.02, 0.01, 5), 0.05) == "not supported", "[0.01, 0.03]: a significant rise is checked first"
+    assert margin_verdict((0.04, 0.01, 5), 0.05) == "not supported", "[0.03, 0.05]: the upper end is not below 0.05"
+    assert margin_verdict((0.025, 0.025, 5), 0.05) == "inconclusive", "[0, 0.05]: neither end past its bound"
+    assert margin_verdict((0.0, math.nan, 1), 0.05) == "inconclusive"
+    assert margin_verdict((math.nan, math.nan, 0), 0.05) == NO_DATA
 
 
 def test_a_claim_with_missing_comparisons_is_no_data_unless_an_available_one_fails():

@@ -1,0 +1,94 @@
+"""Reading a study's finished runs (the run dicts flows/study.py's `collect` returns: {regime, difficulty, method,
+variant, seed, finished, state, metrics: {MLflow metric: {step: value}}, actor_train_per_iteration,
+generated_per_iteration}): an arm's runs, a metric's values by seed at a reading point, the equal-budget points, and
+the one table cell every study table uses (mean ± 95 % t-interval over seeds, the seeds' own values where they
+split). Nothing here judges a result (binac_core/reports/verdicts.py does)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from binac_core.reports.stats import per_seed, t_interval
+
+AXES = {"actor_train": ("actor training samples", "actor_train_per_iteration"),
+        "generated": ("generated samples", "generated_per_iteration")}
+"""Budget axis -> (its name in the report, the run dict's per-iteration count)."""
+
+
+def evals(r: dict, name: str) -> dict[int, float]:
+    return {int(k): v for k, v in r["metrics"].get(f"eval/{name}", {}).items()}
+
+
+def last_eval(r: dict) -> int | None:
+    """The run's last evaluation (its iteration), None without one."""
+    steps = evals(r, "acc_single")
+    return max(steps) if steps else None
+
+
+def budget_point(r: dict, axis: str, total: int) -> tuple[int, int] | None:
+    """(iteration, exact count reached) of the run's first evaluation whose cumulative count on `axis`
+    (`actor_train` or `generated`: iteration × the run's per-iteration count) reaches `total`; None when it never
+    does (0 per iteration, or no evaluation that far)."""
+    per = r[AXES[axis][1]]
+    if not per:
+        return None
+    steps = [s for s in evals(r, "acc_single") if s * per >= total]
+    return (min(steps), min(steps) * per) if steps else None
+
+
+def point_step(r: dict, axis: str, total: int) -> int | None:
+    point = budget_point(r, axis, total)
+    return point[0] if point else None
+
+
+def never_reached(r: dict, axis: str) -> str:
+    if not r[AXES[axis][1]]:
+        return "never (actor not trained)" if axis == "actor_train" else "never (nothing generated)"
+    last = last_eval(r)
+    return "not reached" + (f" (last evaluation: iteration {last})" if last is not None else "")
+
+
+def runs_of(rr: list[dict], method: str, variant: str = "") -> list[dict]:
+    return [r for r in rr if r["method"] == method and r.get("variant", "") == variant]
+
+
+def values_at(runs: list[dict], name: str, at) -> dict[int, float]:
+    """seed -> eval metric `name` at step `at(run)` (the runs of one arm)."""
+    out = {}
+    for r in runs:
+        step = at(r)
+        v = evals(r, name).get(step) if step is not None else None
+        if v is not None:
+            out[r["seed"]] = v
+    return out
+
+
+def train_at(runs: list[dict], name: str, step: int) -> dict[int, float]:
+    return {r["seed"]: r["metrics"][f"train/{name}"][step] for r in runs
+            if step in r["metrics"].get(f"train/{name}", {})}
+
+
+def train_mean(runs: list[dict], name: str) -> dict[int, float]:
+    out = {}
+    for r in runs:
+        vals = [v for v in r["metrics"].get(f"train/{name}", {}).values() if v is not None and not math.isnan(v)]
+        if vals:
+            out[r["seed"]] = statistics.fmean(vals)
+    return out
+
+
+def seed_cell(values: dict[int, float], scale: float = 100.0, digits: int = 1, seeds: int | None = None,
+          sign: bool = False) -> str:
+    """mean ± 95 % t half-width over seeds (scaled); the seed count when it is not the study's; and the values
+    seed by seed (in seed order) when the seeds split (`stats.seeds_split`: ≥ 2 seeds whose range is ≥ 20
+    points), where a t-interval over a bimodal set would hide the modes."""
+    if not values:
+        return "–"
+    mean, half = t_interval(list(values.values()))
+    n = f" (n={len(values)})" if len(values) != seeds else ""
+    fmt = f"{'+' if sign else ''}.{digits}f"
+    seeds_shown = per_seed([values[s] for s in sorted(values)], scale, digits, sign)
+    if math.isnan(half):
+        return f"{scale * mean:{fmt}}{n}"
+    return f"{scale * mean:{fmt}} ± {scale * half:.{digits}f}{seeds_shown}{n}"
