@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from binac_core.reports.pilot_rule import curve_area
 from binac_core.reports.stats import per_seed, t_interval
 
 AXES = {"actor_train": ("actor training samples", "actor_train_per_iteration"),
@@ -92,3 +93,16 @@ def seed_cell(values: dict[int, float], scale: float = 100.0, digits: int = 1, s
     if math.isnan(half):
         return f"{scale * mean:{fmt}}{n}"
     return f"{scale * mean:{fmt}} ± {scale * half:.{digits}f}{seeds_shown}{n}"
+
+
+def curve_steps(st) -> list[int]:
+    """Step 0, every `eval_every` iterations, and the last: the grid every area under a curve is taken on (a
+    method's extra equal-budget evaluations left out, so that every method is integrated alike)."""
+    return sorted(set(range(0, st.iterations + 1, st.eval_every)) | {st.iterations})
+
+
+def area(st, runs: list[dict], name: str) -> dict[int, float]:
+    """seed -> the area under held-out `name` over `curve_steps(st)` (`pilot_rule.curve_area`: a mean accuracy over
+    the run), for the runs that have every point."""
+    steps = curve_steps(st)
+    return {r["seed"]: a for r in runs if (a := curve_area(evals(r, name), steps)) is not None}

@@ -48,13 +48,16 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from binac_core.reports import hypotheses_v3
 from binac_core.reports.critic_health import EXPLAINED, health_table
-from binac_core.reports.pilot_rule import changed_fields, choose_paired, curve_area, edges
+from binac_core.reports.pilot_rule import changed_fields, choose_paired, edges
 from binac_core.reports.plots import METHOD_ORDER, seed_band
 from binac_core.reports.report import sandbox_line
 from binac_core.reports.run_values import (
     AXES,
+    area,
     budget_point,
+    curve_steps,
     evals,
     last_eval,
     never_reached,
@@ -70,7 +73,7 @@ from binac_core.reports.verdicts import NO_DATA, claim, combine, diff_text, marg
 from binac_core.rl.evaluation import greedy_evaluated
 from binac_core.rl.methods import method_spec
 from binac_core.runs.config import load_config
-from binac_core.runs.study import SelectRule, equal_budget_totals
+from binac_core.runs.study import HypothesisSet, SelectRule, equal_budget_totals
 
 ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
 GREEDY_ACC = "acc_single_greedy"
@@ -122,6 +125,8 @@ def build_study_report(st, measured: dict, difficulties: dict, deviations: list[
     if st.variants:
         lines += _pilot(st, done)
         lines += ["## Hypotheses", "", "Not tested in a pilot: its runs only choose the main study's settings.", ""]
+    elif st.hypotheses == HypothesisSet.THIRD_EDITION:
+        lines += hypotheses_v3.section(st, done, totals)
     elif HYPOTHESIS_METHODS <= set(st.methods):
         lines += _hypotheses(st, done, totals)
     else:  # a control or a partial grid: the second edition's hypotheses compare methods it does not run
@@ -614,11 +619,6 @@ def _choose_last_mean(st, rr: list[dict], method: str, metric: str) -> tuple[lis
     return lines + [""], chosen
 
 
-def curve_steps(st) -> list[int]:
-    """The evaluation grid an area under the curve is taken on: step 0, every `eval_every` iterations, the last."""
-    return sorted(set(range(0, st.iterations + 1, st.eval_every)) | {st.iterations})
-
-
 def preset_values(st, keys) -> dict:
     """{"section.field": the preset's value} for `keys` (the study's own `overrides` not applied)."""
     cfg = load_config(st.preset, {})
@@ -631,8 +631,7 @@ def _choose_auc_paired(st, rr: list[dict], method: str, metric: str) -> tuple[li
     grid's edges when the leader sits on one."""
     named, steps = st.variants[method], curve_steps(st)
     defaults = preset_values(st, {k for ov in named.values() for k in ov})
-    values = {v: {r["seed"]: a for r in runs_of(rr, method, v)
-                  if (a := curve_area(evals(r, metric), steps)) is not None} for v in named}
+    values = {v: area(st, runs_of(rr, method, v), metric) for v in named}
     changes = {v: changed_fields(ov, defaults) for v, ov in named.items()}
     choice = choose_paired(values, changes)
     lines = [f"**{method}** (selected by the area under held-out `{metric}` over iterations "

@@ -19,6 +19,7 @@ any compute, and expanded into the training runs it asks for.
       grpo: {lr1e-3: {train.actor_lr: 0.001}, lr5e-3: {train.actor_lr: 0.005}}
     select: {grpo: acc_single}       # optional, with variants: the held-out metric that picks a method's variant
     select_rule: auc_paired          # optional: how the report picks it (SelectRule; default last_mean)
+    hypotheses: third_edition        # optional: the design's hypotheses the report tests (HypothesisSet)
     gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model,
     # at every regime, or per regime: {all: {...}, sparse: {greedy_single_at_most: 0.1}}
 
@@ -53,7 +54,8 @@ from binac_core.runs.preconditions import failures as precondition_failures
 from binac_core.store.files import read_yaml_mapping
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
-        "seeds", "regimes", "rule_measure", "overrides", "variants", "select", "select_rule", "gates"}
+        "seeds", "regimes", "rule_measure", "overrides", "variants", "select", "select_rule", "hypotheses",
+        "gates"}
 SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
 GATES = {
     "shortcut_right_at_most": "the upper end of the 95 % Wilson interval of the shortcut check (the share of "
@@ -81,6 +83,18 @@ class SelectRule(str, Enum):
     whose paired difference from it has a 95 % t-interval containing 0 ties with it, and among the leader and its
     ties the one changing the fewest config fields from the preset's values wins, then the higher mean (the third
     edition's rule). The report also says when the leader holds the extreme value of a field the grid varies."""
+
+
+class HypothesisSet(str, Enum):
+    """The pre-registered hypotheses a study's report tests (binac_core/reports/study_report.py; none in a pilot)."""
+
+    SECOND_EDITION = "second_edition"
+    """H1-H6 of studies/sparse-feedback-v2.design.md (final points; tested only when the study runs grpo,
+    fixed_critic and binac)."""
+    THIRD_EDITION = "third_edition"
+    """H1-H8 of studies/sparse-feedback-v3.design.md (areas under the held-out curves, the trained and the frozen
+    critic on the same attempts, the positive control inside the study; binac_core/reports/hypotheses_v3.py);
+    a comparison whose methods the study does not run reads "no data"."""
 
 
 @dataclass(frozen=True)
@@ -132,14 +146,17 @@ class Study:
     """gate name (GATES) -> its threshold: checks of the base model before any run is submitted."""
     select_rule: SelectRule = SelectRule.LAST_MEAN
     """How the report chooses a variant by its `select` metric (`SelectRule`)."""
+    hypotheses: HypothesisSet = HypothesisSet.SECOND_EDITION
+    """The hypotheses the report tests (`HypothesisSet`)."""
 
     def key(self) -> str:
         """Content hash of everything that determines the runs (not the file's path or the deployment's name);
-        `variants`, `select` and `gates` count only when set, and `select_rule` only when not the default, so a
-        study that does not use them hashes as if the study format had no such keys."""
+        `variants`, `select` and `gates` count only when set, and `select_rule` and `hypotheses` only when not the
+        default, so a study that does not use them hashes as if the study format had no such keys."""
         blob = {k: v for k, v in self.__dict__.items() if k not in ("path", "deployment", "design")
                 and not (k in ("variants", "select", "gates") and not v)
-                and not (k == "select_rule" and v == SelectRule.LAST_MEAN)}
+                and not (k == "select_rule" and v == SelectRule.LAST_MEAN)
+                and not (k == "hypotheses" and v == HypothesisSet.SECOND_EDITION)}
         return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     def config(self, difficulty: int | None = None) -> Config:
@@ -206,7 +223,8 @@ def load_study(path: str | Path) -> Study:
         variants=_variants(path, raw.get("variants"), methods),  # both with old field names read as the new ones
     )
     study = replace(study, select=_select(path, raw.get("select"), study.variants),
-                    select_rule=_select_rule(path, raw.get("select_rule")),
+                    select_rule=_enum(path, "select_rule", SelectRule, raw.get("select_rule")),
+                    hypotheses=_enum(path, "hypotheses", HypothesisSet, raw.get("hypotheses")),
                     gates=_gates(path, raw.get("gates"), tuple(r.name for r in study.regimes)))
     if not study.regimes:
         raise BinacError(f"study file {path}: no regimes")
@@ -261,14 +279,15 @@ def _select(path: Path, raw, variants: dict) -> dict:
     return {str(m): str(v) for m, v in raw.items()}
 
 
-def _select_rule(path: Path, raw) -> SelectRule:
+def _enum(path: Path, key: str, kind: type[Enum], raw) -> Enum:
+    """`raw` as a member of `kind`; its first member when absent; one line naming the known values otherwise."""
     if raw is None:
-        return SelectRule.LAST_MEAN
+        return next(iter(kind))
     try:
-        return SelectRule(raw)
+        return kind(raw)
     except ValueError:
-        raise BinacError(f"study file {path}: select_rule: unknown rule {raw!r} "
-                         f"(known: {', '.join(r.value for r in SelectRule)})") from None
+        raise BinacError(f"study file {path}: {key}: unknown value {raw!r} "
+                         f"(known: {', '.join(m.value for m in kind)})") from None
 
 
 def _gates(path: Path, raw, regimes: tuple[str, ...]) -> dict:
