@@ -163,7 +163,8 @@ def cmd_evaluate(a) -> int:
     from binac_core.runs.workspace import workspace
     from flows.evaluate import evaluate_model
 
-    res = evaluate_model(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback)
+    res = evaluate_model(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback,
+                         fresh=_fresh(a))
     for k, v in res["metrics"].items():
         if not k.startswith("eval/critic/"):
             print(f"{k} = {v:.4f}  (n={a.limit} problems x {a.samples} samples)")
@@ -323,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--temperature", type=float, help="override the preset's eval temperature")
     e.add_argument("--max-new-tokens", type=int, help="override the preset's answer length")
     e.add_argument("--seed", type=int, default=0, help="sampling seed")
+    e.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     e.set_defaults(func=cmd_evaluate)
 
     st = command("study", "run (or resume) a pre-registered study file over a Prefect work pool")

@@ -10,6 +10,10 @@ Feedback protocols (binac_core/rl/evaluation.py): `feedback`/`gated` show the cr
 with `critic_sees_execution` (code benchmarks) they become `feedback_exec`/`gated_exec`, where the critic also
 sees the execution result of the graded tests. `feedback="fixed"` gives the self-correction baseline's fixed
 instruction instead of a critic. The feedback source is logged as the tag and param `eval_feedback_source`.
+
+The same command twice is one run: the second finds the first's MLflow run by its key and its stages in the cache.
+`fresh` (`binac evaluate --fresh`), any new value, makes a new run whose data and generation recompute (the base
+model's build is kept, as `binac train --fresh` keeps it); an edit to library code does the same without it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def evaluate_model(
     benchmark: str = "gsm8k", model: str = "", actor_adapter: str | None = None, critic_adapter: str | None = None,
     protocol: str = "single", samples: int = 1, limit: int = 20, preset: str = "tiny",
     temperature: float | None = None, max_new_tokens: int | None = None, seed: int = 0,
-    critic_sees_execution: bool = False, feedback: str = "critic",
+    critic_sees_execution: bool = False, feedback: str = "critic", fresh: str = "",
 ) -> dict:
     cfg, refs = plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset,
                               temperature, max_new_tokens)
@@ -46,19 +50,19 @@ def evaluate_model(
     stages, name, source = eval_stages(benchmark, protocol, critic_sees_execution, feedback, critic_source)
     cfg_d, ws = cfg.model_dump(mode="json"), workspace()
     key = hashlib.sha256(
-        f"{cfg.digest()}|{refs}|{name}|{seed}|{source.value}|{stage_code_digest()}".encode()).hexdigest()[:12]
+        f"{cfg.digest()}|{refs}|{name}|{seed}|{source.value}|{stage_code_digest()}|{fresh}".encode()).hexdigest()[:12]
     g = cfg.generation
     params = {**cfg.flat(), "protocol": name, "samples": str(samples), "limit": str(limit),
               "temperature": str(g.eval_temperature), "max_new_tokens": str(g.max_new_tokens),
               "actor_adapter": str(actor_adapter), "critic_adapter": str(critic_adapter),
-              "eval_feedback_source": source.value, "grading.isolation": isolation_used(cfg)}
+              "eval_feedback_source": source.value, "grading.isolation": isolation_used(cfg), "code.fresh": fresh}
     tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": name,
             "eval_feedback_source": source.value}
     run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)
     run = RunIdentity(run_id=run_id, method="eval", preset=cfg.name, seed=seed, benchmark=benchmark)
     try:
         base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
-        data = prepare_data(cfg_d, ("eval",))
+        data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d, ("eval",))
         result = evaluate(cfg_d, base, data["eval"], actor=refs["actor"], critic=refs["critic"] if source.sampled else None,
                                seed=seed, step=0, out_dir=str(ws.run_dir(f"eval-{key}")), protocols=stages,
                                source=source.value)

@@ -61,3 +61,30 @@ def test_execution_assisted_protocol_on_a_non_code_benchmark_fails_in_one_line(m
                       "--critic-sees-execution", "--limit", "1"], dict(micro_compare["env"]), 120, check=False)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "code benchmark" in proc.stderr
+
+
+def test_the_same_evaluation_is_one_run_and_fresh_makes_a_new_one(micro_compare, base_model):
+    """`binac evaluate` twice is one MLflow run whose rows are replaced, not duplicated; `--fresh` makes a second
+    run (its own key, recomputed stages) and leaves the first's rows as they were."""
+    env, ws = micro_compare["env"], Workspace(micro_compare["home"])
+    args = ["evaluate", "--benchmark", "synthetic", "--model", str(base_model), "--preset", "micro", "--limit", "2",
+            "--seed", "7"]
+
+    def runs():
+        c = tracking.client(ws)
+        return sorted(r.info.run_id for r in c.search_runs([tracking.experiment_id(c, ws)],
+                                                           filter_string="tags.benchmark = 'synthetic'")
+                      if r.data.tags.get("method") == "eval" and r.data.tags.get("seed") == "7")
+
+    def rows(run_id):
+        return int(sqlrun.run(ws, f"SELECT count(*) n FROM trajectories WHERE run_id = '{run_id}'").n[0])
+
+    run_binac(args, env)
+    first = runs()
+    run_binac(args, env)
+    assert runs() == first and len(first) == 1
+    assert rows(first[0]) == 2, "the second call replaced the first's rows"
+    run_binac([*args, "--fresh"], env)
+    both = runs()
+    assert len(both) == 2 and first[0] in both
+    assert [rows(r) for r in both] == [2, 2]
