@@ -51,6 +51,7 @@ from pathlib import Path
 
 from binac_core.errors import BinacError
 from binac_core.model.generation import AdapterRef, Generation, SamplingParams, eos_token_ids, render_prompt
+from binac_core.store.files import MISSING_HINT
 
 GIB = 1 << 30
 SHUTDOWN_GRACE_S = 30.0
@@ -172,8 +173,17 @@ class Engine:
     """"{name}-{digest}" -> vLLM's integer LoRA id; a new digest gets a new id, so its weights are loaded"""
 
     def lora(self, ref: AdapterRef | None):
+        """vLLM's request for `ref`'s adapter, read from its folder; None for the base model. A ref without a folder
+        (held in memory only, `Policy.hold`) or whose folder lacks the weights fails in one line before vLLM is
+        asked (vLLM's own error names neither the adapter nor the cause)."""
         if ref is None:
             return None
+        if not ref.path:
+            raise BinacError(f"adapter {ref.name} {ref.digest} is held in memory only (`Policy.hold`): vLLM serves "
+                             "adapters from their folders")
+        weights = Path(ref.path) / "adapter_model.safetensors"
+        if not weights.is_file():
+            raise BinacError(f"adapter {ref.name} missing: {weights} ({MISSING_HINT})")
         from vllm.lora.request import LoRARequest
 
         key = f"{ref.name}-{ref.digest}"

@@ -1,7 +1,11 @@
 """The vLLM engine's settings (`binac_core.model.generation_vllm.engine_settings`, `engine_kwargs`), pure: what the CPU
 build and a GPU are started with, and why each differs; no vLLM needed."""
 
-from binac_core.model.generation_vllm import GIB, engine_kwargs, engine_settings
+import pytest
+
+from binac_core.errors import BinacError
+from binac_core.model.generation import AdapterRef
+from binac_core.model.generation_vllm import GIB, Engine, engine_kwargs, engine_settings
 from binac_core.runs.config import load_config
 
 
@@ -76,3 +80,15 @@ def test_binac_train_with_vllm_absent_or_a_head_size_it_lacks_exits_2_with_one_l
     else:  # the CPU build here: micro's head size 16 has no kernel
         assert "head size 16" in line or "no CUDA device" in line
     assert not (tmp_path / "home" / "models").exists()  # refused before any compute: no base was built
+
+
+def test_an_adapter_without_its_weights_fails_in_one_line_before_vllm_is_asked(tmp_path):
+    """`Engine.lora` checks the folder first (no vLLM needed to reach the error): a ref held in memory only, and a
+    folder whose adapter_model.safetensors was deleted, each get one line naming the adapter."""
+    engine = Engine(settings=None, llm=None, lora_ids={})
+    assert engine.lora(None) is None
+    with pytest.raises(BinacError, match="adapter critic 3f2a is held in memory only"):
+        engine.lora(AdapterRef("critic", "", "3f2a"))
+    with pytest.raises(BinacError, match=r"adapter actor missing: .*adapter_model.safetensors \(a cached stage"):
+        engine.lora(AdapterRef("actor", str(tmp_path), "9c1d"))
+    assert engine.lora_ids == {}, "no id is handed out for an adapter that cannot load"
