@@ -107,6 +107,7 @@ def test_latest_without_any_comparison_in_the_store_means_all(tmp_path):
 def test_every_query_over_runs_takes_the_comparison_and_returns_it(three_runs):
     for name, default in [("method_summary", "latest"), ("feedback_over_training", "latest"),
                           ("feedback_use", "latest"), ("study_measures", "latest"), ("feedback_top_gain", "latest"),
+                          ("study_endpoints", "latest"),
                           ("feedback_search", "all")]:
         text = (REPO / "sql" / f"{name}.sql").read_text()
         assert sqlrun.declared_params(text)["comparison"] == default, name
