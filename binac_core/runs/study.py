@@ -18,6 +18,7 @@ any compute, and expanded into the training runs it asks for.
     variants:                        # optional: a method run once per named override set (a pilot's grid)
       grpo: {lr1e-3: {train.actor_lr: 0.001}, lr5e-3: {train.actor_lr: 0.005}}
     select: {grpo: acc_single}       # optional, with variants: the held-out metric that picks a method's variant
+    widen: {grpo: {lr2e-2: {train.actor_lr: 0.02}}}   # optional: variants added to a pilot after its first runs
     select_rule: auc_paired          # optional: how the report picks it (SelectRule; default last_mean)
     hypotheses: third_edition        # optional: the design's hypotheses the report tests (HypothesisSet)
     gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model,
@@ -29,6 +30,8 @@ threshold, `otherwise: hardest` taking the hardest difficulty searched when none
 deviation) and `otherwise: fail` stopping the study; `single_closest_to`: the difficulty in `search` whose
 single-turn accuracy is closest to the target (a tie: the smaller). A method listed under `variants` runs once
 per variant (its overrides on top of `overrides`), the others once; the variant is part of the run's name.
+`widen` adds variants to a pilot after its first runs (the design's rule for a grid whose best variant sits at an
+edge): they run like the others but leave the study's key, and so its first runs, as they were.
 `select` names, per method with variants, the held-out metric (one of SELECT_METRICS) by which the report
 chooses its variant, by the rule `select_rule` names (`SelectRule`; binac_core/reports/study_report.py). `gates`
 are checks of the base model at every chosen difficulty (`gate_failures`; a flat mapping applies at every regime, a mapping by regime name, with `all` for every regime,
@@ -54,8 +57,8 @@ from binac_core.runs.preconditions import failures as precondition_failures
 from binac_core.store.files import read_yaml_mapping
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
-        "seeds", "regimes", "rule_measure", "overrides", "variants", "select", "select_rule", "hypotheses",
-        "gates"}
+        "seeds", "regimes", "rule_measure", "overrides", "variants", "widen", "select", "select_rule",
+        "hypotheses", "gates"}
 SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
 GATES = {
     "shortcut_right_at_most": "the upper end of the 95 % Wilson interval of the shortcut check (the share of "
@@ -139,7 +142,11 @@ class Study:
     measure_seed: int
     overrides: dict
     variants: dict = field(default_factory=dict)
-    """method -> {variant name -> overrides}: the methods run once per variant (a pilot's grid)."""
+    """method -> {variant name -> overrides}: the methods run once per variant (a pilot's grid), the widened
+    ones (`widened`) included."""
+    widened: frozenset = frozenset()
+    """(method, variant name) of the variants the file adds under `widen`: a pilot's grid widened at an edge after
+    its first runs. They are runs of the same study: they do not enter its key, so the first runs keep theirs."""
     select: dict = field(default_factory=dict)
     """method (one with variants) -> the held-out metric (SELECT_METRICS) that chooses its variant in the report."""
     gates: dict = field(default_factory=dict)
@@ -152,8 +159,12 @@ class Study:
     def key(self) -> str:
         """Content hash of everything that determines the runs (not the file's path or the deployment's name);
         `variants`, `select` and `gates` count only when set, and `select_rule` and `hypotheses` only when not the
-        default, so a study that does not use them hashes as if the study format had no such keys."""
-        blob = {k: v for k, v in self.__dict__.items() if k not in ("path", "deployment", "design")
+        default, so a study that does not use them hashes as if the study format had no such keys; variants
+        added under `widen` never count (`widened`)."""
+        first = {m: {v: ov for v, ov in named.items() if (m, v) not in self.widened}
+                 for m, named in self.variants.items()}
+        blob = {k: v for k, v in {**self.__dict__, "variants": first}.items()
+                if k not in ("path", "deployment", "design", "widened")
                 and not (k in ("variants", "select", "gates") and not v)
                 and not (k == "select_rule" and v == SelectRule.LAST_MEAN)
                 and not (k == "hypotheses" and v == HypothesisSet.SECOND_EDITION)}
@@ -222,6 +233,15 @@ def load_study(path: str | Path) -> Study:
         overrides=current_keys(dict(raw.get("overrides") or {}), f"study file {path}: overrides: "),
         variants=_variants(path, raw.get("variants"), methods),  # both with old field names read as the new ones
     )
+    widen = _variants(path, raw.get("widen"), methods, "widen")
+    for method, named in widen.items():
+        if method not in study.variants:
+            raise BinacError(f"study file {path}: widen names {method!r}, which has no variants")
+        clash = sorted(set(named) & set(study.variants[method]))
+        if clash:
+            raise BinacError(f"study file {path}: widen of {method!r}: variant {clash[0]!r} is already in variants")
+    study = replace(study, variants={m: {**named, **widen.get(m, {})} for m, named in study.variants.items()},
+                    widened=frozenset((m, v) for m, named in widen.items() for v in named))
     study = replace(study, select=_select(path, raw.get("select"), study.variants),
                     select_rule=_enum(path, "select_rule", SelectRule, raw.get("select_rule")),
                     hypotheses=_enum(path, "hypotheses", HypothesisSet, raw.get("hypotheses")),
@@ -249,17 +269,17 @@ def _measures_regimes(bench) -> bool:
     return bench.oracle_feedback is not None and bench.feedback_analysis is not None
 
 
-def _variants(path: Path, raw, methods: tuple[str, ...]) -> dict:
+def _variants(path: Path, raw, methods: tuple[str, ...], key: str = "variants") -> dict:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise BinacError(f"study file {path}: variants must map a method to named override sets")
+        raise BinacError(f"study file {path}: {key} must map a method to named override sets")
     out = {}
     for method, named in raw.items():
         if method not in methods:
-            raise BinacError(f"study file {path}: variants of {method!r}, which is not in methods")
+            raise BinacError(f"study file {path}: {key} of {method!r}, which is not in methods")
         if not isinstance(named, dict) or not named or not all(isinstance(o, dict) for o in named.values()):
-            raise BinacError(f"study file {path}: variants of {method!r} must be {{name: {{field: value}}}}")
+            raise BinacError(f"study file {path}: {key} of {method!r} must be {{name: {{field: value}}}}")
         out[method] = {str(k): current_keys(dict(v), f"study file {path}: variant {k} of {method}: ")
                        for k, v in named.items()}
     return out

@@ -282,6 +282,24 @@ def test_select_names_a_method_with_variants_and_a_known_metric(tmp_path):
     assert _study(tmp_path, variants={"grpo": {"a": {"train.actor_lr": 0.001}}}, select={}).key() == plain.key()
 
 
+def test_widen_adds_variants_that_run_but_leave_the_key_and_the_first_runs_as_they_were(tmp_path):
+    from binac_core.runs.study import grid
+
+    grid_ = {"grpo": {"lr1e-3": {"train.actor_lr": 0.001}, "lr1e-2": {"train.actor_lr": 0.01}}}
+    first = _study(tmp_path, variants=grid_, select={"grpo": "acc_single"})
+    wider = _study(tmp_path, variants=grid_, select={"grpo": "acc_single"},
+                   widen={"grpo": {"lr2e-2": {"train.actor_lr": 0.02}}})
+    assert wider.key() == first.key(), "the first runs keep their keys"
+    assert set(wider.variants["grpo"]) == {"lr1e-3", "lr1e-2", "lr2e-2"} and wider.widened == {("grpo", "lr2e-2")}
+    runs = grid(wider, {"moderate": 2, "sparse": 2})
+    assert {r.variant for r in runs if r.method == "grpo"} == {"lr1e-3", "lr1e-2", "lr2e-2"}
+    assert grid(first, {"moderate": 2, "sparse": 2}) == [r for r in runs if r.variant != "lr2e-2"]
+    with pytest.raises(BinacError, match="widen names 'fixed_critic', which has no variants"):
+        _study(tmp_path, variants=grid_, widen={"fixed_critic": {"a": {"train.actor_lr": 0.02}}})
+    with pytest.raises(BinacError, match="widen of 'grpo': variant 'lr1e-2' is already in variants"):
+        _study(tmp_path, variants=grid_, widen={"grpo": {"lr1e-2": {"train.actor_lr": 0.02}}})
+
+
 def test_select_rule_is_a_known_rule_and_counts_in_the_key_only_when_not_the_default(tmp_path):
     from binac_core.runs.study import SelectRule
 
