@@ -223,9 +223,9 @@ def ensure_model(mode: Mode, work: Path) -> ModelInfo:
     t0 = time.perf_counter()
     tok = project_tokenizer()
     torch.manual_seed(0)
-    with torch.device("cuda" if mode.name == "cuda" else "cpu"):
+    with torch.device("cuda" if mode.name == "cuda" else "cpu"):  # initialised where it is fast
         model = LlamaForCausalLM(llama_config(mode.shape, tok))
-    model.to(getattr(torch, mode.loop_dtype))
+    model.to(getattr(torch, mode.loop_dtype)).to("cpu")
     shape = replace(mode.shape, params=sum(p.numel() for p in model.parameters()))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -546,7 +546,7 @@ def setup_loop(ctx: PartContext, state: dict, save: Callable[[], None]) -> LoopS
     rows = make_split(cfg.task, "train")
     state["phase"] = "saved_per_token"
     save()
-    with cpu_threads(min(8, len(os.sched_getaffinity(0)))):  # one decoder layer of the shape, on the CPU
+    with cpu_threads(min(8, len(os.sched_getaffinity(0))) if ctx.device == "cuda" else None):  # a layer, on the CPU
         per_token = gm.saved_per_token(info.shape, cfg.lora.rank, cfg.model.dtype)
     state["saved_bytes_per_token_and_layer"] = per_token
     state["phase"] = "longest update"
@@ -583,12 +583,13 @@ def part_loop(ctx: PartContext, state: dict, save: Callable[[], None]) -> None:
 
 
 @contextlib.contextmanager
-def cpu_threads(n: int) -> Iterator[None]:
-    """torch's intra-op threads at `n` within the block (a CPU-side count on a device machine's idle cores)."""
+def cpu_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads at `n` within the block (a CPU-side count on a device machine's idle cores); None
+    leaves them as they are (`BINAC_TORCH_THREADS`, `runtime.configure_threads`)."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(n)
+    torch.set_num_threads(n or before)
     try:
         yield
     finally:

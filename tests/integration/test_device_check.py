@@ -18,8 +18,12 @@ sys.path.insert(0, str(REPO / "scripts"))
 import device_check as dc  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "device_check.py"
-ABSENT = ("prefect", "mlflow", "duckdb", "vllm", "pandas", "pyarrow", "sklearn", "scipy", "math_verify")
-"""Packages the device does not have: hidden from the run (`HIDE`)."""
+ABSENT = ("prefect", "mlflow", "duckdb", "vllm", "math_verify", "pandas", "pyarrow", "scipy", "sklearn", "PIL",
+          "cloudpickle", "colorama", "dateutil", "dill", "google", "h2", "joblib", "narwhals", "pytz", "six",
+          "threadpoolctl", "charset_normalizer", "requests", "urllib3", "torchvision", "torchaudio")
+"""Packages a lent device does not have (it has torch, transformers, peft, accelerate, safetensors, tokenizers and
+what they require; pydantic travels as wheels): hidden from the run (`HIDE`). Those that the dev install brings
+and transformers or torch import when present are among them."""
 HIDE = """import os, sys
 ABSENT = set(os.environ["DEVICE_CHECK_ABSENT"].split(","))
 
