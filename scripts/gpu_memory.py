@@ -144,6 +144,28 @@ def budget(s: Shape, rank: int = 16, e: int = 2, micro_batch: int = 32, prompt: 
     }.items()}
 
 
+def trainer_parts(s: Shape, rank: int, sequences: int, length: int, completion_tokens: int, e: int = 2,
+                  checkpointing: bool = True, chunk: int = 1024, dtype: str = "bfloat16",
+                  per_token: int | None = None) -> dict[str, int]:
+    """Bytes the trainer holds at the peak of one micro-batch's forward and backward, part by part, for any shape
+    and lengths: `sequences` sequences padded to `length` tokens (prompt + completion), `completion_tokens` of them
+    scored (the LM head's rows). The same terms as `budget`'s trainer rows: base weights (`e` bytes a parameter),
+    both adapters with gradients and AdamW moments in float32, the activations (with `checkpointing`, each layer's
+    input plus one layer's saved tensors; without, every layer's), and the LM head's one live chunk of
+    min(`chunk`, `completion_tokens`) rows. `per_token`: the bytes `saved_per_token` counts for this shape, rank and
+    `dtype` (computed here when None). Counted, not measured: temporaries and allocator slack come on top."""
+    per_token = saved_per_token(s, rank, dtype) if per_token is None else per_token
+    tokens = sequences * length
+    layer = per_token * tokens
+    activations = s.layers * s.hidden * e * tokens + layer if checkpointing else s.layers * layer
+    return {
+        "base weights": s.params * e,
+        "2 adapters (weights, grads, AdamW, fp32)": 2 * lora_params(s, rank) * 16,
+        "activations" + (" (checkpointed)" if checkpointing else ""): activations,
+        "LM head chunk (fp32 logits, softmax, grad)": 3 * min(chunk, completion_tokens) * s.vocab * 4,
+    }
+
+
 def table() -> str:
     rows = [budget(s) for s in MODELS]
     keys = list(rows[0])
