@@ -9,8 +9,8 @@ What is counted, per model (the public configs of Llama-3.2-1B/3B-Instruct, `MOD
 - Trainer (transformers + peft): the base weights; both adapters' weights, gradients and AdamW moments in float32
   (peft keeps LoRA weights in float32 next to a bf16 base only under autocast, so this is the upper end; binac
   keeps an optimizer per adapter); the activations autograd saves for one micro-batch's backward (`activation_bytes`:
-  the tensors each decoder layer saves, counted below, times tokens and layers; no activation checkpointing, as
-  `update.policy_update` runs); the LM head's one live chunk (`update.LOGPROB_CHUNK` positions × vocabulary in
+  the tensors each decoder layer saves, counted below, times tokens and layers, without and with activation
+  checkpointing (`train.activation_checkpointing`, which the GPU presets set)); the LM head's one live chunk (`update.LOGPROB_CHUNK` positions × vocabulary in
   float32: logits, their softmax and its gradient).
 - vLLM: its own copy of the base weights; LoRA slots (`max_loras` 2 × `max_lora_rank` 16); the KV cache for the
   generation batch (`generation.batch_size` 256 sequences at the longest prompt + answer, `kv_bytes_per_token`);
@@ -174,7 +174,7 @@ def table() -> str:
         lines.append(f"| {key} | " + " | ".join(f"{r[key]:.2f}" for r in rows) + " |")
     fixed = [r[keys[0]] + r[keys[1]] + r[keys[4]] for r in rows]
     engine = [sum(v for k, v in r.items() if k.startswith("vLLM")) for r in rows]
-    lines.append("| **trainer, as it runs today** | " + " | ".join(
+    lines.append("| **trainer, without activation checkpointing** | " + " | ".join(
         f"**{f + r[keys[2]]:.1f}**" for f, r in zip(fixed, rows, strict=True)) + " |")
     lines.append("| **trainer, with activation checkpointing** | " + " | ".join(
         f"**{f + r[keys[3]]:.1f}**" for f, r in zip(fixed, rows, strict=True)) + " |")
