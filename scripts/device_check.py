@@ -58,6 +58,7 @@ for _path in (REPO, REPO / "scripts"):
         sys.path.insert(0, str(_path))
 
 import gpu_memory as gm  # noqa: E402 (scripts/ on sys.path)
+from gpu_check import write_json  # noqa: E402 (the same JSON writer as the vLLM check)
 
 from binac_core.model.logprob_check import (  # noqa: E402
     EXIT_ERROR,
@@ -815,23 +816,6 @@ def environment() -> dict:
     except Exception as exc:  # noqa: BLE001
         env["cuda_available"] = f"unknown ({type(exc).__name__})"
     return env
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Atomically (`binac_core.store.files.write_atomic`); non-finite floats as null."""
-    from binac_core.store.files import write_atomic
-
-    write_atomic(path, json.dumps(_finite(data), indent=1, default=str) + "\n")
-
-
-def _finite(value):
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def error_text(phase: str | None, exc: BaseException) -> str:
