@@ -14,6 +14,8 @@
 --   hits_last, frozen_hits_last
 --                             critic_hits_first_error at the last evaluation, of the method's own critic and of the
 --                             frozen base critic on the same attempts (H3)
+--   wrong_steps_last          their denominator: the held-out first attempts with a wrong step at the last
+--                             evaluation (an actor near 100 % leaves few; hits_last is a share of these)
 --   hits_0                    the method's own critic's at step 0
 --   approves_wrong_0, _last / approves_right_0, _last
 --                             critic_approves_wrong / critic_approves_right of the method's own critic (H6)
@@ -64,6 +66,7 @@ CREATE OR REPLACE TEMP TABLE critic AS  -- the critic measures per run, protocol
 SELECT run_id, protocol, step,
        avg(CASE WHEN first_wrong_step IS NOT NULL THEN (feedback_step IS NOT DISTINCT FROM first_wrong_step)::INT END)
            AS hits,
+       count(first_wrong_step) AS wrong_steps,
        avg(CASE WHEN first_wrong_step IS NOT NULL THEN feedback_approves::INT END) AS approves_wrong,
        avg(CASE WHEN attempt_reward > 0 THEN feedback_approves::INT END) AS approves_right,
        (avg(CASE WHEN attempt_reward <= 0 AND feedback_verdict IS NOT NULL THEN (feedback_verdict = 'incorrect')::INT END)
@@ -78,7 +81,7 @@ SELECT $comparison AS comparison, any_value(h.method) AS method, any_value(h.see
        round(100 * any_value(f.area), 2) AS acc_feedback_area,
        round(100 * any_value(ff.area), 2) AS acc_feedback_frozen_area,
        round(100 * any_value(c0.hits), 1) AS hits_0, round(100 * any_value(cl.hits), 1) AS hits_last,
-       round(100 * any_value(fl.hits), 1) AS frozen_hits_last,
+       round(100 * any_value(fl.hits), 1) AS frozen_hits_last, any_value(cl.wrong_steps) AS wrong_steps_last,
        round(100 * any_value(c0.approves_wrong), 1) AS approves_wrong_0,
        round(100 * any_value(cl.approves_wrong), 1) AS approves_wrong_last,
        round(100 * any_value(c0.approves_right), 1) AS approves_right_0,

@@ -60,6 +60,7 @@ def test_each_endpoint_by_hand(store):
     assert row["acc_single_area"] == 75.0
     assert pd.isna(row["acc_feedback_area"]), "feedback was not evaluated at 10: no area"
     assert (row["hits_0"], row["hits_last"], row["frozen_hits_last"]) == (100.0, 0.0, 100.0)
+    assert row["wrong_steps_last"] == 2, "hits_last's denominator: the two attempts with a wrong step at step 20"
     assert (row["approves_wrong_0"], row["approves_wrong_last"]) == (0.0, 50.0)
     assert (row["approves_right_0"], row["approves_right_last"]) == (100.0, 100.0)
     # wrong first attempts called incorrect 1 of 2, right ones called correct 0 of 1 (`none`): (0.5 + 0) / 2
