@@ -190,6 +190,8 @@ def cmd_study(a) -> int:
     from binac_core.runs.study import load_study
 
     spec = load_study(a.file)  # a bad file fails here, before any compute
+    if a.archive and os.path.exists(a.archive) and not os.path.isdir(a.archive):
+        raise BinacError(f"--archive {a.archive}: not a folder")
     _env_defaults()
     if not a.report_only:  # no server, no deployment, another $BINAC_HOME: one line, before any compute
         from binac_core.runs.workspace import workspace
@@ -198,7 +200,8 @@ def cmd_study(a) -> int:
         check_deployment(spec.deployment, workspace().home)
     from flows.study import study
 
-    res = study(a.file, report_only=a.report_only, retries=a.retries)
+    res = study(a.file, report_only=a.report_only, retries=a.retries,
+                archive=os.path.abspath(a.archive) if a.archive else None)
     print(res["report_text"])
     print(f"{res['finished']}/{res['runs']} runs finished; report: {res['report_files'][0]}")
     print(f"MLflow parent run {res['parent_run_id']} (tag kind=study)")
@@ -333,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the report from the runs finished so far; submit nothing")
     st.add_argument("--retries", type=int, default=1,
                     help="resubmissions of a run whose flow run failed, per invocation (killed runs always are)")
+    st.add_argument("--archive", metavar="DIR",
+                    help="a folder of finished runs and base models (created if missing): the ones the store lacks "
+                    "are restored first, every finished run is archived (binac_core/store/archive.py); a study "
+                    "resumed on another machine from a copy reruns only what it lacks")
     st.set_defaults(func=cmd_study)
 
     q = command("sql", "run SQL (a query or a .sql file, e.g. sql/method_summary.sql) over the trajectory store")

@@ -81,8 +81,9 @@ def check_deployment(name: str, home) -> str:
 
 
 def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, home, is_finished,
-            retries: int = 1, poll_s: float = 5.0, say=None) -> list[Tracked]:
-    """Submit and wait until every run is done or failed; `is_finished(key)` asks MLflow. Returns `tracked`."""
+            retries: int = 1, poll_s: float = 5.0, say=None, on_done=None) -> list[Tracked]:
+    """Submit and wait until every run is done or failed; `is_finished(key)` asks MLflow; `on_done(t)` is called
+    once for each run seen finishing in this invocation (not for those done before it). Returns `tracked`."""
     say = say or functools.partial(print, flush=True)
     for t in tracked:
         if is_finished(t.key):
@@ -97,6 +98,8 @@ def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, 
                     if t.state not in ("done", "failed"):
                         _advance(client, t, by_key.get(t.key, []), deployment, study_tag, home, is_finished,
                                  retries, progress, say)
+                        if t.state == "done" and on_done is not None:
+                            on_done(t)
                 progress.show(tracked, _online_workers(client, pool))
                 failed_looks = 0
             except Exception as exc:

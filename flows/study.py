@@ -5,6 +5,10 @@ of the `train` deployment, fanned out over the Prefect work pool's workers, then
     → regimes' difficulties → the study file's gates on the base (a failure stops here) → one MLflow parent run → submit the grid's runs (done ones skipped) → wait
     → report (tables, hypotheses, plots) logged to the parent run
 
+With an archive folder (`binac study FILE --archive DIR`, `binac_core/store/archive.py`), its base models and
+finished runs are restored into the store first (a fresh `$BINAC_HOME` on another machine reruns only what the
+archive lacks) and every run is archived as it finishes, and again before the report.
+
 Runs on the machine that starts it (`binac study FILE`) against a Prefect server (PREFECT_API_URL); the training
 runs themselves run wherever the pool's workers are. Re-running the same command resumes: finished runs are
 skipped, live ones waited on, killed ones resubmitted (flows/fanout.py).
@@ -12,8 +16,10 @@ skipped, live ones waited on, killed ones resubmitted (flows/fanout.py).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+import duckdb
 from prefect import flow
 
 from binac_core.errors import BinacError
@@ -33,6 +39,7 @@ from binac_core.runs.study import (
 )
 from binac_core.runs.workspace import workspace
 from binac_core.store import tracking
+from binac_core.store.archive import export_finished, export_model, restore_models, restore_runs
 from binac_core.store.files import StageFile
 from flows.fanout import Tracked, check_deployment, fan_out
 from tasks.prepare import build_base_model
@@ -41,14 +48,19 @@ from tasks.track import finish_run, start_run
 
 
 @flow(name="study")
-def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
+def study(path: str, report_only: bool = False, retries: int = 1, archive: str | None = None) -> dict:
     """Run (or resume) the study in the file at `path`; `report_only` writes the report from the finished runs
-    without submitting anything (marked partial when runs are missing)."""
+    without submitting anything (marked partial when runs are missing); `archive`: a folder to restore finished
+    runs from and archive them to."""
     st = load_study(path)
     ws = workspace()
     pool = None if report_only else check_deployment(st.deployment, ws.home)
     key, code = st.key(), stage_code_digest()
+    if archive and (models := restore_models(ws, Path(archive))):
+        _say(f"restored the base model(s) {', '.join(models)} from {archive}")
     base = build_base_model(st.config().model_dump(mode="json"))
+    if archive and export_model(Path(archive), Path(base.path)):
+        _say(f"archived the base model {Path(base.path).name} to {archive}")
     measured, difficulties, deviations = choose_regimes(st, base)
     failures = gate_failures(st, measured, difficulties)
     if failures and not report_only:  # the base fails a pre-registered check: no run is submitted
@@ -66,10 +78,16 @@ def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
                                                             "preset": st.preset, "study": st.name}, params)
     tracked = [Tracked(r.name, run_key(st, r, key, code), train_parameters(st, r, parent, key), r.method)
                for r in runs]
+    keys = [t.key for t in tracked]
     try:
+        if archive:
+            _say(f"restored {len(restore_runs(ws, Path(archive), parent, keys))} finished run(s) from {archive}")
         if not report_only:
             is_finished = finished_keys(ws)
-            fan_out(st.deployment, pool, tracked, f"binac-study:{key}", ws.home, is_finished, retries)
+            fan_out(st.deployment, pool, tracked, f"binac-study:{key}", ws.home, is_finished, retries,
+                    on_done=functools.partial(archive_run, ws, archive) if archive else None)
+        if archive:
+            _say(f"archived {len(export_finished(ws, Path(archive), keys))} more finished run(s) to {archive}")
         outcome = collect(ws, runs, tracked)
         report = build_study_report(st, measured, difficulties, deviations, outcome,
                                     ws.home / "reports" / f"study-{key}")
@@ -84,6 +102,18 @@ def study(path: str, report_only: bool = False, retries: int = 1) -> dict:
         raise
     return {"parent_run_id": parent, "report_text": report["text"], "report_files": report["files"],
             "complete": complete, "runs": len(runs), "finished": sum(o["finished"] for o in outcome)}
+
+
+def _say(line: str) -> None:
+    print(f"[study] {line}", flush=True)
+
+
+def archive_run(ws, archive: str, t: Tracked) -> None:
+    """Archive one run as it finishes; a failure is said and left to the archiving before the report."""
+    try:
+        export_finished(ws, Path(archive), [t.key])
+    except (OSError, duckdb.Error) as exc:
+        _say(f"{t.name}: not archived now ({type(exc).__name__}: {exc}); archived again before the report")
 
 
 def choose_regimes(st: Study, base: StageFile) -> tuple[dict, dict, list[str]]:

@@ -316,3 +316,10 @@ def test_a_study_file_may_give_the_old_name(tmp_path, capsys, fresh_warnings):
         configs.append(st.config(2))
     assert keys[0] == keys[1] and configs[0] == configs[1] and configs[0].train.micro_batch_size == 2
     assert capsys.readouterr().err.splitlines() == [DEPRECATION]
+
+
+def test_a_study_archive_that_is_not_a_folder_is_one_line(binac, tmp_path):
+    path = tmp_path / "runs.tar"
+    path.write_text("")
+    rc, out, err = binac("study", str(REPO / "studies" / "sparse-feedback-v3.yaml"), "--archive", str(path))
+    assert rc == 2 and out == "" and err.strip() == f"error: --archive {path}: not a folder", err

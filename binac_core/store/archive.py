@@ -1,0 +1,201 @@
+"""A study's finished runs kept outside the store: a folder that travels with the repository (or any copy), from
+which a fresh `$BINAC_HOME` gets every archived run back, so a study resumed on another machine reruns only what
+was never finished, and its report and SQL read the same numbers.
+
+    <archive>/runs/<run key>/run.json              the MLflow run: name, status, times, tags, parameters
+    <archive>/runs/<run key>/metrics.parquet       every metric point: key, step, value, timestamp (ms)
+    <archive>/runs/<run key>/trajectories.parquet  every trajectory row of the run, with its shard's name
+                                                   (`_shard`) and its position in the shard (`_row`); zstd
+    <archive>/models/base-<digest>/                a tiny base model folder as built (`Workspace.base_model_dir`)
+
+What it keeps and what not: only runs whose MLflow run is FINISHED; not the run's artifacts (the final adapters,
+the config copy, the trajectory sample: the config is in the parameters whole), not Prefect's cached stage
+results (a restored run is finished, so nothing resumes from them). A run is archived once, under its run key: the
+key includes the stage code's digest and the study file's (`binac_core.runs.plans.train_run_key`), so an archive
+never answers for a run of other code or another design; a base model folder is named by the digest of its config
+and pretraining code, likewise.
+
+Writes are atomic: an export is written to a temporary folder renamed into place; a restore creates the MLflow run
+tagged `binac.restore=started`, stores its metrics and shards, then tags it `done` and marks it FINISHED last, so
+a killed restore leaves an unfinished run that the next restore deletes (with its shards) and redoes; a run that
+exists in the store for any other reason is never touched. The MLflow ids change on restore (a new run under the
+study's parent); the rows' `run_id` and `parent_run_id` are rewritten to them. Fault points for crash tests
+(`binac_core.runs.faults`): `restore:metrics@0` after the metrics are logged, `restore:shards@0` after the shards
+are written, both before the run is finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+from mlflow.entities import Metric, Param, RunTag
+
+from binac_core.runs.faults import fault_point
+from binac_core.runs.workspace import Workspace
+from binac_core.store import tracking
+from binac_core.store.files import atomic_path, write_atomic
+from binac_core.store.storage import sql_string
+
+RESTORE_TAG = "binac.restore"
+"""Tag of a run restored from an archive: `started` while its restore runs, `done` once it is complete."""
+DROPPED_TAGS = ("mlflow.parentRunId",)
+"""Tags not archived: the parent is the study run of the store the run is restored into."""
+BATCH = 1000
+"""MLflow's limit on the metrics of one `log_batch` (parameters: 100)."""
+
+
+def run_folder(archive: Path, key: str) -> Path:
+    return Path(archive) / "runs" / key
+
+
+def archived_keys(archive: Path) -> set[str]:
+    runs = Path(archive) / "runs"
+    return {p.name for p in runs.iterdir() if (p / "run.json").is_file()} if runs.is_dir() else set()
+
+
+def _find(c, exp: str, key: str):
+    found = c.search_runs([exp], filter_string=f"tags.`binac.run_key` = '{key}'", max_results=1)
+    return found[0] if found else None
+
+
+def export_finished(ws: Workspace, archive: Path, keys: list[str]) -> list[str]:
+    """Archive every run of `keys` that is FINISHED in the store and not archived yet; returns the keys written."""
+    c = tracking.client(ws)
+    exp = tracking.experiment_id(c, ws)
+    have, written = archived_keys(archive), []
+    for key in keys:
+        run = None if key in have else _find(c, exp, key)
+        if run is not None and run.info.status == "FINISHED":
+            export_run(ws, c, run, run_folder(archive, key))
+            written.append(key)
+    return written
+
+
+def export_run(ws: Workspace, c, run, folder: Path) -> Path:
+    """The run's record, metrics and trajectory rows as `folder`, written whole or not at all."""
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        record = {"run_key": run.data.tags["binac.run_key"], "run_name": run.info.run_name,
+                  "status": run.info.status, "start_time": run.info.start_time, "end_time": run.info.end_time,
+                  "tags": {k: v for k, v in sorted(run.data.tags.items()) if k not in DROPPED_TAGS},
+                  "params": dict(sorted(run.data.params.items()))}
+        points = [(m.key, m.step, m.value, m.timestamp) for key in sorted(run.data.metrics)
+                  for m in c.get_metric_history(run.info.run_id, key)]
+        con = duckdb.connect()
+        try:
+            con.execute("CREATE TABLE metrics (key VARCHAR, step BIGINT, value DOUBLE, timestamp BIGINT)")
+            if points:
+                con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", points)
+            con.execute(f"COPY (SELECT * FROM metrics ORDER BY key, step, timestamp) TO "
+                        f"{sql_string(tmp / 'metrics.parquet')} (FORMAT parquet, COMPRESSION zstd)")
+            shards = ws.shards / run.info.run_id
+            if any(shards.glob("*.parquet")):
+                con.execute(
+                    "COPY (SELECT * EXCLUDE (filename, file_row_number), "
+                    "regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS _shard, file_row_number AS _row "
+                    f"FROM read_parquet({sql_string(shards / '*.parquet')}, union_by_name = true, filename = true, "
+                    f"file_row_number = true) ORDER BY _shard, _row) TO {sql_string(tmp / 'trajectories.parquet')} "
+                    "(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 19)")
+        finally:
+            con.close()
+        (tmp / "run.json").write_text(json.dumps(record, indent=1) + "\n")
+        shutil.rmtree(folder, ignore_errors=True)  # only an export cut off before this line's rename leaves one
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def restore_runs(ws: Workspace, archive: Path, parent_run_id: str, keys: list[str]) -> list[str]:
+    """Restore every archived run of `keys` that the store has no run for (or only an unfinished restore of), as a
+    child of `parent_run_id`; returns the keys restored."""
+    c = tracking.client(ws)
+    exp = tracking.experiment_id(c, ws)
+    have, restored = archived_keys(archive), []
+    for key in keys:
+        if key not in have:
+            continue
+        run = _find(c, exp, key)
+        if run is not None:
+            if run.info.status == "FINISHED" or run.data.tags.get(RESTORE_TAG) != "started":
+                continue  # finished, or a run of the store's own: never replaced
+            c.delete_run(run.info.run_id)  # a restore cut off: redo it
+            shutil.rmtree(ws.shards / run.info.run_id, ignore_errors=True)
+        import_run(ws, c, exp, run_folder(archive, key), parent_run_id)
+        restored.append(key)
+    return restored
+
+
+def import_run(ws: Workspace, c, exp: str, folder: Path, parent_run_id: str) -> str:
+    """One archived run as a new MLflow run under `parent_run_id`, with its shards; returns its run id."""
+    record = json.loads((folder / "run.json").read_text())
+    tags = {**record["tags"], "mlflow.parentRunId": parent_run_id, RESTORE_TAG: "started"}
+    run_id = c.create_run(exp, start_time=record["start_time"], tags=tags, run_name=record["run_name"]).info.run_id
+    params = [Param(k, v) for k, v in record["params"].items()]
+    for i in range(0, len(params), 100):
+        c.log_batch(run_id, params=params[i:i + 100])
+    con = duckdb.connect()
+    try:
+        points = con.execute(f"SELECT key, step, value, timestamp FROM read_parquet("
+                             f"{sql_string(folder / 'metrics.parquet')}) ORDER BY key, step, timestamp").fetchall()
+        metrics = [Metric(k, v, ts, step) for k, step, v, ts in points]
+        for i in range(0, len(metrics), BATCH):
+            c.log_batch(run_id, metrics=metrics[i:i + BATCH])
+        fault_point("restore:metrics", 0)
+        if (folder / "trajectories.parquet").is_file():
+            _write_shards(con, folder / "trajectories.parquet", ws.shards / run_id, run_id, parent_run_id)
+        fault_point("restore:shards", 0)
+    finally:
+        con.close()
+    c.log_batch(run_id, tags=[RunTag(RESTORE_TAG, "done")])
+    c.set_terminated(run_id, status=record["status"], end_time=record["end_time"])
+    return run_id
+
+
+def _write_shards(con, rows: Path, shards: Path, run_id: str, parent_run_id: str) -> None:
+    """The archived rows back as one Parquet file per shard, in their order, ids rewritten; each written atomically."""
+    source = f"read_parquet({sql_string(rows)})"
+    names = [r[0] for r in con.execute(f"SELECT DISTINCT _shard FROM {source} ORDER BY 1").fetchall()]
+    for name in names:
+        with atomic_path(shards / f"{name}.parquet") as tmp:
+            con.execute(
+                f"COPY (SELECT * EXCLUDE (_shard, _row) REPLACE ({sql_string(run_id)} AS run_id, "
+                f"CASE WHEN parent_run_id IS NULL THEN NULL ELSE {sql_string(parent_run_id)} END AS parent_run_id) "
+                f"FROM {source} WHERE _shard = ? ORDER BY _row) TO {sql_string(tmp)} (FORMAT parquet)", [name])
+
+
+def export_model(archive: Path, model: Path) -> bool:
+    """Archive a built base model folder (`models/base-<digest>`) unless it is there; returns whether it was
+    written. Written whole or not at all (a temporary folder renamed into place)."""
+    target = Path(archive) / "models" / model.name
+    if (target / "config.json").is_file() or not (model / "config.json").is_file():
+        return False
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(model, tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return True
+
+
+def restore_models(ws: Workspace, archive: Path) -> list[str]:
+    """Copy every archived base model the store lacks into it (`config.json` last: the store takes a folder with
+    one for built, `binac_core.model.base_model`); returns the folder names restored."""
+    folder, restored = Path(archive) / "models", []
+    for model in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if not model.name.startswith("base-") or not (model / "config.json").is_file():
+            continue
+        target = ws.base_model_dir(model.name.removeprefix("base-"))
+        if (target / "config.json").exists():
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        for f in sorted(model.iterdir(), key=lambda p: p.name == "config.json"):
+            write_atomic(target / f.name, f.read_bytes())
+        restored.append(model.name)
+    return restored
