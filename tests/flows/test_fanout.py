@@ -41,14 +41,14 @@ class FakePrefect:
         self.submitted.append(kw["idempotency_key"])
 
 
-def fan_out_with(monkeypatch, fake: FakePrefect, said: list[str]):
+def fan_out_with(monkeypatch, fake: FakePrefect, said: list[str], on_done=None):
     monkeypatch.setattr(fanout, "get_client", lambda sync_client: contextlib.nullcontext(None))
     monkeypatch.setattr(fanout, "_flow_runs_by_key", fake.flow_runs_by_key)
     monkeypatch.setattr(fanout, "run_deployment", fake.run_deployment)
     monkeypatch.setattr(fanout, "_online_workers", lambda client, pool: 1)
     run = fanout.Tracked("grpo-s0", "k1", {}, "grpo")
     fanout.fan_out("train/study", "pool", [run], "binac-study:x", "/nowhere", lambda key: bool(fake.submitted),
-                   poll_s=0, say=said.append)
+                   poll_s=0, say=said.append, on_done=on_done)
     return run
 
 
@@ -67,3 +67,9 @@ def test_another_error_or_too_many_failed_looks_stop_the_study(monkeypatch):
     with pytest.raises(PrefectHTTPStatusError):
         fan_out_with(monkeypatch, FakePrefect([http_error(503)] * (fanout.TRANSIENT_LOOKS + 1)), said)
     assert len([s for s in said if "failed a request" in s]) == fanout.TRANSIENT_LOOKS
+
+
+def test_on_done_is_called_once_for_a_run_seen_finishing(monkeypatch):
+    seen: list[str] = []
+    run = fan_out_with(monkeypatch, FakePrefect([http_error(503)]), [], on_done=lambda t: seen.append(t.key))
+    assert run.state == "done" and seen == ["k1"]
