@@ -7,8 +7,9 @@ per worker process). Prefect schedules; this module only decides what to submit 
 - a run whose MLflow run (found by its run key) is FINISHED is done: it is never submitted again;
 - a run with a live flow run (scheduled, pending, running) is waited on, also one an earlier invocation
   submitted;
-- a flow run that says RUNNING but whose process is gone (its run lock is free and was never released:
-  `binac_core.runs.runlock`) is marked CRASHED and its run submitted again, so a killed worker costs only the stages
+- a flow run that says RUNNING but whose process is gone (its run lock, or the claim it holds from its first line
+  until it takes the lock, is free and was never released: `binac_core.runs.runlock`) is marked CRASHED and its
+  run submitted again, so a killed worker costs only the stages
   its run had not finished (the stages are cached; trajectory shards are replaced, not appended);
 - a FAILED, CRASHED or CANCELLED flow run is submitted again, at most `retries` times per invocation; after
   that the run counts as failed and the study reports it;
@@ -31,7 +32,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Crashed
 
 from binac_core.errors import BinacError
-from binac_core.runs.runlock import probe
+from binac_core.runs.runlock import probe, probe_claim
 
 LIVE = {"SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"}
 TRANSIENT_LOOKS = 60
@@ -130,7 +131,7 @@ def _advance(client, t: Tracked, flow_runs: list, deployment: str, study_tag: st
     """One look at a run that is not done: follow its newest flow run (`flow_runs`, oldest first), or submit."""
     fr = flow_runs[-1] if flow_runs else None
     state = fr.state_type.value if fr and fr.state_type else None
-    killed = bool(fr and state == "RUNNING" and probe(home, t.key).dead(str(fr.id)))
+    killed = bool(fr and state == "RUNNING" and _dead(home, t.key, str(fr.id)))
     if killed:
         client.set_flow_run_state(fr.id, Crashed(message="its process is gone (run lock released without "
                                                           "exiting); resubmitted by the study"), force=True)
@@ -151,6 +152,11 @@ def _advance(client, t: Tracked, flow_runs: list, deployment: str, study_tag: st
         say(f"[study] {t.name}: {state} again; giving up on it (see flow run {fr.id})")
     else:
         _submit(deployment, t, study_tag, n_before=len(flow_runs))
+
+
+def _dead(home, key: str, flow_run_id: str) -> bool:
+    """The flow run's process died holding the run's lock, or before taking it, holding its claim."""
+    return probe(home, key).dead(flow_run_id) or probe_claim(home, flow_run_id).dead(flow_run_id)
 
 
 def _submit(deployment: str, t: Tracked, study_tag: str, n_before: int) -> None:

@@ -26,7 +26,7 @@ from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.methods import method_spec
 from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.provenance import stage_code_digest
-from binac_core.runs.runlock import run_lock
+from binac_core.runs.runlock import flow_run_claim, run_lock
 from binac_core.runs.workspace import workspace
 from binac_core.store import tracking
 from binac_core.store.identity import RunIdentity
@@ -76,6 +76,16 @@ def train(
         label: a name for the run's settings among others of the same method (a study's variant): appended to
             the MLflow run name and tagged `variant`; not part of the run's identity (its overrides are).
     """
+    # From its first line a flow run's process is seen alive or dead by a study (binac_core/runs/runlock.py).
+    with flow_run_claim(workspace().home, flow_run.get_id()):
+        return _train(preset, method, steps, seed, overrides, budget, parent_run_id, parent_key, fresh,
+                      shared_samples, label)
+
+
+def _train(preset: str, method: str, steps: int, seed: int, overrides: dict | None, budget: int | None,
+           parent_run_id: str | None, parent_key: str, fresh: str, shared_samples: list[int] | None,
+           label: str) -> dict:
+    """The body of `train` (its docstring says what it does)."""
     try:
         cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
     except BinacError as exc:  # a deployment run with a bad parameter: the CLI's one line as its state message

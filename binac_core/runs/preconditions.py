@@ -39,6 +39,7 @@ It computes nothing about a trained critic and reads no rewards of RL runs.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 
@@ -92,10 +93,13 @@ def wilson(successes: int, n: int) -> Estimate:
 def cluster_bootstrap(records: list[AttemptRecord], parts, combine, seed: int = 0) -> Estimate:
     """`combine(*sums)` of the sums over records of each `parts` function (record -> float), with its cluster-
     bootstrap percentile interval (problems resampled with replacement; a draw whose value is undefined, an empty
-    denominator, is left out). `n` is the number of records."""
+    denominator, is left out). `n` is the number of records; no records (a base without one attempt of the
+    population) give NaN for the value and both ends, which no gate passes."""
     import numpy as np
 
     problems = sorted({r.problem_id for r in records})
+    if not problems:
+        return Estimate(math.nan, math.nan, math.nan, 0)
     index = {p: i for i, p in enumerate(problems)}
     sums = np.zeros((len(parts), len(problems)))
     for r in records:
@@ -106,7 +110,9 @@ def cluster_bootstrap(records: list[AttemptRecord], parts, combine, seed: int = 
         rng = np.random.default_rng(seed)
         counts = rng.multinomial(len(problems), np.full(len(problems), 1 / len(problems)), size=BOOTSTRAP_REPS)
         drawn = combine(*(counts @ sums.T).T)
-    low, high = np.nanpercentile(drawn, [2.5, 97.5]) if len(problems) else (math.nan, math.nan)
+    with warnings.catch_warnings():  # every draw undefined (e.g. no wrong attempt): NaN ends, said by NaN alone
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanpercentile(drawn, [2.5, 97.5])
     return Estimate(value, float(low), float(high), len(records))
 
 

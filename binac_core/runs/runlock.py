@@ -10,8 +10,13 @@ dies, however it dies, so
 - `probe` tells a study that a run whose Prefect flow run still says RUNNING is dead: the lock is free while the
   file still says `running` for that flow run (killed before it could write `exited`).
 
-It does not cover a process that dies before it takes the lock (its flow run stays RUNNING and is not detected),
-nor file systems without working `flock` (local disks and NFSv4 have it).
+A run's key is known only once its config is planned, so a flow run also holds a *claim* on
+`$BINAC_HOME/locks/flow-runs/<flow run id>.lock` from the first line of its flow function to its last
+(`flow_run_claim`, the same file protocol; the file is removed when the function returns or raises): a process that
+dies between the two (planning, or waiting for another process's run lock) leaves a claim that `probe_claim` finds
+free and `running`. Not covered: a process that dies in Prefect's engine after the flow run turned RUNNING and
+before the flow function starts (its flow run stays RUNNING and is not detected), and file systems without working
+`flock` (local disks and NFSv4 have it).
 """
 
 from __future__ import annotations
@@ -51,6 +56,33 @@ def run_lock(home: Path, key: str, flow_run_id: str | None, wait_message=print):
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def claim_path(home: Path, flow_run_id: str) -> Path:
+    return Path(home) / "locks" / "flow-runs" / f"{flow_run_id}.lock"
+
+
+@contextlib.contextmanager
+def flow_run_claim(home: Path, flow_run_id: str | None):
+    """Hold the flow run's claim while the body runs (nothing to hold outside a flow run: `flow_run_id` None).
+    Only the flow run's own process takes it, so it never waits."""
+    if not flow_run_id:
+        yield
+        return
+    path = claim_path(home, flow_run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _write(fd, {"pid": os.getpid(), "host": socket.gethostname(), "flow_run_id": flow_run_id,
+                    "state": "running"})
+        try:
+            yield
+        finally:
+            _write(fd, {**_read(path), "state": "exited"})
+            path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class LockProbe:
     held: bool
@@ -59,7 +91,8 @@ class LockProbe:
     """What the file says: pid, host, flow_run_id, state ({} when there is no file)."""
 
     def dead(self, flow_run_id: str) -> bool:
-        """The flow run took this lock and died while computing: nobody holds it, it never wrote `exited`."""
+        """The flow run took this lock (or claim) and died while holding it: nobody holds it, it never wrote
+        `exited`."""
         return (not self.held and self.owner.get("flow_run_id") == flow_run_id
                 and self.owner.get("state") == "running")
 
@@ -67,7 +100,15 @@ class LockProbe:
 def probe(home: Path, key: str) -> LockProbe:
     """Whether the run's lock is held, and by whom it was last taken. A shared lock is tried and dropped at once:
     a run starting in that instant waits for it instead of failing."""
-    path = lock_path(home, key)
+    return _probe(lock_path(home, key))
+
+
+def probe_claim(home: Path, flow_run_id: str) -> LockProbe:
+    """The same for a flow run's claim (`flow_run_claim`); no file: the flow function has not started or returned."""
+    return _probe(claim_path(home, flow_run_id))
+
+
+def _probe(path: Path) -> LockProbe:
     if not path.exists():
         return LockProbe(False, {})
     fd = os.open(path, os.O_RDONLY)

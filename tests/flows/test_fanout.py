@@ -73,3 +73,43 @@ def test_on_done_is_called_once_for_a_run_seen_finishing(monkeypatch):
     seen: list[str] = []
     run = fan_out_with(monkeypatch, FakePrefect([http_error(503)]), [], on_done=lambda t: seen.append(t.key))
     assert run.state == "done" and seen == ["k1"]
+
+
+def test_a_running_flow_run_whose_process_died_before_its_run_lock_is_crashed_and_resubmitted(monkeypatch, tmp_path):
+    """Its claim (binac_core/runs/runlock.py `flow_run_claim`) is free and says running; there is no run lock."""
+    import json
+
+    from binac_core.runs.runlock import claim_path
+
+    claim = claim_path(tmp_path, "fr-1")
+    claim.parent.mkdir(parents=True)
+    claim.write_text(json.dumps({"pid": 1, "host": "h", "flow_run_id": "fr-1", "state": "running"}))
+    crashed, submitted = [], []
+
+    class Client:
+        def set_flow_run_state(self, flow_run_id, state, force):
+            crashed.append((flow_run_id, state.type.value, force))
+
+    def flow_runs_by_key(client, study_tag):
+        if not submitted:  # the stale flow run an earlier invocation left RUNNING
+            return {"k1": [SimpleNamespace(id="fr-1", state_type=SimpleNamespace(value="RUNNING"))]}
+        return {"k1": [SimpleNamespace(id="fr-2", state_type=SimpleNamespace(value="COMPLETED"), total_run_time=None)]}
+
+    monkeypatch.setattr(fanout, "get_client", lambda sync_client: contextlib.nullcontext(Client()))
+    monkeypatch.setattr(fanout, "_flow_runs_by_key", flow_runs_by_key)
+    monkeypatch.setattr(fanout, "run_deployment", lambda deployment, **kw: submitted.append(kw["idempotency_key"]))
+    monkeypatch.setattr(fanout, "_online_workers", lambda client, pool: 1)
+    run = fanout.Tracked("grpo-s0", "k1", {}, "grpo")
+    said: list[str] = []
+    fanout.fan_out("train/study", "pool", [run], "binac-study:x", tmp_path, lambda key: bool(submitted), poll_s=0,
+                   say=said.append)
+    assert crashed == [("fr-1", "CRASHED", True)] and submitted == ["k1-1"] and run.state == "done"
+    assert any("died while running" in s for s in said)
+
+
+def test_a_running_flow_run_whose_claim_is_held_or_absent_is_waited_on(tmp_path):
+    from binac_core.runs.runlock import flow_run_claim
+
+    assert not fanout._dead(tmp_path, "k1", "fr-1")  # no lock, no claim: not started, or Prefect's engine only
+    with flow_run_claim(tmp_path, "fr-1"):  # another open file description: held, as from another process
+        assert not fanout._dead(tmp_path, "k1", "fr-1")

@@ -203,7 +203,7 @@ def _held_locks(home: Path) -> dict[str, dict]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(1500)
-def test_a_two_run_study_over_two_workers_survives_a_killed_worker(tmp_path_factory, micro_compare):
+def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_in_its_archive(tmp_path_factory, micro_compare):
     home = home_with_micro_base(tmp_path_factory, "binac-home-study", micro_compare)
     faults = home / "faults"
     faults.mkdir()
@@ -226,7 +226,9 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker(tmp_path_fact
         cli_env = {**env, "PREFECT_API_URL": ports["PREFECT_API_URL"]}
         cli_env.pop("BINAC_FAULT")  # the study process itself stores nothing
         log = open(home / "study.log", "w")  # noqa: SIM115
-        study = subprocess.Popen([sys.executable, "-m", "flows.cli", "study", str(SMOKE)], cwd=REPO, env=cli_env,
+        archive = tmp_path_factory.mktemp("study-archive") / "archive"  # each run archived as it finishes
+        study = subprocess.Popen([sys.executable, "-m", "flows.cli", "study", str(SMOKE), "--archive", str(archive)],
+                                 cwd=REPO, env=cli_env,
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         held = {}
         while len(held) < 2:  # both runs paused at once: each of the two workers took one
@@ -279,6 +281,22 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker(tmp_path_fact
         assert sorted(fr["state_type"] for fr in flow_runs) == ["COMPLETED", "CRASHED"], flow_runs
         status = json.loads((home / "locks" / f"{victim_key}.lock").read_text())
         assert status["state"] == "exited", "the resubmitted run finished and released the lock"
+
+        # a fresh home restores both runs from the archive and reports exactly what the first home reported
+        assert (archive / "runs").is_dir() and len(list((archive / "runs").iterdir())) == 2
+        fresh_home = tmp_path_factory.mktemp("fresh-home")
+        fresh = {**cli_env, "BINAC_HOME": str(fresh_home)}
+        restored = subprocess.run([sys.executable, "-m", "flows.cli", "study", str(SMOKE), "--report-only",
+                                   "--archive", str(archive)], cwd=REPO, env=fresh, capture_output=True, text=True,
+                                  timeout=900)
+        assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+        assert "restored 2 finished run(s)" in restored.stdout and "2/2 runs finished" in restored.stdout
+        report = (home / "reports").glob("study-*/report.md")
+        fresh_report = (fresh_home / "reports").glob("study-*/report.md")
+        assert next(fresh_report).read_text() == next(report).read_text()
+        ws2 = Workspace(fresh_home)
+        rows = "SELECT method, split, protocol, step, count(*), sum(attempt_reward) FROM trajectories GROUP BY ALL ORDER BY ALL"
+        assert sqlrun.run(ws2, rows).values.tolist() == sqlrun.run(ws, rows).values.tolist()
     finally:
         if study is not None and study.poll() is None:
             os.killpg(study.pid, signal.SIGKILL)

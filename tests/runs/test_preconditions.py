@@ -1,6 +1,7 @@
 """The preconditions G1-G4 and their gates (binac_core/runs/preconditions.py) on hand-made records: the measures'
 values by hand, a fake base that passes every gate and, from it, one that fails each gate alone."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -112,3 +113,15 @@ def test_a_failure_line_names_the_gate_the_regime_and_the_value():
     (line,) = pc.failures("sparse", 6, _measures(passing_base(), greedy=30), {"greedy_single_at_most": 0.1})
     assert line.startswith("regime sparse (difficulty 6): gate greedy_single_at_most 0.1 fails: G1")
     assert "0.300 [" in line and "upper end" in line
+
+
+def test_an_empty_population_is_nan_and_fails_its_gate():
+    """A base whose wrong attempts all lack another locally right step (or that gets every attempt right) leaves G2's
+    population empty: its measures are NaN, not an error, and a gate reading one fails."""
+    right_only = [_record(p, True, approves=True, approval_after=1.0) for p in range(5)]
+    e = pc.measures(right_only, 5, 5, 0, 5)
+    for name in ("fix_first_error", "hint_gap", "hint_over_self_correct", "critic_hits", "approves_wrong"):
+        assert all(map(math.isnan, (e[name].value, e[name].low, e[name].high))) and e[name].n == 0, name
+    assert e["approves_right"].value == 1.0
+    out = pc.failures("easy", 2, {k: v.to_json() for k, v in e.items()}, {"hint_gap_at_least": 0.2})
+    assert len(out) == 1 and "hint_gap_at_least" in out[0] and "nan" in out[0]
