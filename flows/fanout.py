@@ -9,8 +9,8 @@ per worker process). Prefect schedules; this module only decides what to submit 
   submitted;
 - a flow run that says RUNNING but whose process is gone (its run lock, or the claim it holds from its first line
   until it takes the lock, is free and was never released: `binac_core.runs.runlock`) is marked CRASHED and its
-  run submitted again, so a killed worker costs only the stages
-  its run had not finished (the stages are cached; trajectory shards are replaced, not appended);
+  run submitted again, so a killed worker costs only the stages its run had not finished (the stages are cached;
+  trajectory shards are replaced, not appended);
 - a FAILED, CRASHED or CANCELLED flow run is submitted again, at most `retries` times per invocation; after
   that the run counts as failed and the study reports it;
 - a look that the Prefect server answers with a server error (5xx: its SQLite database answers 503 "database is

@@ -37,23 +37,11 @@ def lock_path(home: Path, key: str) -> Path:
 @contextlib.contextmanager
 def run_lock(home: Path, key: str, flow_run_id: str | None, wait_message=print):
     """Hold the run's lock while the body runs; waits (saying so once) while another process holds it."""
-    path = lock_path(home, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            wait_message(f"run {key} is being computed by another process ({_read(path)}); waiting for it")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        _write(fd, {"pid": os.getpid(), "host": socket.gethostname(), "flow_run_id": flow_run_id,
-                    "state": "running"})
-        try:
-            yield
-        finally:
-            _write(fd, {**_read(path), "state": "exited"})
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+    def busy(owner: dict) -> None:
+        wait_message(f"run {key} is being computed by another process ({owner}); waiting for it")
+
+    with _holding(lock_path(home, key), flow_run_id, busy):
+        yield
 
 
 def claim_path(home: Path, flow_run_id: str) -> Path:
@@ -67,20 +55,34 @@ def flow_run_claim(home: Path, flow_run_id: str | None):
     if not flow_run_id:
         yield
         return
-    path = claim_path(home, flow_run_id)
+    with _holding(claim_path(home, flow_run_id), flow_run_id, remove=True):
+        yield
+
+
+@contextlib.contextmanager
+def _holding(path: Path, flow_run_id: str | None, busy=None, remove: bool = False):
+    """The file protocol of the module docstring: an exclusive `flock` on `path` (`busy(owner)` called once when
+    another process holds it, then waited for), `running` written on taking it and `exited` before letting go;
+    `remove`: the file is deleted after `exited` is written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if busy is not None:
+                busy(_read(path))
+            fcntl.flock(fd, fcntl.LOCK_EX)
         _write(fd, {"pid": os.getpid(), "host": socket.gethostname(), "flow_run_id": flow_run_id,
                     "state": "running"})
         try:
             yield
         finally:
             _write(fd, {**_read(path), "state": "exited"})
-            path.unlink(missing_ok=True)
+            if remove:
+                path.unlink(missing_ok=True)
     finally:
-        os.close(fd)
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 @dataclass(frozen=True)
