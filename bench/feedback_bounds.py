@@ -25,7 +25,7 @@ import torch
 
 from binac_core.benchmarks import synthetic as syn
 from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
-from binac_core.runs.config import load_config
+from binac_core.foundation.config import load_config
 
 
 def sample(model, tok, conversations: list[list[dict]], max_new: int, temperature: float, batch: int = 128):
@@ -101,8 +101,8 @@ def evaluate(model, tok, rows: list[dict], cfg, samples: int) -> dict:
 
 
 def ensure_base(cfg, base_dir: Path | None, rebuild: bool) -> Path:
+    from binac_core.foundation.workspace import workspace
     from binac_core.model.pretrain import build_base_model
-    from binac_core.runs.workspace import workspace
 
     out = base_dir or workspace().base_model_dir(cfg.base_digest())
     if rebuild or not (out / "config.json").exists():

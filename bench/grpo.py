@@ -28,12 +28,12 @@ from pathlib import Path
 import torch
 
 from binac_core.benchmarks.synthetic import actor_messages, make_split
+from binac_core.foundation.config import Config
 from binac_core.model.generation import HFBackend
 from binac_core.rl.batches import attempt_samples
 from binac_core.rl.loop import IterationResult, iteration
 from binac_core.rl.methods import SPECS
 from binac_core.rl.update import Sample
-from binac_core.runs.config import Config
 
 SEED = 0
 

@@ -53,7 +53,7 @@ def preset_file(cfg, work: Path) -> Path:
 def child(preset: Path, base_dir: Path, threads: int, iterations: int, method: str = "grpo") -> dict:
     """Child side: {"iteration_s": [...], "tasks": {name: {"calls", "outer_ms", "inner_ms"}}, "code": where the
     code came from}; per task, the calls per measured iteration and the medians of those calls."""
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     with tempfile.TemporaryDirectory(prefix="binac-bench-pipeline-") as tmp:
         home, models = Path(tmp) / "home", Path(tmp) / "models"

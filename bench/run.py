@@ -362,7 +362,7 @@ def child_main(args) -> None:
             emit(child(Path(args.config_json), Path(args.base_dir), args.threads, args.iterations, args.method))
             return
         from bench import memory
-        from binac_core.runs.config import Config
+        from binac_core.foundation.config import Config
 
         cfg = Config.model_validate(json.loads(Path(args.config_json).read_text()))
         if args.child == "update":
@@ -416,7 +416,7 @@ def main(argv=None) -> None:
         child_main(args)
         return
     from bench import smol
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     cfg = load_config(args.preset)
     if smol.is_smol(cfg):

@@ -30,9 +30,9 @@ from pathlib import Path
 import duckdb
 
 from bench.common import write_section
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.files import atomic_path
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, storage
-from binac_core.store.files import atomic_path
 
 REPO = Path(__file__).resolve().parent.parent
 SEARCH = (REPO / "sql" / "feedback_search.sql").read_text()

@@ -26,8 +26,8 @@ import time
 import torch
 
 from binac_core.benchmarks.synthetic import actor_messages
+from binac_core.foundation.config import Config
 from binac_core.model.generation import AdapterRef, HFBackend, SamplingParams
-from binac_core.runs.config import Config
 
 PROMPTS = 64
 THREAD_PROMPTS = 16

@@ -82,12 +82,12 @@ def measure(repeats: int, new_tokens: int) -> dict:
     import gpu_check as gc
 
     from bench.common import peak_rss_mib
+    from binac_core.foundation.config import load_config
     from binac_core.model.generation import HFBackend, SamplingParams
     from binac_core.model.generation_vllm import VLLMBackend, shutdown_engine
     from binac_core.model.policy import Policy
     from binac_core.model.runtime import configure_threads
     from binac_core.model.smol import checkpoint
-    from binac_core.runs.config import load_config
 
     threads = configure_threads()
     cfg = load_config("smol-synthetic")

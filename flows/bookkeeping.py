@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from binac_core.grading.counters import GraderCounts
-from binac_core.rl.stage_io import GeneratedFile
+from binac_core.model.stage_io import GeneratedFile
 from flows.reporting import progress
 
 

@@ -15,7 +15,7 @@ from binac_core.errors import BinacError
 
 def _env_defaults() -> None:
     """Settings that must be in place before prefect is imported: cache records live under $BINAC_HOME."""
-    from binac_core.runs.workspace import workspace
+    from binac_core.foundation.workspace import workspace
 
     ws = workspace()
     os.environ.setdefault("PREFECT_RESULTS_LOCAL_STORAGE_PATH", str(ws.prefect_storage))
@@ -31,7 +31,7 @@ def _overrides(items: list[str]) -> dict:
     with the closest ones and the valid ones."""
     import yaml
 
-    from binac_core.runs.config import unknown_key
+    from binac_core.foundation.config import unknown_key
 
     out = {}
     for item in items:
@@ -65,8 +65,8 @@ def _fresh(a) -> str:
 def cmd_config(a) -> int:
     """`binac config`: every config field with its value for the preset (and overrides), its default and its
     docstring; `--markdown`: the reference of the defaults (docs/config.md)."""
-    from binac_core.runs.config import load_config
-    from binac_core.runs.config_reference import markdown, terminal
+    from binac_core.foundation.config import load_config
+    from binac_core.foundation.config_reference import markdown, terminal
 
     print(markdown() if a.markdown else terminal(load_config(a.preset, _overrides(a.set))), end="")
     return 0
@@ -80,7 +80,7 @@ def cmd_train(a) -> int:
     overrides = _overrides(a.set)
     plan(a.preset, a.method, a.steps, a.seed, overrides, None)
     _env_defaults()
-    from binac_core.runs.workspace import workspace
+    from binac_core.foundation.workspace import workspace
     from flows.train import train
 
     res = train(a.preset, a.method, a.steps, a.seed, overrides, fresh=_fresh(a))
@@ -104,7 +104,7 @@ def cmd_compare(a) -> int:
     from flows.compare import compare
 
     res = compare(a.preset, methods, seeds, a.steps, overrides, fresh=_fresh(a))
-    from binac_core.runs.workspace import workspace
+    from binac_core.foundation.workspace import workspace
 
     ws = workspace()
     print(res["report_text"])
@@ -148,7 +148,7 @@ def cmd_evaluate(a) -> int:
     from binac_core.runs.plans import plan_evaluate
 
     if a.preset is None:  # the model's own settings (answer length, temperatures) unless a preset is named
-        from binac_core.runs.config import preset_names
+        from binac_core.foundation.config import preset_names
 
         own = f"smol-{a.benchmark}"  # the benchmark's own smol preset (smol-synthetic), else the general one
         a.preset = (own if own in preset_names() else "smol-gsm8k") if a.model == "smol" else "tiny"
@@ -160,7 +160,7 @@ def cmd_evaluate(a) -> int:
 
     eval_stages(a.benchmark, a.protocol, a.critic_sees_execution, a.feedback)
     _env_defaults()
-    from binac_core.runs.workspace import workspace
+    from binac_core.foundation.workspace import workspace
     from flows.evaluate import evaluate_model
 
     res = evaluate_model(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback,
@@ -187,14 +187,14 @@ def _print_health(health: dict[str, dict[str, str]]) -> None:
 
 
 def cmd_study(a) -> int:
-    from binac_core.runs.study import load_study
+    from binac_core.studies.study import load_study
 
     spec = load_study(a.file)  # a bad file fails here, before any compute
     if a.archive and os.path.exists(a.archive) and not os.path.isdir(a.archive):
         raise BinacError(f"--archive {a.archive}: not a folder")
     _env_defaults()
     if not a.report_only:  # no server, no deployment, another $BINAC_HOME: one line, before any compute
-        from binac_core.runs.workspace import workspace
+        from binac_core.foundation.workspace import workspace
         from flows.fanout import check_deployment
 
         check_deployment(spec.deployment, workspace().home)
@@ -254,8 +254,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from binac_core.foundation.config import preset_names
     from binac_core.rl.methods import METHODS
-    from binac_core.runs.config import preset_names
 
     p = argparse.ArgumentParser(prog="binac", description=__doc__.splitlines()[0], formatter_class=_HelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)

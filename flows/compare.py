@@ -11,11 +11,11 @@ import math
 from prefect import flow
 
 from binac_core.errors import BinacError
+from binac_core.foundation.provenance import stage_code_digest
+from binac_core.foundation.workspace import workspace
 from binac_core.reports.report import build_report
 from binac_core.rl.methods import method_spec
 from binac_core.runs.plans import plan_compare, shared_eval_samples
-from binac_core.runs.provenance import stage_code_digest
-from binac_core.runs.workspace import workspace
 from binac_core.store import tracking
 from flows.reporting import closing_artifact, progress, refuse
 from flows.train import train

@@ -22,13 +22,13 @@ import hashlib
 
 from prefect import flow
 
+from binac_core.foundation.provenance import stage_code_digest
+from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
 from binac_core.reports.critic_health import stored_health
 from binac_core.rl.evaluation import eval_stages
 from binac_core.rl.methods import FeedbackSource
 from binac_core.runs.plans import isolation_used, plan_evaluate
-from binac_core.runs.provenance import stage_code_digest
-from binac_core.runs.workspace import workspace
 from binac_core.store.identity import RunIdentity
 from tasks.evaluate import evaluate, store_eval_exec
 from tasks.prepare import build_base_model, prepare_data

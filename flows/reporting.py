@@ -13,7 +13,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed
 
 from binac_core.errors import BinacError
-from binac_core.runs.workspace import workspace
+from binac_core.foundation.workspace import workspace
 from binac_core.store import tracking
 
 

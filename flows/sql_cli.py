@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from binac_core.errors import BinacError
-from binac_core.runs.workspace import workspace
+from binac_core.foundation.workspace import workspace
 from binac_core.store import sqlrun
 
 

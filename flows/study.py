@@ -23,12 +23,15 @@ import duckdb
 from prefect import flow
 
 from binac_core.errors import BinacError
-from binac_core.reports.study_report import build_study_report
+from binac_core.foundation.config import load_config
+from binac_core.foundation.files import StageFile
+from binac_core.foundation.provenance import stage_code_digest
+from binac_core.foundation.workspace import workspace
 from binac_core.rl.methods import method_spec
-from binac_core.runs.config import load_config
 from binac_core.runs.plans import train_run_key
-from binac_core.runs.provenance import stage_code_digest
-from binac_core.runs.study import (
+from binac_core.store import tracking
+from binac_core.store.archive import export_finished, export_model, restore_models, restore_runs
+from binac_core.studies.study import (
     Study,
     choose_difficulties,
     equal_budget_totals,
@@ -37,10 +40,7 @@ from binac_core.runs.study import (
     load_study,
     wanted_difficulties,
 )
-from binac_core.runs.workspace import workspace
-from binac_core.store import tracking
-from binac_core.store.archive import export_finished, export_model, restore_models, restore_runs
-from binac_core.store.files import StageFile
+from binac_core.studies.study_report import build_study_report
 from flows.fanout import Tracked, check_deployment, fan_out
 from tasks.prepare import build_base_model
 from tasks.regimes import measure_base_at

@@ -21,13 +21,13 @@ from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 from binac_core.errors import BinacError
+from binac_core.foundation.provenance import stage_code_digest
+from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
 from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.methods import method_spec
 from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
-from binac_core.runs.provenance import stage_code_digest
 from binac_core.runs.runlock import flow_run_claim, run_lock
-from binac_core.runs.workspace import workspace
 from binac_core.store import tracking
 from binac_core.store.identity import RunIdentity
 from flows.bookkeeping import IterationLog

@@ -1,6 +1,6 @@
 """A base model's checks without a study run: build (or reuse) a tiny base, measure it with the study's own function
-(`binac_core.runs.regimes.measure_base`: single-turn at the training temperature and greedy, the all-wrong share,
-the bounds of feedback, the shortcut check and the preconditions G1-G4 of `binac_core.runs.preconditions`), and,
+(`binac_core.studies.regimes.measure_base`: single-turn at the training temperature and greedy, the all-wrong share,
+the bounds of feedback, the shortcut check and the preconditions G1-G4 of `binac_core.studies.preconditions`), and,
 given a study file, choose its regimes by its rules and apply its gates, before any RL run.
 
     python scripts/base_checks.py --study studies/testbed-controls.yaml --out /tmp/testbed   # rules and gates
@@ -24,13 +24,13 @@ from pathlib import Path
 import yaml
 
 from binac_core.benchmarks.problems import load_problems
+from binac_core.foundation.config import Config, load_config
+from binac_core.foundation.stats import wilson_interval
 from binac_core.model.pretrain import build_base_model
 from binac_core.model.runtime import configure_threads, policy_and_backend, pretraining_threads
-from binac_core.reports.stats import wilson_interval
-from binac_core.runs.config import Config, load_config
-from binac_core.runs.preconditions import GATES
-from binac_core.runs.regimes import measure_base
-from binac_core.runs.study import (
+from binac_core.studies.preconditions import GATES
+from binac_core.studies.regimes import measure_base
+from binac_core.studies.study import (
     choose_difficulties,
     gate_failures,
     gates_at,

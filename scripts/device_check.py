@@ -189,9 +189,9 @@ class ModelInfo:
 
 def project_tokenizer():
     """The tiny presets' tokenizer (`binac_core.model.tokenizer`), trained on the project's teacher corpus."""
+    from binac_core.foundation.config import TaskConfig
     from binac_core.model.pretrain import teacher_corpus
     from binac_core.model.tokenizer import train_tokenizer
-    from binac_core.runs.config import TaskConfig
 
     texts = [m["content"] for conversation in teacher_corpus(TaskConfig(), 400) for m in conversation]
     return train_tokenizer(texts, TOKENIZER_VOCAB)
@@ -241,7 +241,7 @@ def ensure_model(mode: Mode, work: Path) -> ModelInfo:
 def policy_config(mode: Mode, model_dir: str, dtype: str, answer: int):
     """`llama1b-math` on the synthetic task with `generation.backend: hf`, `dtype`, answers of `answer` tokens
     (feedback half), `mode.batch_problems` problems, and `train.critic_kl_coef` = `train.kl_coef` (`DEVIATIONS`)."""
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     preset = load_config(PRESET)
     return load_config(PRESET, {
@@ -619,7 +619,7 @@ def synthetic_prompts(n: int, seed: int = 0) -> list[list[dict]]:
     """`n` actor prompts of the synthetic task (its train split)."""
     from binac_core import benchmarks
     from binac_core.benchmarks.synthetic import make_split
-    from binac_core.runs.config import TaskConfig
+    from binac_core.foundation.config import TaskConfig
 
     rows = make_split(TaskConfig(n_train=max(n, 16), data_seed=1234 + seed), "train")
     bench = benchmarks.get("synthetic")

@@ -121,8 +121,8 @@ SIZES = {"quick": QUICK, "full": FULL, "cpu": CPU}
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Atomically (`binac_core.store.files.write_atomic`); non-finite floats as null."""
-    from binac_core.store.files import write_atomic
+    """Atomically (`binac_core.foundation.files.write_atomic`); non-finite floats as null."""
+    from binac_core.foundation.files import write_atomic
 
     write_atomic(path, json.dumps(_finite(data), indent=2, default=str) + "\n")
 
@@ -508,7 +508,7 @@ def resolve_model(model: str | None, models_root: str | None) -> Path:
 
 def resolve_config(preset: str | None, dtype: str | None = None):
     """The preset's config (default `smol-synthetic`), with `model.dtype` set to `dtype` when given."""
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     overrides = {"model.dtype": dtype} if dtype else None
     return load_config(preset or DEFAULT_PRESET, overrides)

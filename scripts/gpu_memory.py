@@ -195,10 +195,10 @@ def check_on_cpu(batch: int = 4, prompt: int = 64, answer: int = 192) -> dict:
     import torch
     from transformers import AutoConfig
 
+    from binac_core.foundation.config import load_config
     from binac_core.model.policy import Policy
     from binac_core.model.smol import checkpoint
     from binac_core.rl.update import Sample, sequence_logprobs
-    from binac_core.runs.config import load_config
 
     cfg = load_config("smol-synthetic")
     base = checkpoint()

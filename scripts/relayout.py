@@ -1,14 +1,23 @@
-"""The move of binac_core's flat modules into subpackages (issue 24), as a script: `git mv` each module, then
-rewrite every import and every path reference in the repository's text files (code, docstrings, docs, SQL
-comments, presets, the Makefile) from the old location to the new one. Run once from the repository root:
-`python scripts/relayout.py`; a second run finds nothing to move and rewrites nothing.
+"""The library's layers (issue 34), as a script: `git mv` each module that sat on a floor above its users, then
+rewrite every reference to it in the repository's text files (code, docstrings, docs, SQL comments, presets, the
+Makefile). Run once from the repository root: `python scripts/relayout.py`; a second run finds nothing to move and
+rewrites nothing. The order of the floors is `binac_core.LAYERS`; tests/test_imports.py checks it.
 
-What it rewrites, in every tracked text file but this one:
-- `binac_core.<module>` and `binac_core/<module>` (a dotted name or a path) of a moved module;
-- `from binac_core import a, b as c` lines, split per subpackage (`from binac_core.store import storage`);
-- `tests/test_x.py` paths of the tests moved into the folders that mirror the library (`TEST_MOVES`).
-It does not touch bare module names (`storage.run_sample`, `batches.verdict_bonus`): module names are unchanged.
-Paths computed from `__file__` inside the moved modules are fixed by hand in the same commit.
+What moves (module names are unchanged, so `config.load_config`, `stats.mean_ci` and the like stay as they are):
+- the foundation every floor uses (config, files, statistics, workspace, faults, code provenance) down to
+  `binac_core/foundation/`;
+- the verdict syntax beside the benchmarks that declare it (`benchmarks/verdict.py`), the stage records beside
+  the model that produces them (`model/stage_io.py`);
+- the study's modules (its file and plans, regimes, preconditions, verdict rules, pilot rule, report) up to
+  `binac_core/studies/`;
+- their tests to the folders that mirror the library.
+
+What it rewrites, in every tracked text file but this one and the study archives:
+- `binac_core.<package>.<module>` and `binac_core/<package>/<module>` (a dotted name or a path) of a moved module;
+- `<package>/<module>.py` written without the `binac_core/` prefix;
+- `from binac_core.<package> import a, b as c` lines, split per package where some names moved;
+- `tests/<folder>/test_x.py` paths and `tests.<folder>.test_x` names of the moved tests.
+Import order inside a file is left to `ruff check --fix --select I` afterwards.
 """
 
 from __future__ import annotations
@@ -19,81 +28,98 @@ import sys
 from pathlib import Path
 
 MOVES = {
-    "model": ("base_model", "pretrain", "pretrain_teacher", "smol", "tokenizer", "policy", "decode", "fused_lora",
-              "memory", "generation", "generation_vllm", "runtime"),
-    "rl": ("episodes", "batches", "losses", "update", "methods", "stage_io", "verdict", "evaluation", "eval_stage"),
-    "benchmarks": ("data", "problems", "prompts"),
-    "store": ("storage", "records", "step_records", "feedback_index", "sqlrun", "tracking", "files"),
-    "runs": ("config", "plans", "provenance", "workspace", "runlock", "faults", "study", "regimes"),
-    "reports": ("report", "study_report", "plots", "stats", "measures", "critic_health"),
+    "runs.config": "foundation.config",
+    "runs.config_reference": "foundation.config_reference",
+    "runs.workspace": "foundation.workspace",
+    "runs.faults": "foundation.faults",
+    "runs.provenance": "foundation.provenance",
+    "store.files": "foundation.files",
+    "reports.stats": "foundation.stats",
+    "rl.verdict": "benchmarks.verdict",
+    "rl.stage_io": "model.stage_io",
+    "runs.study": "studies.study",
+    "runs.regimes": "studies.regimes",
+    "runs.preconditions": "studies.preconditions",
+    "reports.study_report": "studies.study_report",
+    "reports.hypotheses_v3": "studies.hypotheses_v3",
+    "reports.pilot_rule": "studies.pilot_rule",
+    "reports.verdicts": "studies.verdicts",
+    "reports.run_values": "studies.run_values",
 }
+"""Old `<package>.<module>` under binac_core -> new."""
 PACKAGE_DOC = {
-    "model": "The model: base models (tiny pretraining, smol, hub), tokenizer, the LoRA policy, generation backends.",
-    "rl": "The RL algorithm: episodes, scored batches, losses and updates, methods, evaluation protocols.",
-    "store": "Where rows get written: the trajectory store, its records, feedback index, SQL runner, MLflow tracking.",
-    "runs": "Run infrastructure: config, argument plans, code provenance, workspace, run lock, faults, studies.",
-    "reports": "Reports: the comparison and study reports, plots, statistics, the study's measures, critic health.",
+    "foundation": "What every floor of the library uses: the typed config, stage files, statistics, the workspace, "
+                  "fault points, code provenance. It imports no other binac_core folder.",
+    "studies": "Studies: the study file and its run plans, regimes, preconditions and gates, verdict rules, the "
+               "pilot rule, the study report.",
 }
 TEST_MOVES = {
-    "model": ("adapters", "base_model", "checkpointing", "decode", "fused_lora", "memory", "policy_init",
-              "real_model_sampling", "smol", "tokenizer", "logprob_check", "vllm_settings"),
-    "rl": ("losses", "methods", "verdict", "evaluate"),
-    "benchmarks": ("benchmarks", "data", "prompts", "synthetic"),
-    "grading": ("grading_code", "grading_math", "grading_other", "grader_counts", "sandbox", "sandbox_forgery"),
-    "store": ("feedback_index", "files", "sql_comparisons"),
-    "runs": ("regimes", "cli"),
-    "reports": ("measures", "study_measures", "study_report"),
-    "bench": ("bench", "stage_costs"),
-    "flows": ("fanout",),
-    "integration": ("train", "deployment", "reliability", "study", "ui", "wheel", "vllm", "gpu_check", "sql", "loop",
-                    "cache_keys"),
+    "runs/test_config_reference": "foundation",
+    "runs/test_provenance": "foundation",
+    "store/test_files": "foundation",
+    "rl/test_verdict": "benchmarks",
+    "runs/test_preconditions": "studies",
+    "runs/test_regimes": "studies",
+    "reports/test_hypotheses_v3": "studies",
+    "reports/test_pilot_rule": "studies",
+    "reports/test_study_report": "studies",
 }
-"""The tests mirror the library's subpackages; `integration/` holds the files whose tests start real servers,
-`binac` subprocesses or Chromium (`make test-fast` leaves them out, with every test that uses a slow fixture)."""
-TEST_FOLDER = {f"test_{name}": folder for folder, names in TEST_MOVES.items() for name in names}
-SUBPACKAGE = {module: package for package, modules in MOVES.items() for module in modules}
-TEXT_SUFFIXES = {".py", ".md", ".sql", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".ini", ""}
-_FROM_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from binac_core import (?P<names>[A-Za-z_][\w, ]*(?: as \w+)?[\w, ]*)$",
-                          re.MULTILINE)
-_DOTTED = re.compile(r"\bbinac_core([./])(" + "|".join(sorted(SUBPACKAGE, key=len, reverse=True)) + r")(?![\w])")
-_TEST_PATH = re.compile(r"\btests/(" + "|".join(TEST_FOLDER) + r")\.py\b")
+"""Old `tests/<folder>/<name>` -> its new folder under tests/."""
+SKIPPED = ("scripts/relayout.py", "studies/archive/")
+TEXT_SUFFIXES = {".py", ".md", ".sql", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".ini", ".html", ""}
+
+_OLD = "|".join(re.escape(m).replace(r"\.", "[./]") for m in sorted(MOVES, key=len, reverse=True))
+_DOTTED = re.compile(r"\bbinac_core([./])(" + _OLD + r")(?![\w])")
+_BARE_PATH = re.compile(r"(?<![\w/.])(" + "|".join(re.escape(m.replace(".", "/")) for m in MOVES) + r")\.py\b")
+_TEST_PATH = re.compile(r"\btests/(" + "|".join(re.escape(t) for t in TEST_MOVES) + r")\.py\b")
+_TEST_DOTTED = re.compile(r"\btests\.(" + "|".join(re.escape(t).replace("/", r"\.") for t in TEST_MOVES) + r")\b")
+_FROM_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from binac_core\.(?P<package>\w+) import (?P<names>\w+(?: as \w+)?"
+                          r"(?:, \w+(?: as \w+)?)*)$", re.MULTILINE)
+
+
+def _new(old: str, sep: str) -> str:
+    """The new `<package><sep><module>` of an old one written with `sep` (a dot or a slash)."""
+    return MOVES[old.replace("/", ".")].replace(".", sep)
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True)
 
 
 def move_modules(root: Path) -> None:
-    for package, modules in MOVES.items():
-        folder = root / "binac_core" / package
-        folder.mkdir(exist_ok=True)
-        init = folder / "__init__.py"
+    for package, doc in PACKAGE_DOC.items():
+        init = root / "binac_core" / package / "__init__.py"
         if not init.exists():
-            init.write_text(f'"""{PACKAGE_DOC[package]}"""\n')
-            subprocess.run(["git", "add", str(init)], cwd=root, check=True)
-        for module in modules:
-            old = root / "binac_core" / f"{module}.py"
-            if old.exists():
-                subprocess.run(["git", "mv", str(old), str(folder / old.name)], cwd=root, check=True)
-    for name, folder in TEST_FOLDER.items():
-        old = root / "tests" / f"{name}.py"
-        if old.exists():
+            init.parent.mkdir(exist_ok=True)
+            init.write_text(f'"""{doc}"""\n')
+            _git(root, "add", str(init))
+    for old, new in MOVES.items():
+        src, dst = (root / "binac_core" / f"{m.replace('.', '/')}.py" for m in (old, new))
+        if src.exists():
+            _git(root, "mv", str(src), str(dst))
+    for old, folder in TEST_MOVES.items():
+        src = root / "tests" / f"{old}.py"
+        if src.exists():
             (root / "tests" / folder).mkdir(exist_ok=True)
-            subprocess.run(["git", "mv", str(old), str(root / "tests" / folder / old.name)], cwd=root, check=True)
+            _git(root, "mv", str(src), str(root / "tests" / folder / src.name))
 
 
 def _split_from_import(match: re.Match) -> str:
-    indent, names = match["indent"], [n.strip() for n in match["names"].split(",") if n.strip()]
+    indent, package = match["indent"], match["package"]
     groups: dict[str, list[str]] = {}
-    for name in names:
+    for name in (n.strip() for n in match["names"].split(",")):
         module = name.split(" as ")[0].strip()
-        groups.setdefault(SUBPACKAGE.get(module, ""), []).append(name)
-    lines = [f"{indent}from binac_core{'.' + package if package else ''} import {', '.join(group)}"
-             for package, group in sorted(groups.items())]
-    return "\n".join(lines)
+        target = MOVES.get(f"{package}.{module}", f"{package}.{module}").rpartition(".")[0]
+        groups.setdefault(target, []).append(name)
+    return "\n".join(f"{indent}from binac_core.{target} import {', '.join(names)}"
+                     for target, names in sorted(groups.items()))
 
 
 def rewrite(text: str, path: Path) -> str:
-    text = _DOTTED.sub(lambda m: f"binac_core{m[1]}{SUBPACKAGE[m[2]]}{m[1]}{m[2]}", text)
-    text = _TEST_PATH.sub(lambda m: f"tests/{TEST_FOLDER[m[1]]}/{m[1]}.py", text)
-    if path.parts[0] == "tests" and len(path.parts) == 3:  # a moved test: the repository is one folder further up
-        text = text.replace("Path(__file__).resolve().parents[1]", "Path(__file__).resolve().parents[2]")
+    text = _DOTTED.sub(lambda m: f"binac_core{m[1]}{_new(m[2], m[1])}", text)
+    text = _BARE_PATH.sub(lambda m: f"{_new(m[1], '/')}.py", text)
+    text = _TEST_PATH.sub(lambda m: f"tests/{TEST_MOVES[m[1]]}/{m[1].rpartition('/')[2]}.py", text)
+    text = _TEST_DOTTED.sub(lambda m: f"tests.{TEST_MOVES[m[1].replace('.', '/')]}.{m[1].rpartition('.')[2]}", text)
     if path.suffix == ".py":
         text = _FROM_IMPORT.sub(_split_from_import, text)
     return text
@@ -107,7 +133,7 @@ def main() -> int:
     changed = 0
     for name in files:
         path = Path(name)
-        if path.as_posix() == "scripts/relayout.py" or path.suffix not in TEXT_SUFFIXES or not (root / path).is_file():
+        if name.startswith(SKIPPED) or path.suffix not in TEXT_SUFFIXES or not (root / path).is_file():
             continue
         try:
             text = (root / path).read_text()

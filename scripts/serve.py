@@ -182,7 +182,7 @@ def start() -> int:
     h = home()
     (h / "mlartifacts").mkdir(parents=True, exist_ok=True)
     # Create/migrate the MLflow tables the way runs do (under binac's lock), not racing a run from the server.
-    from binac_core.runs.workspace import Workspace
+    from binac_core.foundation.workspace import Workspace
     from binac_core.store import tracking
 
     experiment = tracking.experiment_id(tracking.client(Workspace(h)), Workspace(h))  # its UI link is printed

@@ -43,7 +43,7 @@ CREATE TABLE trajectory_rows (
                                        -- to; NULL for a standalone `binac train` / `binac evaluate` (and in rows
                                        -- of a shard without this column)
     feedback_verdict VARCHAR           -- the feedback's verdict on the attempt: correct | incorrect | none (none: no
-                                       -- verdict, or a contradictory one; binac_core/rl/verdict.py). NULL without
+                                       -- verdict, or a contradictory one; binac_core/benchmarks/verdict.py). NULL without
                                        -- feedback, for a fixed instruction (no critic wrote it), and in rows of a
                                        -- shard without this column
 );

@@ -1,6 +1,6 @@
 -- Question: per run of one study (the latest by default), the third edition's endpoints
 -- (studies/sparse-feedback-v3.design.md), recomputed from the stored held-out rows by this file's own SQL; each
--- equals what the study report reads from MLflow (binac_core/reports/hypotheses_v3.py, run_values.area):
+-- equals what the study report reads from MLflow (binac_core/studies/hypotheses_v3.py, run_values.area):
 --   difficulty                the run's task difficulty: the operations in its prompts (synthetic task)
 --   last_step                 the run's last evaluation
 --   acc_single_0, _last       held-out single-turn accuracy (pass@1: the mean reward of the `single` rows) at

@@ -1,23 +1,23 @@
 """What every stage task shares: the cache policy and how a task gets the config and the loaded model.
 
 Cache keys are the task's inputs (config dict, stage files and adapters with content digests: the frozen records
-of `binac_core.rl.stage_io`, step, seed), the task's source and a digest of the stage code (`tasks/` and the
-`binac_core` modules it imports: `binac_core.runs.provenance.stage_code_digest`), persisted under `$BINAC_HOME/prefect`:
+of `binac_core.model.stage_io`, step, seed), the task's source and a digest of the stage code (`tasks/` and the
+`binac_core` modules it imports: `binac_core.foundation.provenance.stage_code_digest`), persisted under `$BINAC_HOME/prefect`:
 re-running a command reuses every finished stage, a killed run resumes from the last finished one, and a library
 edit recomputes every stage. `binac train|compare --fresh` recomputes everything even without an edit. The base
 model is the one stage Prefect does not cache (`tasks.prepare.build_base_model`: its folder is a cache of its own).
 A cached stage whose output was deleted since fails where the output is read, in one line naming the file and
-`--fresh` (`binac_core.store.files.read_json`, `Policy.sync`). Inputs are
+`--fresh` (`binac_core.foundation.files.read_json`, `Policy.sync`). Inputs are
 never models or tensors (their pickles are not stable keys): the model is the process's (`binac_core.model.runtime`)."""
 
 from __future__ import annotations
 
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
+from binac_core.foundation.config import Config
+from binac_core.foundation.files import StageFile
+from binac_core.foundation.provenance import stage_code_digest
 from binac_core.model.runtime import policy_and_backend
-from binac_core.runs.config import Config
-from binac_core.runs.provenance import stage_code_digest
-from binac_core.store.files import StageFile
 
 
 def _library_code(task_ctx, inputs) -> str:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from prefect import task
 
+from binac_core.foundation.files import StageFile
+from binac_core.model.stage_io import AdapterRef, read_scored_batch
 from binac_core.rl.batches import actor_samples
-from binac_core.rl.stage_io import AdapterRef, read_scored_batch
 from binac_core.rl.update import AdapterUpdate, update_adapter
-from binac_core.store.files import StageFile
 from tasks._common import CACHED, config, loaded
 
 

@@ -9,12 +9,12 @@ from prefect import task
 
 from binac_core import benchmarks
 from binac_core.errors import BinacError
+from binac_core.foundation.files import StageFile, read_json, read_optional, write_json
+from binac_core.model.stage_io import AdapterRef, Attempt, Feedback, read_records
 from binac_core.rl.batches import feedback_samples
 from binac_core.rl.critic_reward import critic_reward as critic_reward_of_step
 from binac_core.rl.critic_reward import shuffle_seed_of
-from binac_core.rl.stage_io import AdapterRef, Attempt, Feedback, read_records
 from binac_core.rl.update import AdapterUpdate, update_adapter
-from binac_core.store.files import StageFile, read_json, read_optional, write_json
 from tasks._common import CACHED, config, loaded
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from binac_core.foundation.files import StageFile, read_json
+from binac_core.foundation.workspace import workspace
+from binac_core.model.stage_io import AdapterRef
 from binac_core.rl.eval_stage import evaluate_to_file
 from binac_core.rl.evaluation import read_evaluation
 from binac_core.rl.methods import FeedbackSource
-from binac_core.rl.stage_io import AdapterRef
-from binac_core.runs.workspace import workspace
 from binac_core.store import step_records
-from binac_core.store.files import StageFile, read_json
 from binac_core.store.identity import RunIdentity
 from tasks._common import CACHED, config, loaded
 

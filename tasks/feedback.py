@@ -8,13 +8,13 @@ from pathlib import Path
 
 from prefect import task
 
+from binac_core.foundation.files import StageFile, read_json
+from binac_core.model import stage_io
 from binac_core.model.generation import SamplingParams
-from binac_core.rl import stage_io
+from binac_core.model.stage_io import AdapterRef, GeneratedFile, RewardsFile
 from binac_core.rl.episodes import sample_feedback as sample
 from binac_core.rl.episodes import stage_seed
 from binac_core.rl.methods import FeedbackSource
-from binac_core.rl.stage_io import AdapterRef, GeneratedFile, RewardsFile
-from binac_core.store.files import StageFile, read_json
 from tasks._common import CACHED, config, loaded
 
 

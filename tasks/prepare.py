@@ -8,10 +8,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from binac_core.benchmarks.problems import load_problems
+from binac_core.foundation.files import StageFile, write_json
+from binac_core.foundation.workspace import workspace
 from binac_core.model.base_model import base_model
-from binac_core.rl.stage_io import AdapterRef
-from binac_core.runs.workspace import workspace
-from binac_core.store.files import StageFile, write_json
+from binac_core.model.stage_io import AdapterRef
 from tasks._common import CACHED, config, loaded
 
 

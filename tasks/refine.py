@@ -7,10 +7,17 @@ from pathlib import Path
 
 from prefect import task
 
+from binac_core.foundation.files import StageFile, read_json
 from binac_core.model.generation import SamplingParams
+from binac_core.model.stage_io import (
+    AdapterRef,
+    Attempt,
+    Feedback,
+    GeneratedFile,
+    read_records,
+    write_generated,
+)
 from binac_core.rl.episodes import generate_refinements, stage_seed
-from binac_core.rl.stage_io import AdapterRef, Attempt, Feedback, GeneratedFile, read_records, write_generated
-from binac_core.store.files import StageFile, read_json
 from tasks._common import CACHED, config, loaded
 
 

@@ -1,13 +1,13 @@
 """Stage 0 of a study: the base model measured at one difficulty (the regime rule's statistic and the feedback
-bounds, `binac_core.runs.regimes`), before any RL run."""
+bounds, `binac_core.studies.regimes`), before any RL run."""
 
 from __future__ import annotations
 
 from prefect import task
 
 from binac_core.benchmarks.problems import load_problems
-from binac_core.runs.regimes import measure_base
-from binac_core.store.files import StageFile
+from binac_core.foundation.files import StageFile
+from binac_core.studies.regimes import measure_base
 from tasks._common import CACHED, config, loaded
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from prefect import task
 
+from binac_core.foundation.files import StageFile, read_json, write_json
 from binac_core.model.generation import SamplingParams
+from binac_core.model.stage_io import AdapterRef, GeneratedFile, write_generated
 from binac_core.rl.episodes import generate_attempts, sample_problems, stage_seed
-from binac_core.rl.stage_io import AdapterRef, GeneratedFile, write_generated
-from binac_core.store.files import StageFile, read_json, write_json
 from tasks._common import CACHED, config, loaded
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prefect import task
 
+from binac_core.foundation.files import StageFile, read_json
+from binac_core.model.stage_io import RewardsFile, read_answers, write_scores
 from binac_core.rl.episodes import score_with_errors
-from binac_core.rl.stage_io import RewardsFile, read_answers, write_scores
-from binac_core.store.files import StageFile, read_json
 from tasks._common import CACHED, config
 
 

@@ -1,5 +1,5 @@
-"""Storing every generated sample in the trajectory store and returning the step's metrics, computed from exactly
-the rows stored (`binac_core.store.step_records`). Not cached: a shard rewrite is idempotent, and so is logging a
+"""Storing every generated sample in the trajectory store (`binac_core.store.step_records`) and returning the
+step's metrics, computed from exactly the rows stored (`binac_core.reports.step_metrics`). Not cached: a shard rewrite is idempotent, and so is logging a
 metric once per step (`tracking.log_metrics_once`)."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from binac_core.foundation.files import StageFile, read_optional
+from binac_core.foundation.workspace import workspace
+from binac_core.model.stage_io import read_scored_batch
+from binac_core.reports import step_metrics
 from binac_core.rl.evaluation import read_evaluation
-from binac_core.rl.stage_io import read_scored_batch
-from binac_core.runs.workspace import workspace
 from binac_core.store import step_records, tracking
-from binac_core.store.files import StageFile, read_optional
 from binac_core.store.identity import RunIdentity
 
 
@@ -28,8 +29,9 @@ def store_train_step(
     ws = workspace()
     scored = read_scored_batch(attempts, first_rewards, feedback=feedback, refined=refined,
                                refined_rewards=refined_rewards)
-    metrics = step_records.store_train_step(ws, run, step, scored, critic_rewards=read_optional(critic_rewards),
-                                            problems=read_optional(batch))
+    critic, problems = read_optional(critic_rewards), read_optional(batch)
+    rows = step_records.store_train_step(ws, run, step, scored, critic_rewards=critic, problems=problems)
+    metrics = step_metrics.train_metrics(rows, scored, critic_rewards=critic, critic_measures=_analysed(run, problems))
     metrics.update(extra or {})
     tracking.log_metrics_once(ws, run.run_id, metrics, step)
     return metrics
@@ -38,4 +40,11 @@ def store_train_step(
 @task(name="store-eval", cache_policy=NO_CACHE)
 def store_eval(run: RunIdentity, step: int, result: StageFile, problems: StageFile | None = None) -> dict:
     """Write one shard per protocol evaluated; return the `eval/acc_*` metrics (and `eval/critic_*`)."""
-    return step_records.store_eval(workspace(), run, step, read_evaluation(result), read_optional(problems))
+    evaluation, rows = read_evaluation(result), read_optional(problems)
+    stored = step_records.store_eval(workspace(), run, step, evaluation, rows)
+    return step_metrics.eval_metrics(evaluation, stored, critic_measures=_analysed(run, rows))
+
+
+def _analysed(run: RunIdentity, problems: list[dict] | None) -> bool:
+    """Whether the rows carry the first-error analysis (the synthetic task, with its problems)."""
+    return step_records.analysis_questions(run.benchmark, problems) is not None

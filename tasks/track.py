@@ -8,8 +8,8 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from binac_core.rl.stage_io import AdapterRef
-from binac_core.runs.workspace import workspace
+from binac_core.foundation.workspace import workspace
+from binac_core.model.stage_io import AdapterRef
 from binac_core.store import storage, tracking
 
 

@@ -111,7 +111,7 @@ def micro_compare(tmp_path_factory, prefect_home) -> dict:
 @pytest.fixture(scope="session")
 def micro_base(micro_compare) -> Path:
     """The micro base model folder the comparison built (in the session's model cache)."""
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     folder = MODEL_CACHE / f"base-{load_config('micro').base_digest()}"
     assert (folder / "config.json").exists(), folder
@@ -136,7 +136,7 @@ def trajectory_rows(home: Path, where: str = "TRUE", exclude: tuple[str, ...] = 
     the `exclude` columns (a multiset: a duplicated row shows up twice)."""
     import pandas as pd
 
-    from binac_core.runs.workspace import Workspace
+    from binac_core.foundation.workspace import Workspace
     from binac_core.store import sqlrun
     from binac_core.store.storage import columns
 
@@ -163,7 +163,7 @@ def _sandbox_accepts_what_works_here(monkeypatch):
 @pytest.fixture(autouse=True)
 def _prefect_settings_stay_in_their_test():
     """Prefect's settings in the environment (`PREFECT_*`) as they were before each test. An in-process
-    `flows.cli.main` (tests/runs/test_config_reference.py) runs `_env_defaults`, which sets Prefect's result storage
+    `flows.cli.main` (tests/foundation/test_config_reference.py) runs `_env_defaults`, which sets Prefect's result storage
     to `$BINAC_HOME/prefect` (here the repository's `.binac`) with `setdefault`, out of monkeypatch's reach; left
     set, every later test of that pytest process and every subprocess it starts with `dict(os.environ)` shared one
     cache (tests/bench/test_bench.py's pipeline children did, when pytest-xdist ran both files in one worker).

@@ -107,10 +107,58 @@ def test_no_import_circle(root):
     assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
-def test_the_library_is_folders_by_concern_with_no_flat_module_left():
-    """Every module lives in a subpackage; the old flat paths (binac_core/<module>.py) are gone, with no
-    shim: only the package marker and the one error type stay at the top (scripts/relayout.py holds the moves)."""
-    top = sorted(p.name for p in (REPO / "binac_core").glob("*.py"))
-    assert top == ["__init__.py", "errors.py"]
-    folders = {p.name for p in (REPO / "binac_core").iterdir() if (p / "__init__.py").is_file()}
-    assert folders == {"model", "rl", "benchmarks", "grading", "store", "runs", "reports", "presets"}
+def layers() -> list[str]:
+    """The floors of the code, lowest first (pyproject.toml `[tool.binac] layers`)."""
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["binac"]["layers"]
+
+
+def floor(module: str, order: list[str]) -> int:
+    """The index in `order` of the floor `module` lives on (the longest entry that is it or a package above it);
+    -1 for the bare `binac_core` package marker, which every import of a binac_core module runs."""
+    if module == "binac_core":
+        return -1
+    found = [i for i, entry in enumerate(order) if module == entry or module.startswith(entry + ".")]
+    if not found:
+        raise AssertionError(f"{module} lives on no floor of pyproject.toml's [tool.binac] layers")
+    return max(found, key=lambda i: len(order[i]))
+
+
+def upward_imports(graph: dict[str, set[str]], order: list[str]) -> list[str]:
+    """Every import that runs from a floor to a higher one, as `importer -> imported`."""
+    return sorted(f"{m} -> {n}" for m, deps in graph.items() for n in deps if floor(n, order) > floor(m, order))
+
+
+def test_the_layer_check_sees_an_upward_import_inside_a_function_and_under_type_checking(tmp_path):
+    (tmp_path / "low.py").write_text("def f():\n    import high\n")
+    (tmp_path / "high.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import top\n")
+    (tmp_path / "top.py").write_text("import low\n")
+    known = {name: tmp_path / f"{name}.py" for name in ("low", "high", "top")}
+    graph = {name: _imports(path, name, known) for name, path in known.items()}
+    assert upward_imports(graph, ["low", "high", "top"]) == ["high -> top", "low -> high"]
+    assert upward_imports(graph, ["top", "high", "low"]) == ["top -> low"]
+    with pytest.raises(AssertionError, match="no floor"):
+        floor("elsewhere.x", ["low"])
+
+
+def test_no_import_runs_from_a_lower_floor_to_a_higher_one():
+    order = layers()
+    assert not upward_imports(import_graph(), order), "imports that run up: " + "; ".join(
+        upward_imports(import_graph(), order))
+
+
+def test_every_library_folder_has_a_floor_and_the_package_marker_imports_nothing():
+    order = layers()
+    folders = {f"binac_core.{p.name}" for p in (REPO / "binac_core").iterdir() if (p / "__init__.py").is_file()}
+    modules = {f"binac_core.{p.stem}" for p in (REPO / "binac_core").glob("*.py") if p.stem != "__init__"}
+    assert folders | modules == {e for e in order if e.startswith("binac_core.")}
+    assert import_graph()["binac_core"] == set()
+
+
+def test_the_readme_states_the_floors_in_their_order():
+    """README's "The folders" names the floors as pyproject.toml lists them (backticked, lowest first)."""
+    readme = (REPO / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("Floors, lowest first:"))
+    named = [n.strip().strip("`").rstrip("/").replace("/", ".") for n in line.split(":", 1)[1].rstrip(".").split(" < ")]
+    assert named == layers(), line

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from binac_core.rl.verdict import VERDICT_LINE, VerdictSyntax
+from binac_core.benchmarks.verdict import VERDICT_LINE, VerdictSyntax
 
 if TYPE_CHECKING:
-    from binac_core.runs.config import TaskConfig
+    from binac_core.foundation.config import TaskConfig
 
 Messages = list[dict]
 """Chat messages, `[{"role": ..., "content": ...}]`; the tokenizer's chat template renders them."""
@@ -33,11 +33,11 @@ class FeedbackAnalysis:
     approves: Callable[[str], bool]
     """feedback -> whether it approves the attempt (says it is correct)."""
     approval: str
-    """The feedback text that approves an attempt (the shortcut check of `binac_core.runs.regimes` gives it to every
+    """The feedback text that approves an attempt (the shortcut check of `binac_core.studies.regimes` gives it to every
     attempt)."""
     right_steps: Callable[[str, str], list[int]] | None = None
     """(question, attempt) -> the numbers of the attempt's locally right steps (right for their written operands);
-    with `critique`, the other-step hint of the precondition checks (`binac_core.runs.preconditions`)."""
+    with `critique`, the other-step hint of the precondition checks (`binac_core.studies.preconditions`)."""
     critique: Callable[[dict, str, int | None], str] | None = None
     """(row, attempt, step) -> a feedback in the form the critic writes for that row that names `step` as wrong,
     or approves the attempt when `step` is None: the written feedback of the base checks (approval, another
@@ -79,7 +79,7 @@ class Benchmark:
     oracle_feedback: Callable[[dict, str], str] | None = None
     """Optional: (row, attempt) -> a rule-based critic's feedback, which reads the reference (`oracle_critic`)."""
     verdict_syntax: VerdictSyntax = VERDICT_LINE
-    """How its feedback states a verdict on the attempt (`binac_core.rl.verdict`): the `Verdict: ...` line the
+    """How its feedback states a verdict on the attempt (`binac_core.benchmarks.verdict`): the `Verdict: ...` line the
     benchmarks' critic prompts ask for, or the synthetic task's own phrases."""
     feedback_analysis: FeedbackAnalysis | None = None
     """Optional: the analysis of feedback against the known first error (the critic measures, a study's regimes)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from binac_core import benchmarks
-from binac_core.runs.config import Config
+from binac_core.foundation.config import Config
 
 
 def load_problems(cfg: Config, split: str) -> list[dict]:

@@ -19,7 +19,7 @@ compact templates in `binac_core.benchmarks.synthetic`; the benchmark templates 
 With `critic.verdict` (on by default; off reproduces the prompts of runs before it) each benchmark's critic
 instruction ends with `VERDICT`: after the feedback, one last line `Verdict: correct` or `Verdict: incorrect` on
 the attempt (`critic_instruction`). The verdict line is part of the feedback, so the actor sees it in its second
-turn; `binac_core.rl.verdict` reads it, `binac_core.reports.measures` scores it against the verifier. The synthetic task's
+turn; `binac_core.benchmarks.verdict` reads it, `binac_core.reports.measures` scores it against the verifier. The synthetic task's
 feedback is a verdict already: its prompts do not change.
 
 The critic never sees the reference answer: every benchmark's `critic_messages` reads only `row["question"]`, the
@@ -58,7 +58,7 @@ VERDICT = (
     "it is not."
 )
 """The verdict request appended to a critic instruction (`critic_instruction`); `{what}` names the attempt as the
-prompt does (attempt, solution, answer). `binac_core.rl.verdict.VERDICT_LINE` parses the line."""
+prompt does (attempt, solution, answer). `binac_core.benchmarks.verdict.VERDICT_LINE` parses the line."""
 
 
 def critic_instruction(instruction: str, verdict: bool, what: str) -> str:

@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass
 
 from binac_core.benchmarks.interface import Benchmark, FeedbackAnalysis
+from binac_core.benchmarks.verdict import VerdictSyntax
 from binac_core.errors import BinacError
-from binac_core.rl.verdict import VerdictSyntax
 
 MOD = 10
 """The one-digit family's modulus (the default `task.modulus`)."""
@@ -53,7 +53,7 @@ _START_RE = re.compile(r"^(\d+)")
 _NAMED_RE = re.compile(r"Step (\d+) is wrong")
 VERDICT_SYNTAX = VerdictSyntax(correct=re.compile(re.escape(LOOKS_CORRECT)),
                                incorrect=re.compile(rf"{_NAMED_RE.pattern}|{re.escape(CHECK_YOUR_WORK)}"))
-"""The synthetic feedback's verdict (`binac_core.rl.verdict`): `Looks correct.` is `correct`; a named step
+"""The synthetic feedback's verdict (`binac_core.benchmarks.verdict`): `Looks correct.` is `correct`; a named step
 (`Step k is wrong.`) or `Check your work.` (the oracle's words for right steps under a wrong or missing answer)
 is `incorrect`; anything else, or both, is `none`. The critic prompt is unchanged by `critic.verdict`."""
 _ANSWER_RE = re.compile(r"A:\s*([^\s.]*)")

@@ -5,9 +5,9 @@ pretraining may use."""
 
 from __future__ import annotations
 
-from binac_core.runs.config import Config
-from binac_core.runs.workspace import Workspace
-from binac_core.store.files import StageFile, file_digest
+from binac_core.foundation.config import Config
+from binac_core.foundation.files import StageFile, file_digest
+from binac_core.foundation.workspace import Workspace
 
 
 def base_model(cfg: Config, ws: Workspace) -> StageFile:

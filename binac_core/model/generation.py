@@ -41,7 +41,7 @@ import torch
 from binac_core.errors import BinacError
 from binac_core.model import decode
 from binac_core.model.memory import return_freed_memory
-from binac_core.rl.stage_io import AdapterRef
+from binac_core.model.stage_io import AdapterRef
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>", "<end_of_turn>",
                       "<|end|>", "</s>")

@@ -50,8 +50,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from binac_core.errors import BinacError
+from binac_core.foundation.files import MISSING_HINT
 from binac_core.model.generation import AdapterRef, Generation, SamplingParams, eos_token_ids, render_prompt
-from binac_core.store.files import MISSING_HINT
 
 GIB = 1 << 30
 SHUTDOWN_GRACE_S = 30.0

@@ -26,11 +26,11 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from binac_core.errors import BinacError
+from binac_core.foundation.config import Config
+from binac_core.foundation.faults import fault_point
+from binac_core.foundation.files import MISSING_HINT, file_digest
 from binac_core.model.generation import AdapterRef
 from binac_core.model.memory import map_large_blocks
-from binac_core.runs.config import Config
-from binac_core.runs.faults import fault_point
-from binac_core.store.files import MISSING_HINT, file_digest
 
 ADAPTERS = ("actor", "critic")
 

@@ -23,9 +23,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from binac_core.benchmarks import synthetic as syn
+from binac_core.foundation.config import Config
 from binac_core.model import pretrain_teacher as teacher
 from binac_core.model.tokenizer import IM_END, IM_START, render_chat, train_tokenizer
-from binac_core.runs.config import Config
 
 ROLE_MIX = (("solve", 0.2), ("critique", 0.3), ("refine", 0.5))
 """Share of each role in the corpus. A refine example also trains its first turn (a solve), so solving is

@@ -27,7 +27,7 @@ Process-wide state, and why each piece is process-wide (everything else is passe
   run's `grading.sandbox` when a train or evaluate flow starts): the sandbox runs in grader pool threads deep below the
   stages, and it must refuse the rlimits fallback unless the run accepted it, without threading the setting
   through every grading call. Default `bwrap` (bubblewrap required); the flows' plans check it before any compute.
-- Caches of pure functions (`functools.cache`/`lru_cache`: source digests in `binac_core.runs.provenance`, benchmark
+- Caches of pure functions (`functools.cache`/`lru_cache`: source digests in `binac_core.foundation.provenance`, benchmark
   files in `binac_core.benchmarks.data`, the sandbox probe) and the math grader's worker pool (`binac_core.grading.math`):
   they hold no result that differs from recomputing it.
 
@@ -39,8 +39,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from binac_core.foundation.config import Config
 from binac_core.model.generation import HFBackend
-from binac_core.runs.config import Config
 
 
 def configure_threads(default: int = 1) -> int:

@@ -65,7 +65,7 @@ def checkpoint(models_root: Path | None = None) -> Path:
     """The converted checkpoint folder under `models_root` (default: `BINAC_MODEL_CACHE`, else
     `$BINAC_HOME/models`), converting the GGUF once if it is not there yet."""
     if models_root is None:
-        from binac_core.runs.workspace import workspace
+        from binac_core.foundation.workspace import workspace
 
         shared = os.environ.get("BINAC_MODEL_CACHE")
         models_root = Path(shared).expanduser().resolve() if shared else workspace().home / "models"

@@ -1,1 +1,1 @@
-"""Reports: the comparison and study reports, plots, statistics, the study's measures, critic health."""
+"""Reports: the measures, a step's metrics, the comparison report, plots, critic health."""

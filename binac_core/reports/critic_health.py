@@ -1,7 +1,7 @@
 """The critic health table the reports share (measures: `binac_core.reports.measures.critic_verdict_measures`).
 
 `health_table` renders one row per method (or arm) from per-seed values of the held-out `eval/critic/<measure>`
-metrics: the comparison report (`binac_core.reports.report`) and the study report (`binac_core.reports.study_report`) give mean ±
+metrics: the comparison report (`binac_core.reports.report`) and the study report (`binac_core.studies.study_report`) give mean ±
 95 % t-interval over seeds; `binac evaluate` (one run, `health_of_rows`) gives Wilson intervals over feedbacks.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from binac_core.benchmarks.verdict import CORRECT, INCORRECT
+from binac_core.foundation.stats import per_seed, t_interval, wilson_interval
 from binac_core.reports.measures import CRITIC_HEALTH, verdict_counts, verdict_measures
-from binac_core.reports.stats import per_seed, t_interval, wilson_interval
-from binac_core.rl.verdict import CORRECT, INCORRECT
 
 GAINS = ("gain_when_flagged", "gain_when_approved")
 """The two measures in reward points (r1 − r0), not shares."""

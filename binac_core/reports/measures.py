@@ -48,7 +48,7 @@ step is right" is about the written steps only: such an attempt's answer line ma
   form's second draw r1⁺ makes rewards differ more often while `critic_signal` falls; tests/reports/test_measures.py).
 
 Critic health (every benchmark), over feedback rows with a verdict (the `feedback_verdict` column: `correct`,
-`incorrect` or `none`, `binac_core.rl.verdict`; NULL for a fixed instruction, so self_correct has none), judged
+`incorrect` or `none`, `binac_core.benchmarks.verdict`; NULL for a fixed instruction, so self_correct has none), judged
 against the verifier on the first attempt (right: `attempt_reward` > 0; `critic_verdict_measures`):
 - `verdict_accuracy`: the share of feedbacks whose verdict is the verifier's (`none` is never right);
 - `approves_wrong`: over wrong first attempts, the share called `correct` (flattery). Not the synthetic task's
@@ -70,7 +70,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from binac_core.rl.verdict import CORRECT, INCORRECT, NONE, verifier_verdict
+from binac_core.benchmarks.verdict import CORRECT, INCORRECT, NONE, verifier_verdict
 
 
 def zero_adv_frac(keys: list, rewards: list[float]) -> float | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from binac_core.reports.stats import t_interval
+from binac_core.foundation.stats import t_interval
 
 METHOD_ORDER = ("grpo", "self_correct", "fixed_critic", "critic_only", "binac", "binac_lam0", "binac_after",
                 "oracle_critic", "binac_disc")

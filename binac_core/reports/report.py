@@ -21,9 +21,9 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
+from binac_core.foundation.stats import SPLIT, per_seed, t_interval
 from binac_core.reports.critic_health import EXPLAINED, health_table
 from binac_core.reports.plots import ordered, seed_band
-from binac_core.reports.stats import SPLIT, per_seed, t_interval
 from binac_core.rl.methods import SPECS, FeedbackSource
 
 PROTOCOLS = [

@@ -1,1 +1,1 @@
-"""The RL algorithm: episodes, scored batches, losses and updates, methods, evaluation protocols."""
+"""The RL algorithm: episodes, scored batches, losses and updates, methods, critic rewards, evaluation protocols."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from binac_core.model.stage_io import Attempt, Feedback, Refinement, ScoredBatch, Turn
 from binac_core.rl.losses import group_advantages
-from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch, Turn
 from binac_core.rl.update import Sample
 
 

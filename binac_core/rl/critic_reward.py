@@ -10,10 +10,10 @@ import random
 
 import torch
 
+from binac_core.benchmarks.verdict import VerdictSyntax, parse_verdict, verdict_matches
+from binac_core.model.stage_io import Attempt, Feedback
 from binac_core.rl.episodes import stage_seed
 from binac_core.rl.losses import critic_reward_of
-from binac_core.rl.stage_io import Attempt, Feedback
-from binac_core.rl.verdict import VerdictSyntax, parse_verdict, verdict_matches
 
 
 def critic_reward(
@@ -63,7 +63,7 @@ def verdict_bonus(
     feedbacks: list[Feedback], attempts: list[Attempt], first_rewards: list[float], syntax: VerdictSyntax,
     weight: float,
 ) -> list[float]:
-    """Per feedback, `weight` × [its verdict (`binac_core.rl.verdict.parse_verdict`) is the verifier's on the attempt
+    """Per feedback, `weight` × [its verdict (`binac_core.benchmarks.verdict.parse_verdict`) is the verifier's on the attempt
     it critiques (`verdict_matches`: a `none` verdict never matches)]: the discrimination term of the critic's
     reward (Critique-RL, which rewards its critic for a correct verdict beside helpful feedback), added to
     `critic_reward_values`. Within an attempt's feedback group every feedback faces the same verifier verdict, so

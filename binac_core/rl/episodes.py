@@ -1,4 +1,4 @@
-"""The stages of one Bi-NAC episode, as plain functions over the records of `binac_core.rl.stage_io` (no
+"""The stages of one Bi-NAC episode, as plain functions over the records of `binac_core.model.stage_io` (no
 orchestration here).
 
 x → y0 ~ actor(x) → z ~ critic(x, y0) → y1 ~ actor(x, y0, z) → r0 = R(x, y0), r1 = R(x, y1):
@@ -19,8 +19,8 @@ from binac_core.benchmarks.grade import grade_batch_with_reasons
 from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.errors import BinacError
 from binac_core.model.generation import AdapterRef, GenerationBackend, SamplingParams
+from binac_core.model.stage_io import Attempt, Feedback, Refinement, Scores
 from binac_core.rl.methods import FeedbackSource
-from binac_core.rl.stage_io import Attempt, Feedback, Refinement, Scores
 
 
 def stage_seed(*parts) -> int:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from binac_core.foundation.config import Config
+from binac_core.foundation.files import StageFile, write_json
 from binac_core.model.generation import AdapterRef, GenerationBackend
 from binac_core.rl.evaluation import evaluate_protocols
 from binac_core.rl.methods import FeedbackSource
-from binac_core.runs.config import Config
-from binac_core.store.files import StageFile, write_json
 
 
 def evaluate_to_file(

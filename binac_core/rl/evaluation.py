@@ -34,8 +34,10 @@ from dataclasses import dataclass, replace
 
 from binac_core import benchmarks
 from binac_core.errors import BinacError
+from binac_core.foundation.files import StageFile, read_json
+from binac_core.foundation.stats import mean as _mean
 from binac_core.model.generation import AdapterRef, GenerationBackend, SamplingParams
-from binac_core.reports.stats import mean as _mean
+from binac_core.model.stage_io import ScoredBatch
 from binac_core.rl.episodes import (
     generate_attempts,
     generate_refinements,
@@ -44,8 +46,6 @@ from binac_core.rl.episodes import (
     stage_seed,
 )
 from binac_core.rl.methods import FeedbackSource
-from binac_core.rl.stage_io import ScoredBatch
-from binac_core.store.files import StageFile, read_json
 
 PROTOCOL_STAGES = {"single": ("single",), "feedback": ("single", "feedback"), "gated": ("single", "feedback", "gated")}
 """`binac evaluate --protocol`: the stages each one runs."""

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from binac_core import benchmarks
+from binac_core.foundation.config import Config
 from binac_core.model.generation import GenerationBackend, SamplingParams
+from binac_core.model.stage_io import AdapterRef, Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.rl.batches import actor_samples, feedback_samples
 from binac_core.rl.critic_reward import critic_reward, shuffle_seed_of
 from binac_core.rl.episodes import (
@@ -46,9 +48,7 @@ from binac_core.rl.episodes import (
     stage_seed,
 )
 from binac_core.rl.methods import MethodSpec
-from binac_core.rl.stage_io import AdapterRef, Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.rl.update import AdapterUpdate, Sample, update_adapter
-from binac_core.runs.config import Config
 
 
 @dataclass(frozen=True)

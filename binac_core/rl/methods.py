@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from binac_core.errors import BinacError
 
 if TYPE_CHECKING:
-    from binac_core.runs.config import Config
+    from binac_core.foundation.config import Config
 
 
 class FeedbackSource(str, Enum):

@@ -1,1 +1,1 @@
-"""Run infrastructure: config, argument plans, code provenance, workspace, run lock, faults, studies."""
+"""Running: argument checks before compute (`plans.py`), the run lock and flow-run claim, process groups."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from binac_core.errors import BinacError
+from binac_core.foundation.config import load_config
 from binac_core.rl.methods import FeedbackSource, method_spec
-from binac_core.runs.config import load_config
 
 
 def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict | None, budget: int | None):
@@ -136,8 +136,8 @@ def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, sam
             continue
         if not (Path(folder) / "adapter_model.safetensors").exists():
             raise BinacError(f"--{name}-adapter has no adapter_model.safetensors: {folder}")
-        from binac_core.rl.stage_io import AdapterRef
-        from binac_core.store.files import file_digest
+        from binac_core.foundation.files import file_digest
+        from binac_core.model.stage_io import AdapterRef
 
         refs[name] = AdapterRef(name, str(Path(folder).resolve()), file_digest(Path(folder)))
     return cfg, refs

@@ -1,1 +1,1 @@
-"""Where rows get written: the trajectory store, its records, feedback index, SQL runner, MLflow tracking."""
+"""Where rows get written: the trajectory store, a step's rows, feedback index, SQL runner, MLflow tracking, study archives."""

@@ -20,7 +20,7 @@ tagged `binac.restore=started`, stores its metrics and shards, then tags it `don
 a killed restore leaves an unfinished run that the next restore deletes (with its shards) and redoes; a run that
 exists in the store for any other reason is never touched. The MLflow ids change on restore (a new run under the
 study's parent); the rows' `run_id` and `parent_run_id` are rewritten to them. Fault points for crash tests
-(`binac_core.runs.faults`): `restore:metrics@0` after the metrics are logged, `restore:shards@0` after the shards
+(`binac_core.foundation.faults`): `restore:metrics@0` after the metrics are logged, `restore:shards@0` after the shards
 are written, both before the run is finished.
 """
 
@@ -34,10 +34,10 @@ from pathlib import Path
 import duckdb
 from mlflow.entities import Metric, Param, RunTag
 
-from binac_core.runs.faults import fault_point
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.faults import fault_point
+from binac_core.foundation.files import atomic_path, write_atomic
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import tracking
-from binac_core.store.files import atomic_path, write_atomic
 from binac_core.store.storage import sql_string
 
 RESTORE_TAG = "binac.restore"

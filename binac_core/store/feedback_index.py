@@ -29,9 +29,9 @@ from pathlib import Path
 
 import duckdb
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.files import atomic_path
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import storage
-from binac_core.store.files import atomic_path
 
 DOC_COLUMNS = ("run_id, method, seed, step, split, protocol, problem_id, sample_idx, feedback_idx, round, feedback, "
                "attempt_reward, refined_reward, parent_run_id")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from binac_core import benchmarks
-from binac_core.rl.stage_io import Attempt, ScoredBatch
-from binac_core.rl.verdict import parse_verdict
+from binac_core.benchmarks.verdict import parse_verdict
+from binac_core.model.stage_io import Attempt, ScoredBatch
 from binac_core.store.identity import RunIdentity
 
 
@@ -18,7 +18,7 @@ def trajectory_rows(
     `run` and, for a training run, the cumulative counts of `step` (`sample_counts`). `questions`
     (problem id -> question, on a benchmark with a `feedback_analysis`: the synthetic task) fills
     `first_wrong_step`, `feedback_step` and `feedback_approves`, the columns the critic measures read
-    (binac_core/reports/measures.py). `feedback_verdict` is each feedback's verdict (`binac_core.rl.verdict`), read with the
+    (binac_core/reports/measures.py). `feedback_verdict` is each feedback's verdict (`binac_core.benchmarks.verdict`), read with the
     benchmark's `verdict_syntax`; `verdicts=False` (a fixed instruction: no critic wrote it) leaves it NULL."""
     bench = benchmarks.get(run.benchmark)
     analysis = bench.feedback_analysis if questions is not None else None

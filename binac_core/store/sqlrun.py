@@ -29,7 +29,7 @@ from pathlib import Path
 import duckdb
 
 from binac_core.errors import BinacError
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import feedback_index, storage
 
 FEEDBACK_INDEX_RE = re.compile(r"\bfeedback_(docs|terms)\b")  # a query that reads the feedback index

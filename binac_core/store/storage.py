@@ -24,9 +24,9 @@ from pathlib import Path
 
 import duckdb
 
-from binac_core.runs.faults import fault_point
-from binac_core.runs.workspace import Workspace
-from binac_core.store.files import atomic_path
+from binac_core.foundation.faults import fault_point
+from binac_core.foundation.files import atomic_path
+from binac_core.foundation.workspace import Workspace
 
 
 def _sql_dir() -> Path:

@@ -14,7 +14,7 @@ import mlflow
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 
 EXPERIMENT = "binac"
 

@@ -13,7 +13,7 @@ if str(REPO) not in sys.path:  # `bench` is a folder of the repository, not an i
     sys.path.insert(0, str(REPO))
 
 from bench.run import markdown, run_bench  # noqa: E402
-from binac_core.runs.config import load_config  # noqa: E402
+from binac_core.foundation.config import load_config  # noqa: E402
 
 SMALL = {
     "model.pretrain_steps": 2,

@@ -16,12 +16,12 @@ from binac_core.benchmarks import Benchmark
 from binac_core.benchmarks.grade import grade, grade_batch, grade_with_reason
 from binac_core.benchmarks.problems import load_problems
 from binac_core.errors import BinacError
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import Generation, SamplingParams
+from binac_core.model.stage_io import Attempt, ScoredBatch
 from binac_core.rl.episodes import generate_attempts, generate_refinements, sample_feedback, score_with_errors
 from binac_core.rl.evaluation import evaluate_protocols, training_protocols
 from binac_core.rl.methods import FeedbackSource
-from binac_core.rl.stage_io import Attempt, ScoredBatch
-from binac_core.runs.config import load_config
 from binac_core.runs.plans import plan
 from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
@@ -186,7 +186,7 @@ def test_every_registered_benchmark_provides_the_interface(name):
 def test_a_study_needs_a_benchmark_whose_regimes_can_be_measured(echo, tmp_path):
     import yaml
 
-    from binac_core.runs.study import load_study
+    from binac_core.studies.study import load_study
 
     smoke = yaml.safe_load((Path(__file__).resolve().parents[2] / "studies" / "micro-smoke.yaml").read_text())
     path = tmp_path / "s.yaml"
@@ -205,7 +205,7 @@ def test_the_oracle_writes_the_synthetic_feedback_without_a_model():
 
 
 def test_the_stage_code_digest_covers_every_benchmark_module():
-    from binac_core.runs.provenance import module_closure
+    from binac_core.foundation.provenance import module_closure
 
     modules = {"interface", "synthetic", "math", "gsm8k", "mbpp", "gpqa"}
     assert {f"binac_core.benchmarks.{m}" for m in modules} <= module_closure("binac_core.rl.episodes")

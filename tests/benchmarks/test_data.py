@@ -19,7 +19,7 @@ import yaml
 from binac_core.benchmarks import data
 from binac_core.benchmarks.data import MATH_ANSWER_ERRATA, benchmark_names, gpqa_permutation, load_benchmark
 from binac_core.errors import BinacError
-from binac_core.runs.config import PRESET_DIR, load_config
+from binac_core.foundation.config import PRESET_DIR, load_config
 
 DATA = Path(os.environ["BINAC_DATA_DIR"])
 SIZES = {

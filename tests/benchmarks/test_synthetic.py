@@ -8,9 +8,9 @@ import pytest
 from binac_core.benchmarks import synthetic as syn
 from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 from binac_core.errors import BinacError
+from binac_core.foundation.config import load_config
 from binac_core.model import pretrain_teacher as teacher
 from binac_core.model.pretrain import teacher_corpus
-from binac_core.runs.config import load_config
 
 ROW = syn.make_row("7+5-3+4")  # 7+5=2, 2-3=9, 9+4=3
 

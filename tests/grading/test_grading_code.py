@@ -98,8 +98,8 @@ def test_reward_and_execution_error_come_from_one_sandbox_run(rows, monkeypatch)
     assert got[0] == (1.0, None)
     assert got[1][0] == 0.0 and got[1][1].startswith("test 2 failed: assert not (")
     assert grade_with_reason("gsm8k", {"id": "g", "answer": "4"}, "#### 5") == (0.0, None)  # no reason outside code
+    from binac_core.model.stage_io import Attempt
     from binac_core.rl.episodes import score_with_errors
-    from binac_core.rl.stage_io import Attempt
 
     records = [Attempt(p, 0, "", [], fenced(row["answer"]), [], []) for p in ("ok", "broken")]
     scores = score_with_errors("mbpp", {"ok": row, "broken": broken}, records)

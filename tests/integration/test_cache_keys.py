@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, binac_env, home_with_micro_base, run_binac
 
-from binac_core.runs.provenance import module_closure
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.provenance import module_closure
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import tracking
 
 pytestmark = pytest.mark.integration
@@ -150,6 +150,6 @@ def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
 
 def test_module_closure_follows_imports_transitively():
     closure = module_closure("binac_core.model.pretrain")
-    assert {"binac_core.model.pretrain", "binac_core.model.tokenizer", "binac_core.runs.config", "binac_core.errors"} <= closure
+    assert {"binac_core.model.pretrain", "binac_core.model.tokenizer", "binac_core.foundation.config", "binac_core.errors"} <= closure
     assert "binac_core.rl.losses" not in closure and "binac_core.rl.update" not in closure
     assert module_closure("binac_core.errors") == {"binac_core", "binac_core.errors"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, home_with_micro_base
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun
 
 pytestmark = pytest.mark.integration

@@ -4,8 +4,8 @@ takes (data, prompts, generation, grading, MLflow, DuckDB). A micro model's accu
 import pytest
 from conftest import run_binac
 
-from binac_core.runs.config import PRESET_DIR
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.config import PRESET_DIR
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, tracking
 
 

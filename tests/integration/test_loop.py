@@ -15,14 +15,14 @@ import torch
 from safetensors.torch import load_file
 
 from binac_core.benchmarks.problems import load_problems
+from binac_core.foundation.config import load_config
+from binac_core.foundation.files import file_digest
+from binac_core.foundation.workspace import Workspace
 from binac_core.model.runtime import policy_and_backend
+from binac_core.model.stage_io import AdapterRef
 from binac_core.rl.loop import IterationResult, iteration
 from binac_core.rl.methods import METHODS, method_spec
-from binac_core.rl.stage_io import AdapterRef
-from binac_core.runs.config import load_config
-from binac_core.runs.workspace import Workspace
 from binac_core.store import sqlrun, tracking
-from binac_core.store.files import file_digest
 
 SEED = 0
 STEPS = {"grpo": 2, "critic_only": 2}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, tracking
 
 
@@ -221,7 +221,7 @@ def test_no_critic_prompt_contains_the_reference_answer(micro_compare, micro_bas
 
 
 def _task_cfg(home):
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     return load_config("micro").task
 

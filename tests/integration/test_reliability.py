@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, binac_env, home_with_micro_base, run_binac, trajectory_rows
 
-from binac_core.runs.config import load_config
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.config import load_config
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, tracking
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def wait_for_point(folder: Path, point: str, proc: subprocess.Popen, log: Path) -> None:
-    """Wait until the run reaches fault point `point` (binac_core/runs/faults.py, action `pause`): the process itself
+    """Wait until the run reaches fault point `point` (binac_core/foundation/faults.py, action `pause`): the process itself
     says so by creating `<point>.paused`. No deadline: the run decides when, on any machine; pytest's timeout
     guards a hang."""
     while not (folder / f"{point}.paused").exists():

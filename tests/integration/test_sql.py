@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, binac_env, home_with_micro_base, run_binac
 
 from binac_core.errors import BinacError
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, storage, tracking
 
 QUERIES = sorted(p for p in (REPO / "sql").glob("*.sql") if p.name != "schema.sql")

@@ -15,12 +15,12 @@ import pytest
 from conftest import REPO, home_with_micro_base
 
 from binac_core.errors import BinacError
-from binac_core.reports.verdicts import paired, verdict
+from binac_core.foundation.workspace import Workspace
 from binac_core.runs import runlock
-from binac_core.runs.regimes import closest_difficulty, sparse_difficulty
-from binac_core.runs.study import grid, load_study
-from binac_core.runs.workspace import Workspace
 from binac_core.store import sqlrun, tracking
+from binac_core.studies.regimes import closest_difficulty, sparse_difficulty
+from binac_core.studies.study import grid, load_study
+from binac_core.studies.verdicts import paired, verdict
 
 SERVE = [sys.executable, str(REPO / "scripts" / "serve.py")]
 SMOKE = REPO / "studies" / "micro-smoke.yaml"
@@ -98,7 +98,7 @@ def test_the_second_edition_expands_to_its_pilot_and_main_grids():
 
 
 def test_the_main_second_edition_grid_and_its_gates():
-    from binac_core.runs.study import gate_failures
+    from binac_core.studies.study import gate_failures
 
     st = load_study(REPO / "studies" / "sparse-feedback-v2.yaml")
     runs = grid(st, {"moderate": 3, "sparse": 6})

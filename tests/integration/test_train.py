@@ -5,7 +5,7 @@ import os
 import pytest
 from conftest import binac_env, run_binac
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, tracking
 
 

@@ -52,7 +52,7 @@ def _run(venv: Path, args: list[str], env: dict, cwd: Path, timeout: int = 900) 
 
 
 def test_the_wheel_holds_every_subpackage_and_data_file(wheel_venv, tmp_path):
-    code = ("import binac_core, binac_core.benchmarks, binac_core.runs.config as c, binac_core.store.sqlrun as s;"
+    code = ("import binac_core, binac_core.benchmarks, binac_core.foundation.config as c, binac_core.store.sqlrun as s;"
             "from binac_core.store import storage as st;"
             "print(binac_core.__file__); print(len(c.preset_names())); print(st.SCHEMA_SQL, st.SCHEMA_SQL.is_file());"
             "print(','.join(sorted(p.name for p in s.QUERY_DIR.glob('*.sql'))))")

@@ -6,10 +6,10 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import HFBackend, SamplingParams
 from binac_core.rl import update as upd
 from binac_core.rl.update import Sample, policy_update
-from binac_core.runs.config import load_config
 
 RATIO_TOL = 1e-5
 """First-pass |log ratio| allowed: KV-cached, left-padded generation vs whole-sequence training differ in float

@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from binac_core.benchmarks import synthetic as syn
+from binac_core.foundation.config import load_config
 from binac_core.model import pretrain
-from binac_core.runs.config import load_config
 
 FAST = {"model.pretrain_steps": 12, "model.pretrain_examples": 400}
 TINIEST = {"model.pretrain_steps": 2, "model.pretrain_examples": 100}

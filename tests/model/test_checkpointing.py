@@ -6,9 +6,9 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
+from binac_core.foundation.config import load_config
 from binac_core.model.fused_lora import merged_lora_forward
 from binac_core.rl.update import Sample, checkpointed_layers, sequence_logprobs
-from binac_core.runs.config import load_config
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
+from binac_core.foundation.config import load_config
 from binac_core.model import decode
 from binac_core.model.generation import HFBackend, SamplingParams
 from binac_core.rl.update import Sample, sequence_logprobs
-from binac_core.runs.config import load_config
 
 TEMPERATURE = 0.8
 LOGP_TOL = 1e-5

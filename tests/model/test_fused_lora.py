@@ -7,9 +7,9 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
+from binac_core.foundation.config import load_config
 from binac_core.model import fused_lora
 from binac_core.rl.update import Sample, policy_update, sequence_logprobs
-from binac_core.runs.config import load_config
 
 TOL = 1e-5
 GRAD_RTOL = 1e-4

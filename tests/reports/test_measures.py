@@ -10,6 +10,7 @@ import torch
 
 from binac_core.benchmarks import synthetic
 from binac_core.benchmarks.synthetic import first_wrong_step
+from binac_core.model.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.reports.measures import (
     critic_error_measures,
     critic_signal_frac,
@@ -19,7 +20,6 @@ from binac_core.reports.measures import (
     zero_adv_frac,
 )
 from binac_core.rl.losses import critic_reward_of
-from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.runs.plans import evaluation_steps
 from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
@@ -85,7 +85,7 @@ def test_critic_error_measures_on_hand_labelled_feedback():
                     "critic_approves_right": 1.0}
     wrong_only = critic_error_measures(stored_rows([(WRONG_AT_1, 0.0, "Looks correct.", "approves a wrong one")]))
     assert wrong_only["critic_approves_wrong"] == 1.0 and wrong_only["critic_approves_right"] is None
-    # rows without the approval column (binac_core/runs/regimes.py's): hits and alarms only
+    # rows without the approval column (binac_core/studies/regimes.py's): hits and alarms only
     bare = [{"first_wrong_step": 2, "feedback_step": 2}, {"first_wrong_step": None, "feedback_step": 1}]
     assert critic_error_measures(bare) == {"critic_hits_first_error": 1.0, "critic_false_alarm": 1.0,
                                            "critic_approves_wrong": None, "critic_approves_right": None}

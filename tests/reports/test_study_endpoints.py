@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, storage
 
 ENDPOINTS = (REPO / "sql" / "study_endpoints.sql").read_text()

@@ -11,12 +11,12 @@ import duckdb
 import pytest
 from conftest import REPO
 
-from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
+from binac_core.model.stage_io import Attempt, Feedback, Refinement, ScoredBatch
+from binac_core.reports.step_metrics import train_metrics
 from binac_core.store import sqlrun, storage
 from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
-from binac_core.store.step_records import train_metrics
 
 MEASURES = (REPO / "sql" / "study_measures.sql").read_text()
 NAMES = ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",

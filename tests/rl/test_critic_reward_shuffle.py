@@ -16,7 +16,7 @@ def _rewards(shuffle: bool, seed: int = 0, step: int = 1) -> list[float]:
 
 
 def test_the_switch_is_off_by_default_and_off_leaves_the_rewards_untouched():
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     assert load_config("micro").train.critic_reward_shuffle is False
     assert shuffle_seed_of(False, 0, 1) is None
@@ -38,11 +38,11 @@ def test_the_permutation_is_deterministic_in_seed_and_step_and_differs_between_t
 
 def test_the_verdict_bonus_is_shuffled_with_the_reward_it_belongs_to(tmp_path):
     """The composed reward (form + verdict bonus) moves as one value: penalty form with λ = 0.5, α = 1 and the
-    bonus at w = 0.5 give [1.5, 0, 2.5, 1] unshuffled (tests/rl/test_verdict.py works it out by hand); shuffled,
+    bonus at w = 0.5 give [1.5, 0, 2.5, 1] unshuffled (tests/benchmarks/test_verdict.py works it out by hand); shuffled,
     the stage returns a permutation of exactly these values, the same one on a rerun."""
-    from binac_core.rl.stage_io import Attempt, Feedback, write_records
-    from binac_core.runs.config import load_config
-    from binac_core.store.files import read_json, write_json
+    from binac_core.foundation.config import load_config
+    from binac_core.foundation.files import read_json, write_json
+    from binac_core.model.stage_io import Attempt, Feedback, write_records
     from tasks.critic_update import critic_reward as stage
 
     cfg = load_config("micro").model_copy(deep=True)

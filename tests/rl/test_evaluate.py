@@ -36,9 +36,9 @@ def _critic_results(sent: list[str]) -> list[str]:
 
 
 def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_shows_it():
+    from binac_core.model.stage_io import Attempt
     from binac_core.rl.episodes import score_with_errors
     from binac_core.rl.evaluation import evaluate_protocols
-    from binac_core.rl.stage_io import Attempt
 
     rows = _mbpp_rows()
     by_id = {r["id"]: r for r in rows}

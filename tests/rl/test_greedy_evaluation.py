@@ -8,6 +8,7 @@ import torch
 from tiny_checkpoint import build_checkpoint
 
 from binac_core.benchmarks import synthetic
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import HFBackend
 from binac_core.rl.evaluation import (
     GREEDY_PROTOCOL,
@@ -17,7 +18,6 @@ from binac_core.rl.evaluation import (
     training_protocols,
 )
 from binac_core.rl.methods import FeedbackSource
-from binac_core.runs.config import load_config
 
 GEN = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "feedback_max_new_tokens": 8}
 QUESTIONS = ("7+5", "3-4", "9+9-2", "1+1", "6-8+3", "2+2")
@@ -55,8 +55,9 @@ def test_a_greedy_evaluation_is_deterministic_and_the_sampled_one_is_not(backend
 
 
 def test_the_greedy_protocol_is_stored_under_its_name_and_logged_as_acc_single_greedy(tmp_path):
+    from binac_core.foundation.workspace import Workspace
     from binac_core.model.generation import Generation
-    from binac_core.runs.workspace import Workspace
+    from binac_core.reports.step_metrics import eval_metrics
     from binac_core.store import sqlrun
     from binac_core.store.identity import RunIdentity
     from binac_core.store.step_records import store_eval
@@ -79,7 +80,7 @@ def test_the_greedy_protocol_is_stored_under_its_name_and_logged_as_acc_single_g
     assert result.metrics == {"acc_single": 0.5, "acc_single_greedy": 0.5}
     ws = Workspace(tmp_path / "home")
     run = RunIdentity(run_id="r", method="grpo", preset="micro", seed=0, benchmark="synthetic")
-    metrics = store_eval(ws, run, 0, result, rows)
+    metrics = eval_metrics(result, store_eval(ws, run, 0, result, rows), critic_measures=True)
     assert metrics["eval/acc_single_greedy"] == 0.5
     stored = sqlrun.run(ws, "SELECT protocol, count(*) AS n, avg(attempt_reward) AS acc FROM trajectories "
                             "GROUP BY protocol ORDER BY protocol").to_dict("records")

@@ -8,10 +8,10 @@ import torch
 from tiny_checkpoint import build_checkpoint
 
 from binac_core.benchmarks.problems import load_problems
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import HFBackend
 from binac_core.rl.loop import iteration
 from binac_core.rl.methods import method_spec
-from binac_core.runs.config import load_config
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ import math
 
 import torch
 
+from binac_core.model.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.rl.batches import attempt_samples, feedback_samples, refinement_rewards
 from binac_core.rl.losses import clipped_policy_loss, critic_rewards, group_advantages, k3_kl
-from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.rl.update import token_entropy
 
 

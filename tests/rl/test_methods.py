@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 
 COUNTS_8_8_4 = {
     "grpo": (64, 64),  # attempts only
@@ -21,7 +21,7 @@ COUNTS_8_8_4 = {
 
 
 def _cfg_8_8_4():
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     return load_config("micro", {"train.batch_problems": 8, "train.group_size": 8, "train.critic_group_size": 4})
 
@@ -79,7 +79,7 @@ def test_shared_evaluation_counts_leave_out_a_method_training_no_actor():
 
 
 def test_trajectory_rows_carry_the_cumulative_counts_of_their_step():
-    from binac_core.rl.stage_io import Attempt, ScoredBatch
+    from binac_core.model.stage_io import Attempt, ScoredBatch
     from binac_core.store.identity import RunIdentity
     from binac_core.store.records import sample_counts, trajectory_rows
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from tiny_checkpoint import build_checkpoint
 
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import HFBackend, SamplingParams
 from binac_core.rl.update import Sample, chunked_token_logprobs, policy_update, token_entropy, zero_signal
-from binac_core.runs.config import load_config
 
 MIXED = [1.0, -1.0, 0.5, -0.5]
 ZERO = [0.0, 0.0, 0.0, 0.0]

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from binac_core.errors import BinacError
+from binac_core.foundation.config import RENAMED, TrainConfig, load_config
 from binac_core.rl.methods import METHODS, method_spec
-from binac_core.runs.config import RENAMED, TrainConfig, load_config
 from binac_core.runs.plans import plan, plan_compare
 from flows import cli
 
@@ -230,7 +230,7 @@ DEPRECATION = ("warning: train.minibatch_size is deprecated: it is train.micro_b
 @pytest.fixture
 def fresh_warnings(monkeypatch):
     """The deprecation line is printed once per process: each test starts as a fresh process would."""
-    from binac_core.runs import config
+    from binac_core.foundation import config
 
     monkeypatch.setattr(config, "_WARNED", set())
 
@@ -301,7 +301,7 @@ def test_both_names_with_different_values_are_one_line_naming_both(tmp_path, bin
 
 
 def test_a_study_file_may_give_the_old_name(tmp_path, capsys, fresh_warnings):
-    from binac_core.runs.study import load_study
+    from binac_core.studies.study import load_study
 
     raw = yaml.safe_load((REPO / "studies" / "micro-smoke.yaml").read_text())
     keys, configs = [], []

@@ -14,9 +14,9 @@ from datetime import datetime
 import pytest
 from conftest import REPO
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.files import file_digest
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import archive, storage, tracking
-from binac_core.store.files import file_digest
 
 METRICS = {"eval/acc_single": {0: 0.25, 5: 0.5, 10: 0.75}, "train/loss": {1: 2.0, 2: float("nan")}}
 
@@ -154,7 +154,7 @@ def test_a_run_of_the_stores_own_is_never_replaced(exported, tmp_path):
 def test_a_killed_restore_is_redone_without_a_duplicate(exported, tmp_path, point):
     ws_a, run_a, folder, _ = exported
     home = tmp_path / "d"
-    code = ("from pathlib import Path; from binac_core.runs.workspace import Workspace; "
+    code = ("from pathlib import Path; from binac_core.foundation.workspace import Workspace; "
             "from binac_core.store import archive, tracking; "
             f"home = Path({str(home)!r}); home.mkdir(); ws = Workspace(home); "
             "p = tracking.find_or_create_run(ws, 'study-x', 'study-x', {'kind': 'study'}, {'study': 'x'}); "

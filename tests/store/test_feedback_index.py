@@ -15,7 +15,7 @@ import duckdb
 import pytest
 from conftest import REPO
 
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import feedback_index, sqlrun, storage
 
 SEARCH = (REPO / "sql" / "feedback_search.sql").read_text()
@@ -175,7 +175,7 @@ def test_a_reader_searches_while_a_writer_is_stopped_mid_write(tmp_path):
     faults.mkdir()
     code = ("import sys; sys.path[:0] = ['tests', 'tests/store'];"
             "from test_feedback_index import _row; from binac_core.store import storage; "
-            "from binac_core.runs.workspace import Workspace; from pathlib import Path; "
+            "from binac_core.foundation.workspace import Workspace; from pathlib import Path; "
             f"ws = Workspace(Path({str(home)!r})); "
             "storage.write_shard(ws, 'w', 'train', 5, [_row('w', 0, 'giraffe step 5')]); "
             "storage.write_shard(ws, 'w', 'train', 6, [_row('w', 1, 'giraffe step 6')])")

@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO
 
 from binac_core.errors import BinacError
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, storage
 from flows import sql_cli
 

@@ -11,7 +11,7 @@ from datetime import datetime
 import pytest
 
 from binac_core.errors import BinacError
-from binac_core.runs.workspace import Workspace
+from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, storage
 
 

@@ -1,11 +1,11 @@
-"""The third edition's pilot rule (binac_core/reports/pilot_rule.py) on hand-computed cases (the pilot table it
-makes: tests/reports/test_study_report.py)."""
+"""The third edition's pilot rule (binac_core/studies/pilot_rule.py) on hand-computed cases (the pilot table it
+makes: tests/studies/test_study_report.py)."""
 
 import math
 
 import pytest
 
-from binac_core.reports.pilot_rule import changed_fields, choose_paired, curve_area, edges
+from binac_core.studies.pilot_rule import changed_fields, choose_paired, curve_area, edges
 
 
 def test_curve_area_is_the_trapezoid_mean_over_the_given_steps():

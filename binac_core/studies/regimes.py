@@ -18,7 +18,7 @@ form where the benchmark writes one: `FeedbackAnalysis.critique`) whatever the a
 - `greedy_single` (`greedy_right` of `problems`): single-turn accuracy of one greedy attempt per problem;
 - with a benchmark that can write step hints (`FeedbackAnalysis.right_steps`, the synthetic task), a fifth second
   turn after a hint naming another locally right step, and `preconditions`: the measures and intervals of
-  `binac_core.runs.preconditions` (the gates G1-G4).
+  `binac_core.studies.preconditions` (the gates G1-G4).
 `sparse_difficulty` and `closest_difficulty` apply the rules. Sampling seeds are derived from (seed, difficulty, stage), so a
 measurement is reproducible and cached by the study.
 """
@@ -29,9 +29,10 @@ import random
 
 from binac_core import benchmarks
 from binac_core.benchmarks.synthetic import final_answer
+from binac_core.foundation.stats import mean as _mean
 from binac_core.model.generation import SamplingParams
+from binac_core.model.stage_io import Attempt
 from binac_core.reports.measures import critic_error_measures, zero_adv_frac
-from binac_core.reports.stats import mean as _mean
 from binac_core.rl.episodes import (
     generate_attempts,
     generate_refinements,
@@ -41,8 +42,7 @@ from binac_core.rl.episodes import (
     written_feedback,
 )
 from binac_core.rl.methods import FeedbackSource
-from binac_core.rl.stage_io import Attempt
-from binac_core.runs import preconditions
+from binac_core.studies import preconditions
 
 SOURCES = ("initial_critic", "oracle", "self_correct", "approve", "other_step")
 

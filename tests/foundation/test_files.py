@@ -1,4 +1,4 @@
-"""The one way each small file operation is done (`binac_core.store.files`): atomic writes leave either the old file or
+"""The one way each small file operation is done (`binac_core.foundation.files`): atomic writes leave either the old file or
 the new one, never a partial file or a temporary one; stage references check their content; YAML mappings fail in
 one line naming the file."""
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from binac_core.errors import BinacError
-from binac_core.store.files import (
+from binac_core.foundation.files import (
     atomic_path,
     read_json,
     read_optional,

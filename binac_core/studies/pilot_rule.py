@@ -20,7 +20,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from binac_core.reports.stats import t_interval
+from binac_core.foundation.stats import t_interval
 
 
 def curve_area(points: dict[int, float], steps: list[int]) -> float | None:

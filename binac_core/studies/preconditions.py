@@ -3,7 +3,7 @@
 
 A learned critic can only matter when (G1) the actor lacks a capability that feedback can supply, (G2) the actor
 uses what a hint says, (G3) the base critic has some skill to build on and room to grow, and (G4) the hint's
-content, not merely a verifier's approval, carries the oracle's value. `binac_core.runs.regimes.measure_base`
+content, not merely a verifier's approval, carries the oracle's value. `binac_core.studies.regimes.measure_base`
 samples the base model's attempts and second turns; this module turns one record per first attempt
 (`AttemptRecord`) into the measures below, each with a 95 % interval, and judges them (`GATES`, `failures`).
 
@@ -43,7 +43,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 
-from binac_core.reports.stats import wilson_interval
+from binac_core.foundation.stats import wilson_interval
 
 BOOTSTRAP_REPS = 2000
 """Cluster-bootstrap draws per measure (the percentile ends move by well under a point between seeds)."""

@@ -1,4 +1,4 @@
-"""`binac_core.runs.provenance` reads a module's imports from its bytecode: every import form, at any depth, on
+"""`binac_core.foundation.provenance` reads a module's imports from its bytecode: every import form, at any depth, on
 hand-written files, and without `ast.parse` (which is not thread-safe on CPython 3.11, python/cpython#106905)."""
 
 import ast
@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from binac_core.runs import provenance
+from binac_core.foundation import provenance
 
 
 def imports_in(tmp_path, source: str, package: str = "binac_core.rl") -> set[str]:
@@ -20,10 +20,10 @@ def test_every_import_form_at_every_depth_is_read(tmp_path):
         from __future__ import annotations
         import os
         import binac_core.errors
-        from binac_core.runs import config
+        from binac_core.foundation import config
         from . import losses as renamed
         from .update import policy_update
-        from ..store.files import read_json
+        from ..store.storage import columns
 
         def late():
             from binac_core.grading import math
@@ -37,12 +37,12 @@ def test_every_import_form_at_every_depth_is_read(tmp_path):
         """)
     assert found == {
         "binac_core", "binac_core.errors",
-        "binac_core.runs", "binac_core.runs.config",
+        "binac_core.foundation", "binac_core.foundation.config",
         "binac_core.rl", "binac_core.rl.losses", "binac_core.rl.update",
-        "binac_core.store", "binac_core.store.files",
+        "binac_core.store", "binac_core.store.storage",
         "binac_core.grading", "binac_core.grading.math",
         "binac_core.model", "binac_core.model.tokenizer",
-    }  # os, __future__, names that are no module (policy_update, read_json) and __import__ calls are not modules here
+    }  # os, __future__, names that are no module (policy_update, columns) and __import__ calls are not modules here
 
 
 def test_a_package_init_resolves_relative_imports_from_itself(tmp_path):
@@ -61,7 +61,7 @@ def test_the_closure_never_calls_ast_parse(monkeypatch):
     assert {"binac_core.model.pretrain", "binac_core.model.tokenizer", "binac_core.errors"} <= closure
 
 
-@pytest.mark.parametrize("module", ["binac_core.rl.loop", "binac_core.model.pretrain", "binac_core.runs.regimes"])
+@pytest.mark.parametrize("module", ["binac_core.rl.loop", "binac_core.model.pretrain", "binac_core.studies.regimes"])
 def test_the_bytecode_reader_finds_what_the_syntax_tree_names(module):
     """The same modules an `ast` walk of each file finds (single-threaded here), for real modules of the library."""
     def by_ast(name: str) -> set[str]:

@@ -1,12 +1,12 @@
-"""The base-model measurement before a study's RL runs (binac_core/runs/regimes.py): the shortcut check on scripted
+"""The base-model measurement before a study's RL runs (binac_core/studies/regimes.py): the shortcut check on scripted
 students whose behaviour after approval is known, so the instrument is tested before the study reads it."""
 
 import pytest
 
 from binac_core.benchmarks import synthetic as syn
+from binac_core.foundation.config import load_config
 from binac_core.model.generation import Generation
-from binac_core.runs.config import load_config
-from binac_core.runs.regimes import measure_base
+from binac_core.studies.regimes import measure_base
 
 PROBLEMS = [syn.make_row(q) for q in ("07+5-9", "50+1+2", "98+5-3", "11-2-2")]
 

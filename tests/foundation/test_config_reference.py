@@ -1,10 +1,10 @@
-"""The configuration reference (binac_core/runs/config_reference.py): `binac config`, `binac train --help-config`
+"""The configuration reference (binac_core/foundation/config_reference.py): `binac config`, `binac train --help-config`
 and docs/config.md, all read from the typed config."""
 
 from conftest import REPO
 
-from binac_core.runs.config import load_config
-from binac_core.runs.config_reference import markdown, rows, sections, terminal
+from binac_core.foundation.config import load_config
+from binac_core.foundation.config_reference import markdown, rows, sections, terminal
 from flows.cli import main
 
 

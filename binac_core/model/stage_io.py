@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TypeVar
 
-from binac_core.store.files import StageFile, read_json, write_json
+from binac_core.foundation.files import StageFile, read_json, write_json
 
 
 class _Record:

@@ -4,7 +4,7 @@ finished main runs (`HypothesisSet.THIRD_EDITION`): the section the study report
 Endpoints: `area`, the area under a run's held-out curve over the evaluations every `eval_every` iterations
 (`pilot_rule.curve_area`: a mean accuracy over the run); the last evaluation; the equal-budget points
 (`run_values.point_step`). Every comparison is paired by seed and printed with its per-seed differences; verdicts
-follow `binac_core.reports.verdicts` (a claim of several comparisons, or over both regimes, is supported when all
+follow `binac_core.studies.verdicts` (a claim of several comparisons, or over both regimes, is supported when all
 are, not supported when any is). A comparison whose methods the study does not run reads "no data", so a study
 with a subset of the methods (the second base's) gets the hypotheses it can test. It does not plot, and it does
 not read the store: every number comes from the runs' logged metrics."""
@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from binac_core.reports.run_values import AXES, area, curve_steps, last_eval, point_step, runs_of, values_at
-from binac_core.reports.verdicts import NO_DATA, claim, combine, margin_verdict, paired
 from binac_core.rl.methods import method_spec
+from binac_core.studies.run_values import AXES, area, curve_steps, last_eval, point_step, runs_of, values_at
+from binac_core.studies.verdicts import NO_DATA, claim, combine, margin_verdict, paired
 
 MARGIN = 0.05
 """H6: a rise of approves_wrong (or a fall of approves_right) whose interval ends within 5 points is "no worse"."""
@@ -55,7 +55,7 @@ def section(st, done: list[dict], totals: dict[str, int]) -> list[str]:
     sparse = by_regime.get("sparse", [])
     lines = ["## Hypotheses", "",
              "The rules of studies/sparse-feedback-v3.design.md, applied mechanically "
-             "(binac_core/reports/hypotheses_v3.py): differences in points, paired by seed, mean ± 95 % t half-width "
+             "(binac_core/studies/hypotheses_v3.py): differences in points, paired by seed, mean ± 95 % t half-width "
              "with the per-seed differences; *area* is the area under the held-out curve over the evaluations at "
              f"{', '.join(map(str, curve_steps(st)))} divided by {st.iterations} (a mean accuracy); *last* is "
              f"iteration {st.iterations}. A comparison without paired seeds reads \"{NO_DATA}\"."

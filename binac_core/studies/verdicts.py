@@ -1,5 +1,5 @@
 """The verdict rules every study report applies to paired differences (module doc of
-binac_core/reports/study_report.py): a claim "A > B" is supported when the 95 % t-interval of the per-seed
+binac_core/studies/study_report.py): a claim "A > B" is supported when the 95 % t-interval of the per-seed
 differences lies above 0, not supported when it lies below 0, inconclusive otherwise; several comparisons combine
 as one claim; a margin rule for "no higher than" claims. Differences are (mean, half-width, n) tuples (`paired`)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from binac_core.reports.stats import t_interval
+from binac_core.foundation.stats import t_interval
 
 NO_DATA = "inconclusive (no data)"
 

@@ -2,15 +2,15 @@
 variant, seed, finished, state, metrics: {MLflow metric: {step: value}}, actor_train_per_iteration,
 generated_per_iteration}): an arm's runs, a metric's values by seed at a reading point, the equal-budget points, and
 the one table cell every study table uses (mean ± 95 % t-interval over seeds, the seeds' own values where they
-split). Nothing here judges a result (binac_core/reports/verdicts.py does)."""
+split). Nothing here judges a result (binac_core/studies/verdicts.py does)."""
 
 from __future__ import annotations
 
 import math
 import statistics
 
-from binac_core.reports.pilot_rule import curve_area
-from binac_core.reports.stats import per_seed, t_interval
+from binac_core.foundation.stats import per_seed, t_interval
+from binac_core.studies.pilot_rule import curve_area
 
 AXES = {"actor_train": ("actor training samples", "actor_train_per_iteration"),
         "generated": ("generated samples", "generated_per_iteration")}

@@ -1,4 +1,4 @@
-"""The study report (binac_core/reports/study_report.py) on hand-made runs: the equal-budget points and the exact counts
+"""The study report (binac_core/studies/study_report.py) on hand-made runs: the equal-budget points and the exact counts
 they are labelled with on both axes, the pre-registered verdict rules (H6's margin rule included), a pilot's
 choice of variants with a tie, the `select` key of a study file, and a report whose hypotheses lack data. No
 model, no Prefect, no MLflow: the run dicts are what flows/study.py's `collect` returns."""
@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from binac_core.errors import BinacError
-from binac_core.reports.run_values import budget_point
-from binac_core.reports.stats import wilson_interval
-from binac_core.reports.study_report import build_study_report, choose_variant
-from binac_core.reports.verdicts import NO_DATA, claim, margin_verdict
-from binac_core.runs.study import equal_budget_totals, load_study
+from binac_core.foundation.stats import wilson_interval
+from binac_core.studies.run_values import budget_point
+from binac_core.studies.study import equal_budget_totals, load_study
+from binac_core.studies.study_report import build_study_report, choose_variant
+from binac_core.studies.verdicts import NO_DATA, claim, margin_verdict
 
 # The design's per-iteration counts (B = 8, G = 8, K = 4): (actor training, generated).
 PER = {"grpo": (64, 64), "fixed_critic": (320, 576), "critic_only": (0, 832), "binac": (320, 832),
@@ -283,7 +283,7 @@ def test_select_names_a_method_with_variants_and_a_known_metric(tmp_path):
 
 
 def test_widen_adds_variants_that_run_but_leave_the_key_and_the_first_runs_as_they_were(tmp_path):
-    from binac_core.runs.study import grid
+    from binac_core.studies.study import grid
 
     grid_ = {"grpo": {"lr1e-3": {"train.actor_lr": 0.001}, "lr1e-2": {"train.actor_lr": 0.01}}}
     first = _study(tmp_path, variants=grid_, select={"grpo": "acc_single"})
@@ -301,7 +301,7 @@ def test_widen_adds_variants_that_run_but_leave_the_key_and_the_first_runs_as_th
 
 
 def test_select_rule_is_a_known_rule_and_counts_in_the_key_only_when_not_the_default(tmp_path):
-    from binac_core.runs.study import SelectRule
+    from binac_core.studies.study import SelectRule
 
     grid = {"grpo": {"a": {"train.actor_lr": 0.001}}}
     with pytest.raises(BinacError, match="select_rule: unknown value 'best' \\(known: last_mean, auc_paired\\)"):
@@ -336,7 +336,7 @@ def test_the_critic_health_table_gives_each_arm_at_step_0_and_its_last_evaluatio
 
 
 def test_seeds_split_when_their_range_reaches_20_points():
-    from binac_core.reports.stats import per_seed, seeds_split
+    from binac_core.foundation.stats import per_seed, seeds_split
 
     assert seeds_split([0.1, 0.3]) and seeds_split([0.004, 0.021, 0.885, 0.89, 0.911])
     assert not seeds_split([0.1, 0.29]) and not seeds_split([0.9]) and not seeds_split([])
@@ -422,7 +422,7 @@ def test_the_gains_table_pairs_each_arms_last_evaluation_with_its_step_0(tmp_pat
 
 
 def test_the_regimes_section_gives_the_preconditions_and_each_gates_verdict(tmp_path):
-    from tests.runs.test_preconditions import _measures, passing_base
+    from tests.studies.test_preconditions import _measures, passing_base
 
     st = _study(tmp_path, gates={"all": {"hint_gap_at_least": 0.2}, "sparse": {"greedy_single_at_most": 0.01}})
     measured = {**MEASURED, 2: {**MEASURED[2], "greedy_single": 0.02, "preconditions": _measures(passing_base())}}

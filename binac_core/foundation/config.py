@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from binac_core.errors import BinacError
-from binac_core.store.files import read_yaml_mapping
+from binac_core.foundation.files import read_yaml_mapping
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
 SMOL_CONTEXT = 8192
@@ -178,7 +178,7 @@ class CriticConfig(_Section):
     verdict: bool = True
     """Ask the critic of every benchmark for a last verdict line (`Verdict: correct` / `Verdict: incorrect`) after
     its feedback (`binac_core.benchmarks.prompts.VERDICT`); the verdict is part of the feedback the actor sees, and the critic
-    health measures read it (`binac_core.rl.verdict`, `binac_core.reports.measures`). False: the prompts without the verdict
+    health measures read it (`binac_core.benchmarks.verdict`, `binac_core.reports.measures`). False: the prompts without the verdict
     line, token for token (the prompts of a run whose MLflow params lack `critic.verdict`). The synthetic task's feedback
     is a verdict already: this changes nothing there."""
 
@@ -323,7 +323,7 @@ class Config(_Section):
         pretraining code with every library module it imports: `provenance.module_digest`), so methods share one
         base and an edit to pretraining, the tokenizer or the teacher corpus builds a new one. The RL splits'
         sizes and the split evaluation reads are not part of it, nor `difficulty` when `pretrain_difficulties` is set (pretraining ignores it)."""
-        from binac_core.runs.provenance import module_digest
+        from binac_core.foundation.provenance import module_digest
 
         task = self.task.model_dump(mode="json", exclude={"n_train", "n_test", "n_val", "eval_split"})
         if self.task.pretrain_difficulties is not None:

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from binac_core import benchmarks
+from binac_core.benchmarks.verdict import parse_verdict
 from binac_core.rl.methods import FeedbackSource
-from binac_core.rl.verdict import parse_verdict
 
 MATH_LIKE = ("math", "math500", "gsm8k", "mbpp", "gpqa_diamond")
 
@@ -84,7 +84,7 @@ def test_the_option_off_gives_the_old_prompts_and_on_asks_for_the_verdict_line(n
 
 def test_the_option_on_default_and_the_synthetic_prompt_unchanged_by_it():
     from binac_core.benchmarks import synthetic
-    from binac_core.runs.config import load_config
+    from binac_core.foundation.config import load_config
 
     assert load_config("smol-gsm8k").critic.verdict and load_config("micro").critic.verdict
     row = {"id": "q", "question": "7+5-3", "answer": "9", "style": "instruct"}
@@ -94,8 +94,8 @@ def test_the_option_on_default_and_the_synthetic_prompt_unchanged_by_it():
 
 def test_the_option_reaches_the_critic_prompt_through_sample_feedback():
     from binac_core.model.generation import SamplingParams
+    from binac_core.model.stage_io import Attempt
     from binac_core.rl.episodes import sample_feedback
-    from binac_core.rl.stage_io import Attempt
 
     class Echo:  # a backend that answers each prompt with its last line
         def generate(self, prompts, adapter, params):
@@ -166,8 +166,8 @@ def test_the_instrument_the_verifier_as_critic_is_perfect_and_independent_verdic
 
 
 def test_the_one_run_cells_give_wilson_intervals_with_their_counts():
+    from binac_core.foundation.stats import wilson_interval
     from binac_core.reports.critic_health import health_of_rows
-    from binac_core.reports.stats import wilson_interval
 
     cells = health_of_rows(HAND)
     lo, hi = wilson_interval(3, 6)
@@ -182,9 +182,9 @@ def test_the_synthetic_verdict_measures_agree_with_the_first_error_measures_on_t
     written step is (one error at most, so none cancels) and the critic either names a step or approves:
     approves_wrong is critic_approves_wrong and flags_right is critic_false_alarm."""
     from binac_core.benchmarks import synthetic
+    from binac_core.foundation.config import load_config
+    from binac_core.model.stage_io import Attempt, Feedback, Refinement, ScoredBatch
     from binac_core.reports.measures import critic_error_measures, critic_verdict_measures
-    from binac_core.rl.stage_io import Attempt, Feedback, Refinement, ScoredBatch
-    from binac_core.runs.config import load_config
     from binac_core.store.identity import RunIdentity
     from binac_core.store.records import trajectory_rows
 
@@ -237,9 +237,9 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
     correct], right attempt [correct, none]. Penalty form, λ = 0.5, α = 1 → μ = 1: (1 + μ)·r1 − μ·r1⁺ with
     r1 = [1, 0, 1, 1], r1⁺ = [1, 0, 0, 1] gives [1, 0, 2, 1]; the bonus at w = 0.5 is [0.5, 0, 0.5, 0] (a match,
     flattery, a match, no verdict): [1.5, 0, 2.5, 1]. At w = 0 the rewards are the penalty form's alone."""
-    from binac_core.rl.stage_io import Attempt, Feedback, write_records
-    from binac_core.runs.config import load_config
-    from binac_core.store.files import read_json, write_json
+    from binac_core.foundation.config import load_config
+    from binac_core.foundation.files import read_json, write_json
+    from binac_core.model.stage_io import Attempt, Feedback, write_records
     from tasks.critic_update import critic_reward
 
     cfg = load_config("micro").model_copy(deep=True)
@@ -269,8 +269,8 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
 
 
 def test_binac_disc_is_binac_with_verdict_weight_one_and_the_others_read_the_config():
+    from binac_core.foundation.config import load_config
     from binac_core.rl.methods import METHODS, method_spec
-    from binac_core.runs.config import load_config
 
     cfg = load_config("micro")
     weighted = cfg.model_copy(update={"train": cfg.train.model_copy(update={"critic_verdict_weight": 0.25})})

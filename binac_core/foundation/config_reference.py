@@ -1,4 +1,4 @@
-"""The configuration reference, read from the typed config itself (`binac_core.runs.config`): every field of every
+"""The configuration reference, read from the typed config itself (`binac_core.foundation.config`): every field of every
 section with its value, its default and its docstring. `binac config` prints it for a preset (with overrides),
 `binac train --help-config` too, and `docs/config.md` is this module's Markdown for the defaults (a test keeps the
 file equal to it). It states nothing a field's docstring does not."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
-from binac_core.runs.config import RENAMED, Config
-from binac_core.runs.config import _sections as sections
+from binac_core.foundation.config import RENAMED, Config
+from binac_core.foundation.config import _sections as sections
 
 
 def rows(cfg: Config | None = None) -> list[tuple[str, str, str, str, str]]:
@@ -47,8 +47,8 @@ def terminal(cfg: Config) -> str:
 def markdown() -> str:
     """The reference of the defaults as a Markdown page: one table per section (field, default, what it does)."""
     lines = ["# Configuration reference", "",
-             "Every field of the typed config (`binac_core/runs/config.py`), its default and its docstring, generated "
-             "by `binac config --markdown` (`binac_core/runs/config_reference.py`); a test keeps this page equal to "
+             "Every field of the typed config (`binac_core/foundation/config.py`), its default and its docstring, generated "
+             "by `binac config --markdown` (`binac_core/foundation/config_reference.py`); a test keeps this page equal to "
              "the source. A preset (`binac_core/presets/*.yaml`) sets some of them; `--set section.field=value` "
              "overrides any; `binac config --preset P` prints a preset's values."]
     last = None
@@ -61,7 +61,7 @@ def markdown() -> str:
         lines.append(f"| `{section}.{name}` | `{default}` | {escaped} |")
     if RENAMED:
         lines += ["", "## Deprecated names", "", "Read as the field they name, with a deprecation line on stderr "
-                  "(`RENAMED` in `binac_core/runs/config.py`).", "", "| name | read as |", "| --- | --- |"]
+                  "(`RENAMED` in `binac_core/foundation/config.py`).", "", "| name | read as |", "| --- | --- |"]
         lines += [f"| `{old}` | `{new}` |" for old, (new, _) in RENAMED.items()]
     return "\n".join(lines) + "\n"
 

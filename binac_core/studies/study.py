@@ -24,7 +24,7 @@ any compute, and expanded into the training runs it asks for.
     gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model,
     # at every regime, or per regime: {all: {...}, sparse: {greedy_single_at_most: 0.1}}
 
-A regime is a task difficulty, fixed or chosen by a rule on the base model alone (`binac_core.runs.regimes`):
+A regime is a task difficulty, fixed or chosen by a rule on the base model alone (`binac_core.studies.regimes`):
 `all_wrong_frac_at_least`: the smallest difficulty in `search` whose share of all-wrong groups is at least the
 threshold, `otherwise: hardest` taking the hardest difficulty searched when none is (the report lists that as a
 deviation) and `otherwise: fail` stopping the study; `single_closest_to`: the difficulty in `search` whose
@@ -33,7 +33,7 @@ per variant (its overrides on top of `overrides`), the others once; the variant 
 `widen` adds variants to a pilot after its first runs (the design's rule for a grid whose best variant sits at an
 edge): they run like the others but leave the study's key, and so its first runs, as they were.
 `select` names, per method with variants, the held-out metric (one of SELECT_METRICS) by which the report
-chooses its variant, by the rule `select_rule` names (`SelectRule`; binac_core/reports/study_report.py). `gates`
+chooses its variant, by the rule `select_rule` names (`SelectRule`; binac_core/studies/study_report.py). `gates`
 are checks of the base model at every chosen difficulty (`gate_failures`; a flat mapping applies at every regime, a mapping by regime name, with `all` for every regime,
 applies per regime), read before any run is submitted: a study whose base fails one stops with one line naming it
 (its report can still be written with `--report-only`). Nothing here imports Prefect or torch.
@@ -49,12 +49,12 @@ from pathlib import Path
 
 from binac_core import benchmarks
 from binac_core.errors import BinacError
+from binac_core.foundation.config import Config, current_keys, load_config
+from binac_core.foundation.files import read_yaml_mapping
 from binac_core.rl.methods import method_spec
-from binac_core.runs.config import Config, current_keys, load_config
 from binac_core.runs.plans import check_sandbox
-from binac_core.runs.preconditions import GATES as PRECONDITION_GATES
-from binac_core.runs.preconditions import failures as precondition_failures
-from binac_core.store.files import read_yaml_mapping
+from binac_core.studies.preconditions import GATES as PRECONDITION_GATES
+from binac_core.studies.preconditions import failures as precondition_failures
 
 KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
         "seeds", "regimes", "rule_measure", "overrides", "variants", "widen", "select", "select_rule",
@@ -62,19 +62,19 @@ KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "e
 SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
 GATES = {
     "shortcut_right_at_most": "the upper end of the 95 % Wilson interval of the shortcut check (the share of "
-                              "wrong-step attempts right after approval, binac_core/runs/regimes.py) is at most this",
+                              "wrong-step attempts right after approval, binac_core/studies/regimes.py) is at most this",
     "oracle_gain_at_least": "the oracle's bound minus single-turn accuracy (one second turn after the oracle's "
                             "feedback) is at least this",
     **{name: f"{g.label}: the {g.end} end of its 95 % interval is {g.kind.replace('_', ' ')} this"
        for name, g in PRECONDITION_GATES.items()},
 }
 """The checks a study file's `gates` can ask of the base model at a chosen difficulty: two of the bounds, and the
-preconditions of binac_core/runs/preconditions.py (G1-G4)."""
+preconditions of binac_core/studies/preconditions.py (G1-G4)."""
 RULE_KINDS = ("all_wrong_frac_at_least", "single_closest_to")
 
 
 class SelectRule(str, Enum):
-    """How a pilot's report chooses a method's variant by its `select` metric (binac_core/reports/study_report.py,
+    """How a pilot's report chooses a method's variant by its `select` metric (binac_core/studies/study_report.py,
     `choose_variant`)."""
 
     LAST_MEAN = "last_mean"
@@ -89,14 +89,14 @@ class SelectRule(str, Enum):
 
 
 class HypothesisSet(str, Enum):
-    """The pre-registered hypotheses a study's report tests (binac_core/reports/study_report.py; none in a pilot)."""
+    """The pre-registered hypotheses a study's report tests (binac_core/studies/study_report.py; none in a pilot)."""
 
     SECOND_EDITION = "second_edition"
     """H1-H6 of studies/sparse-feedback-v2.design.md (final points; tested only when the study runs grpo,
     fixed_critic and binac)."""
     THIRD_EDITION = "third_edition"
     """H1-H8 of studies/sparse-feedback-v3.design.md (areas under the held-out curves, the trained and the frozen
-    critic on the same attempts, the positive control inside the study; binac_core/reports/hypotheses_v3.py);
+    critic on the same attempts, the positive control inside the study; binac_core/studies/hypotheses_v3.py);
     a comparison whose methods the study does not run reads "no data"."""
 
 
@@ -264,7 +264,7 @@ def load_study(path: str | Path) -> Study:
 
 
 def _measures_regimes(bench) -> bool:
-    """Whether the regimes' base measurement (`binac_core.runs.regimes`: the oracle's bound, the critic measures) can
+    """Whether the regimes' base measurement (`binac_core.studies.regimes`: the oracle's bound, the critic measures) can
     run on `bench`."""
     return bench.oracle_feedback is not None and bench.feedback_analysis is not None
 
@@ -344,10 +344,10 @@ def gates_at(study: Study, regime: str) -> dict[str, float]:
 
 
 def gate_failures(study: Study, measured: dict[int, dict], difficulties: dict[str, int]) -> list[str]:
-    """One line per gate the base model fails at a regime's difficulty (`measured`: binac_core/runs/regimes.py's
+    """One line per gate the base model fails at a regime's difficulty (`measured`: binac_core/studies/regimes.py's
     measurements with the bounds, by difficulty), naming the gate, the regime and the value; empty when every gate
     holds or the study has none. A precondition gate on a measurement without preconditions fails, saying so."""
-    from binac_core.reports.stats import wilson_interval
+    from binac_core.foundation.stats import wilson_interval
 
     out = []
     for regime, d in difficulties.items():
@@ -374,9 +374,9 @@ def gate_failures(study: Study, measured: dict[int, dict], difficulties: dict[st
 
 
 def choose_difficulties(study: Study, measured: dict[int, dict]) -> tuple[dict[str, int], list[str]]:
-    """Apply the regimes' rules to the base's measurements (`binac_core.runs.regimes`, by difficulty): (difficulty by
+    """Apply the regimes' rules to the base's measurements (`binac_core.studies.regimes`, by difficulty): (difficulty by
     regime, deviations to report). A rule `otherwise: fail` that no difficulty meets raises one line."""
-    from binac_core.runs.regimes import closest_difficulty, sparse_difficulty
+    from binac_core.studies.regimes import closest_difficulty, sparse_difficulty
 
     difficulties, deviations = {}, []
     for r in study.regimes:

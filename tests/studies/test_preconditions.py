@@ -1,4 +1,4 @@
-"""The preconditions G1-G4 and their gates (binac_core/runs/preconditions.py) on hand-made records: the measures'
+"""The preconditions G1-G4 and their gates (binac_core/studies/preconditions.py) on hand-made records: the measures'
 values by hand, a fake base that passes every gate and, from it, one that fails each gate alone."""
 
 import math
@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from binac_core.runs import preconditions as pc
-from binac_core.runs.preconditions import AttemptRecord
+from binac_core.studies import preconditions as pc
+from binac_core.studies.preconditions import AttemptRecord
 
 GATES = {"greedy_single_at_most": 0.1, "all_wrong_frac_at_least": 0.5, "hint_gap_at_least": 0.2,
          "hint_over_self_correct_at_least": 2.0, "critic_over_chance_above": 0.0,

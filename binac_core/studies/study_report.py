@@ -2,7 +2,7 @@
 budget axes, the pre-registered hypotheses' verdicts, a pilot's choice of settings, plots with seed bands. It
 implements the rules of studies/sparse-feedback-v2.design.md mechanically.
 
-Input: the study (`binac_core.runs.study.Study`), the base measurements by difficulty (`binac_core.runs.regimes`), the
+Input: the study (`binac_core.studies.study.Study`), the base measurements by difficulty (`binac_core.studies.regimes`), the
 regimes' difficulties, the study's own deviations, and per run {regime, difficulty, method, variant, seed,
 finished, state, metrics: {MLflow metric: {step: value}}, actor_train_per_iteration, generated_per_iteration}.
 Only finished runs are read. Every number is a mean over the seeds with its 95 % Student-t interval
@@ -34,7 +34,7 @@ at each run's last evaluation, mean ± interval over seeds, and the chosen varia
 mean; means within 0.001 (0.1 point) of it tie, and a tie goes to the variant whose override values sort
 smallest (the values in the order of the override names, sorted: `train.critic_lr` before `train.t_high`, so the
 smaller learning rate first, then fewer passes); with `select_rule: auc_paired` (`SelectRule`), the third
-edition's rule instead (`binac_core.reports.pilot_rule`: areas under the held-out curve, paired ties, fewest fields
+edition's rule instead (`binac_core.studies.pilot_rule`: areas under the held-out curve, paired ties, fewest fields
 changed from the preset, the grid's edges). The section ends with the chosen values merged, for the main study
 file. The hypotheses are not tested in a pilot.
 """
@@ -48,12 +48,16 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from binac_core.reports import hypotheses_v3
+from binac_core.foundation.config import load_config
+from binac_core.foundation.stats import SPLIT, wilson_interval
 from binac_core.reports.critic_health import EXPLAINED, health_table
-from binac_core.reports.pilot_rule import changed_fields, choose_paired, edges
 from binac_core.reports.plots import METHOD_ORDER, seed_band
 from binac_core.reports.report import sandbox_line
-from binac_core.reports.run_values import (
+from binac_core.rl.evaluation import greedy_evaluated
+from binac_core.rl.methods import method_spec
+from binac_core.studies import hypotheses_v3
+from binac_core.studies.pilot_rule import changed_fields, choose_paired, edges
+from binac_core.studies.run_values import (
     AXES,
     area,
     budget_point,
@@ -68,12 +72,8 @@ from binac_core.reports.run_values import (
     train_mean,
     values_at,
 )
-from binac_core.reports.stats import SPLIT, wilson_interval
-from binac_core.reports.verdicts import NO_DATA, claim, combine, diff_text, margin_verdict, paired
-from binac_core.rl.evaluation import greedy_evaluated
-from binac_core.rl.methods import method_spec
-from binac_core.runs.config import load_config
-from binac_core.runs.study import HypothesisSet, SelectRule, equal_budget_totals
+from binac_core.studies.study import HypothesisSet, SelectRule, equal_budget_totals
+from binac_core.studies.verdicts import NO_DATA, claim, combine, diff_text, margin_verdict, paired
 
 ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
 GREEDY_ACC = "acc_single_greedy"
@@ -247,7 +247,7 @@ def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
     lines = ["## The regimes (base model only, before any RL run)", "",
              f"Validation problems (the `val` split: never the held-out problems results are reported on), G = "
              f"{st.group_size} first attempts each, measurement seed {st.measure_seed}, the base model without "
-             "adapters (binac_core/runs/regimes.py); greedy: one attempt per problem at temperature 0.", "",
+             "adapters (binac_core/studies/regimes.py); greedy: one attempt per problem at temperature 0.", "",
              "| difficulty | single-turn | greedy | all-wrong groups | zero_adv_frac |", "| --- | --- | --- | --- | --- |"]
     for d, m in sorted(measured.items()):
         zero = m.get("zero_adv_frac")
@@ -294,16 +294,16 @@ def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
 
 
 def _preconditions(st, measured: dict, difficulties: dict) -> list[str]:
-    """The precondition measures (binac_core/runs/preconditions.py) at each chosen difficulty, with their 95 %
+    """The precondition measures (binac_core/studies/preconditions.py) at each chosen difficulty, with their 95 %
     intervals, and each gate the study applies there with its verdict."""
-    from binac_core.runs.preconditions import GATES as PRECONDITIONS
-    from binac_core.runs.preconditions import Estimate
-    from binac_core.runs.study import gates_at
+    from binac_core.studies.preconditions import GATES as PRECONDITIONS
+    from binac_core.studies.preconditions import Estimate
+    from binac_core.studies.study import gates_at
 
     chosen = [(r, d) for r, d in difficulties.items() if "preconditions" in measured.get(d, {})]
     if not chosen:
         return []
-    lines = ["**The preconditions** (G1-G4, binac_core/runs/preconditions.py: value [95 % interval]; a gate reads "
+    lines = ["**The preconditions** (G1-G4, binac_core/studies/preconditions.py: value [95 % interval]; a gate reads "
              "the interval's conservative end):", "", "| measure | " + " | ".join(f"{r} (d{d})" for r, d in chosen)
              + " |", "| --- |" + " --- |" * len(chosen)]
     for name in measured[chosen[0][1]]["preconditions"]:
@@ -448,7 +448,7 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
     at_last, at_0 = last_eval, (lambda r: 0)
     lines = ["## Hypotheses", "",
              "The design's verdict rules (studies/sparse-feedback-v2.design.md, module doc of "
-             "binac_core/reports/study_report.py) are applied mechanically: nothing below is judged by hand. Differences in "
+             "binac_core/studies/study_report.py) are applied mechanically: nothing below is judged by hand. Differences in "
              "points, paired by seed, mean ± 95 % t half-width; \"last\" is each run's last evaluation "
              f"(iteration {st.iterations}). A hypothesis without data reads \"{NO_DATA}\"."
              + ("" if "sparse" in by_regime else " The study has no regime named `sparse`: H1, H2 and H5 have no "
@@ -560,7 +560,7 @@ def choose_variant(means: dict[str, float | None], overrides: dict[str, dict], t
 
 def _pilot(st, done: list[dict]) -> list[str]:
     if st.select_rule == SelectRule.AUC_PAIRED:
-        rule = ("The design's rule (`select_rule: auc_paired`, binac_core/reports/pilot_rule.py), applied "
+        rule = ("The design's rule (`select_rule: auc_paired`, binac_core/studies/pilot_rule.py), applied "
                 "mechanically: per method with variants, the area under its selection metric's held-out curve (study "
                 "file `select`; the trapezoid over the evaluations every `eval_every` iterations, divided by the "
                 "iterations: a mean accuracy), mean ± 95 % t-interval over seeds; the variant with the highest mean "
@@ -626,7 +626,7 @@ def preset_values(st, keys) -> dict:
 
 
 def _choose_auc_paired(st, rr: list[dict], method: str, metric: str) -> tuple[list[str], str | None]:
-    """`SelectRule.AUC_PAIRED` (binac_core/reports/pilot_rule.py): the table of `metric`'s area under the held-out
+    """`SelectRule.AUC_PAIRED` (binac_core/studies/pilot_rule.py): the table of `metric`'s area under the held-out
     curve per variant, the leader, its paired ties, the fields each changes from the preset, the choice, and the
     grid's edges when the leader sits on one."""
     named, steps = st.variants[method], curve_steps(st)
