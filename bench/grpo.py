@@ -184,7 +184,7 @@ class BinacGRPO:
         batch, its attempts with their group advantages (`batches.attempt_samples`, as the update computed them)."""
         if self.last is None:
             return []
-        return attempt_samples(self.last.attempts, self.last.first_rewards, self.cfg.train.scale_rewards)
+        return attempt_samples(self.last.attempts, self.last.first_rewards.rewards, self.cfg.train.scale_rewards)
 
     def iteration(self) -> None:
         """One iteration at step 0, 1, ... of seed `SEED`; grpo never uses the critic (no critic reference)."""

@@ -142,12 +142,12 @@ def update_child(cfg, base_dir: Path, samples_json: Path, variant: str, threads:
         raise ValueError(f"unknown update variant {variant!r} (known: {', '.join(UPDATE_VARIANTS)})")
     first = samples[0]
     warm = update.Sample(first.prompt_ids[-8:], first.token_ids[:4], first.logprobs[:4], 0.0)
-    update.policy_update(policy, "actor", [warm], 1, cfg.train.kl_coef)
+    update.policy_update(policy, "actor", [warm], update.UpdateSettings.of(cfg, "actor", passes=1))
     release_memory()
     reset = reset_peak_rss()
     before = rss_mib() if reset else peak_rss_mib()
     t0 = time.perf_counter()
-    stats = update.policy_update(policy, "actor", samples, cfg.train.t_low, cfg.train.kl_coef)
+    stats = update.policy_update(policy, "actor", samples, update.UpdateSettings.of(cfg, "actor"))
     seconds = time.perf_counter() - t0
     return {"variant": variant, "rss_before_mib": before, "rss_peak_mib": peak_rss_mib(), "update_s": seconds,
             "loss": stats["loss"], "tokens": stats["tokens"], "hwm_reset": reset,

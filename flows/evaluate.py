@@ -27,7 +27,7 @@ from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
 from binac_core.reports.critic_health import stored_health
 from binac_core.rl.evaluation import eval_stages
-from binac_core.rl.methods import FeedbackSource
+from binac_core.rl.kinds import EvalProtocol, FeedbackSource
 from binac_core.runs.plans import isolation_used, plan_evaluate
 from binac_core.store.identity import RunIdentity
 from tasks.evaluate import evaluate, store_eval_exec
@@ -39,7 +39,7 @@ from tasks.track import finish_run, log_metrics, start_run
 @flow(name="evaluate")
 def evaluate_model(
     benchmark: str = "gsm8k", model: str = "", actor_adapter: str | None = None, critic_adapter: str | None = None,
-    protocol: str = "single", samples: int = 1, limit: int = 20, preset: str = "tiny",
+    protocol: str = EvalProtocol.SINGLE.value, samples: int = 1, limit: int = 20, preset: str = "tiny",
     temperature: float | None = None, max_new_tokens: int | None = None, seed: int = 0,
     critic_sees_execution: bool = False, feedback: str = "critic", fresh: str = "",
 ) -> dict:

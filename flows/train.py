@@ -8,8 +8,11 @@ also feedback_exec, gated_exec; the synthetic task also single_greedy, `generati
 source the method trains with.
 Brackets depend on the method (binac_core/rl/methods.py). Every stage is cached on its inputs, so re-running the
 same command reuses finished work and a killed run resumes where it stopped.
-The same iteration without Prefect, files or MLflow, with the same numbers: `binac_core.rl.loop.iteration`. The
-loop body below keeps the stages; the counts, timings and progress line are `flows.bookkeeping.IterationLog`'s.
+The iteration is `binac_core.rl.loop.run_iteration`, the one the in-memory path runs too, here over the cached
+tasks (`flows.stages.PrefectStages`). This flow adds what a run needs around it: the run's identity and lock, the
+stored trajectories, MLflow tracking, the evaluation points, and the seconds of every phase (`perf/<phase>_s`,
+`binac_core.foundation.timing`; storage and evaluation timed here); the counts and the progress line are
+`flows.bookkeeping.IterationLog`'s.
 """
 
 from __future__ import annotations
@@ -22,24 +25,21 @@ from prefect.utilities.annotations import quote
 
 from binac_core.errors import BinacError
 from binac_core.foundation.provenance import stage_code_digest
+from binac_core.foundation.timing import phase_metrics, timed
 from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
 from binac_core.rl.evaluation import greedy_evaluated, training_protocols
-from binac_core.rl.methods import method_spec
+from binac_core.rl.loop import IterationResult, StepContext, run_iteration
+from binac_core.rl.methods import MethodSpec
 from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.runlock import flow_run_claim, run_lock
 from binac_core.store import tracking
 from binac_core.store.identity import RunIdentity
 from flows.bookkeeping import IterationLog
 from flows.reporting import closing_artifact, refuse
-from tasks.actor_update import update_actor
-from tasks.critic_update import critic_reward, update_critic
+from flows.stages import PrefectStages
 from tasks.evaluate import evaluate, store_eval_exec
-from tasks.feedback import sample_feedback
 from tasks.prepare import build_base_model, init_adapters, prepare_data
-from tasks.refine import refine
-from tasks.rollout import generate_rollouts
-from tasks.score import score_rewards
 from tasks.store import store_eval, store_train_step
 from tasks.track import finalize_run, finish_run, log_metrics, start_run
 
@@ -123,60 +123,34 @@ def _train(preset: str, method: str, steps: int, seed: int, overrides: dict | No
             adapters = init_adapters(cfg_d, base, seed, str(shared))
             actor, critic = adapters["actor"], adapters["critic"]
             log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
-            evals = {0: _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method, run=run,
-                                  seed=seed, step=0, out_dir=str(shared), verdict=cfg.critic.verdict,
-                                  greedy=greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark))}
+            greedy = greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark)
+            evals = {0: _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic, spec=spec, run=run,
+                                          at=StepContext(seed, 0, str(shared)), verdict=cfg.critic.verdict,
+                                          greedy=greedy)}
             log = IterationLog(f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration)
             eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
                                        per_iteration, cfg.train.eval_at_samples, shared_samples,
                                        generated_per_iteration=gen_per_iteration,
                                        at_generated=cfg.train.eval_at_generated)
+            stages = PrefectStages(cfg, cfg_d, base, data["train"])
             for step in range(1, iterations + 1):
                 log.begin()
-                out = str(run_dir / f"step-{step:05d}")
-                at = {"seed": seed, "step": step, "out_dir": out}  # the step's stages: their seed, step and folder
-                batch, attempts = generate_rollouts(cfg_d, base, data["train"], actor=actor, **at)
-                first_rewards = score_rewards(cfg_d, batch, attempts, out_dir=out, name="attempts")
-                feedback = refined = refined_rewards = ahead = critic_rewards = None
-                if spec.feedback:
-                    feedback = sample_feedback(cfg_d, base, batch=batch, attempts=attempts, first_rewards=first_rewards,
-                                               source=spec.feedback.value,
-                                               critic=critic if spec.feedback.sampled else None, **at)
-                    refined = refine(cfg_d, base, batch=batch, attempts=attempts, feedback=feedback, actor=actor, **at)
-                    refined_rewards = score_rewards(cfg_d, batch, refined, out_dir=out, name="refined")
-                update_metrics = {}
-                if spec.train_actor:
-                    two = spec.actor_second_turn
-                    upd = update_actor(cfg_d, base, seed, actor=actor, attempts=attempts, first_rewards=first_rewards,
-                                       refined=refined if two else None,
-                                       refined_rewards=refined_rewards if two else None, out_dir=out)
-                    actor, update_metrics["train/actor_loss"], update_metrics["train/kl"] = upd.adapter, upd.loss, upd.kl
-                    update_metrics |= _update_stats("actor", upd)
-                if spec.feedback:
-                    lookahead_rewards = None
-                    if spec.lookahead:  # θ⁺ = the actor just updated on this batch
-                        ahead = refine(cfg_d, base, batch=batch, attempts=attempts, feedback=feedback, actor=actor,
-                                       name="lookahead", **at)
-                        lookahead_rewards = score_rewards(cfg_d, batch, ahead, out_dir=out, name="lookahead")
-                    critic_rewards = critic_reward(cfg_d, refined_rewards, lookahead_rewards, **at,
-                                                   form=spec.critic_reward,
-                                                   verdict_weight=spec.critic_verdict_weight(cfg), feedback=feedback,
-                                                   attempts=attempts, first_rewards=first_rewards)
-                if spec.trains_critic_at(cfg, step):  # every `train.critic_every`-th iteration
-                    upd = update_critic(cfg_d, base, seed, critic=critic, feedback=feedback,
-                                        critic_rewards=critic_rewards, out_dir=out)
-                    critic, update_metrics["train/critic_loss"] = upd.adapter, upd.loss
-                    update_metrics |= _update_stats("critic", upd)
-                extra = log.metrics(update_metrics, [attempts, feedback, refined, ahead])
-                metrics = store_train_step(run, step, attempts=attempts, first_rewards=first_rewards,
-                                           feedback=feedback, refined=refined, refined_rewards=refined_rewards,
-                                           critic_rewards=critic_rewards, batch=batch, extra=extra)
+                at = StepContext(seed, step, str(run_dir / f"step-{step:05d}"))
+                res = run_iteration(stages, cfg, spec, at, actor, critic)
+                actor, critic, timings = res.actor, res.critic, dict(res.timings)
+                extra = log.metrics(_update_metrics(res), [res.attempts, res.feedback, res.refined, res.lookahead])
+                with timed("storage", timings):
+                    metrics = store_train_step(run, step, attempts=res.attempts, first_rewards=res.first_rewards,
+                                               feedback=res.feedback, refined=res.refined,
+                                               refined_rewards=res.refined_rewards, critic_rewards=res.critic_rewards,
+                                               batch=res.batch, extra=extra)
                 if step in eval_at:
-                    evals[step] = _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic, method=method,
-                                            run=run, samples=log.samples, generated=log.generated,
-                                            verdict=cfg.critic.verdict,
-                                            greedy=greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark),
-                                            **at)
+                    with timed("evaluation", timings):
+                        evals[step] = _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic,
+                                                        spec=spec, run=run, samples=log.samples,
+                                                        generated=log.generated, verdict=cfg.critic.verdict,
+                                                        greedy=greedy, at=at)
+                log_metrics(run_id, phase_metrics(timings), step)
                 log.progress(step, metrics, evals)
             finalize_run(run_id, cfg_d, actor, critic)
         except BaseException:
@@ -187,6 +161,19 @@ def _train(preset: str, method: str, steps: int, seed: int, overrides: dict | No
         return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
                 "samples_per_iteration": per_iteration, "generated_per_iteration": gen_per_iteration,
                 "actor": actor, "critic": critic, "isolation": isolation}
+
+
+def _update_metrics(res: IterationResult) -> dict[str, float]:
+    """The iteration's update statistics: the actor's loss and KL, the critic's loss, and each update's
+    `_update_stats` (where the update ran)."""
+    out = {}
+    if res.actor_update is not None:
+        out |= {"train/actor_loss": res.actor_update.loss, "train/kl": res.actor_update.kl}
+        out |= _update_stats("actor", res.actor_update)
+    if res.critic_update is not None:
+        out["train/critic_loss"] = res.critic_update.loss
+        out |= _update_stats("critic", res.critic_update)
+    return out
 
 
 def _update_stats(model: str, upd) -> dict[str, float]:
@@ -209,18 +196,18 @@ def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: 
     return "\n".join(lines)
 
 
-def _frozen_too(method: str, benchmark: str, verdict: bool) -> bool:
+def _frozen_too(spec: MethodSpec, benchmark: str, verdict: bool) -> bool:
     """Whether evaluations also run `feedback_frozen` (the frozen base critic on the same attempts): for a method
     that trains its critic, where the two critics can be compared: on a benchmark whose feedback can be analysed
     (the synthetic task: the first-error measures) or whose critic gives a verdict (`critic.verdict`: the critic
     health measures, `eval/frozen_critic/*`); elsewhere it would only add generation."""
     from binac_core.benchmarks import get
 
-    return method_spec(method).train_critic and (verdict or get(benchmark).feedback_analysis is not None)
+    return spec.train_critic and (verdict or get(benchmark).feedback_analysis is not None)
 
 
-def _evaluation_point(cfg_d, base, problems, *, actor, critic, method, run: RunIdentity, seed, step, out_dir, verdict, samples=0,
-              generated=0, greedy=False) -> dict:
+def _evaluation_point(cfg_d, base, problems, *, actor, critic, spec: MethodSpec, run: RunIdentity, at: StepContext,
+                      verdict, samples=0, generated=0, greedy=False) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/rl/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
@@ -233,12 +220,12 @@ def _evaluation_point(cfg_d, base, problems, *, actor, critic, method, run: RunI
     `generated`: the generated samples so far, the step of the `eval_at_generated/` copies. A method that never
     trains its actor (critic_only) logs `eval_at_samples/` at step 0 only: its count stays 0, and copies of its
     later evaluations would all pile up at x = 0."""
-    source = method_spec(method).eval_feedback
+    source, step = spec.eval_feedback, at.step
     result = evaluate(cfg_d, base, problems, actor=actor, critic=critic if source.sampled else None,
                       protocols=training_protocols(run.benchmark, source,
-                                                   trains_critic=_frozen_too(method, run.benchmark, verdict),
+                                                   trains_critic=_frozen_too(spec, run.benchmark, verdict),
                                                    greedy=greedy),
-                      source=source.value, seed=seed, step=step, out_dir=out_dir)
+                      source=source.value, seed=at.seed, step=step, out_dir=at.out_dir)
     metrics = store_eval(run, step, result, problems)
     store_eval_exec(run, step, result)
     run_id = run.run_id

@@ -349,17 +349,17 @@ class TimedBackend:
 def timed_update(rec: Recorder, update_adapter: Callable) -> Callable:
     """`update.update_adapter` recording its seconds, largest micro-batch and (CUDA) peak memory."""
 
-    def run(policy, adapter, samples, **kwargs):
+    def run(policy, adapter, samples, settings, folder):
         import torch
 
-        mb = largest_micro_batch(samples, policy.cfg.train.micro_batch_size)
+        mb = largest_micro_batch(samples, settings.micro_batch_size)
         before = None
         if rec.cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
         t0 = time.perf_counter()
-        upd = update_adapter(policy, adapter, samples, **kwargs)
+        upd = update_adapter(policy, adapter, samples, settings, folder)
         _sync(rec.cuda)
         seconds = time.perf_counter() - t0
         peak = torch.cuda.max_memory_allocated() if rec.cuda else None
@@ -433,7 +433,8 @@ def iteration_summary(method: str, res, rec: Recorder, wall: float, info: ModelI
     updates = [update_summary(u, info, cfg, per_token, rec.cuda) for u in rec.updates]
     return {"method": method, "wall_s": round(wall, 3), "phases_s": phases,
             "generation": [asdict(g) for g in rec.generations], "updates": updates,
-            "rewards": {"first_mean": _mean(res.first_rewards), "refined_mean": _mean(res.refined_rewards),
+            "rewards": {"first_mean": _mean(res.first_rewards.rewards),
+                        "refined_mean": _mean(res.refined_rewards and res.refined_rewards.rewards),
                         "critic_mean": _mean(res.critic_rewards)}}
 
 
@@ -452,7 +453,7 @@ def longest_update(setup: LoopSetup, mode: Mode, cuda: bool) -> dict:
     import torch
     from peft import set_peft_model_state_dict
 
-    from binac_core.rl.update import Sample, update_adapter
+    from binac_core.rl.update import Sample, UpdateSettings, update_adapter
 
     mb, policy = mode.longest, setup.policy
     answer = mb.completion_tokens // mb.sequences
@@ -461,8 +462,8 @@ def longest_update(setup: LoopSetup, mode: Mode, cuda: bool) -> dict:
     samples = [Sample(row[: mb.length - answer], row[mb.length - answer :], [0.0] * answer, 0.0) for row in ids]
     rec = Recorder(cuda, {})
     before = policy.adapter_state("actor")
-    timed_update(rec, update_adapter)(policy, policy.hold("actor"), samples, passes=1,
-                                      kl_coef=setup.cfg.train.kl_coef, folder=None)
+    timed_update(rec, update_adapter)(policy, policy.hold("actor"), samples,
+                                      UpdateSettings.of(setup.cfg, "actor", passes=1), None)
     set_peft_model_state_dict(policy.model, before, adapter_name="actor")
     policy.optimizers.pop("actor", None)
     return update_summary(rec.updates[0], setup.info, setup.cfg, setup.per_token, cuda)

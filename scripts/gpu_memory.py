@@ -206,7 +206,7 @@ def check_on_cpu(batch: int = 4, prompt: int = 64, answer: int = 192) -> dict:
     shape = Shape("smol", 0, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
                   c.hidden_size // c.num_attention_heads, c.intermediate_size, c.vocab_size)
     policy = Policy(base, cfg, seed=0)
-    policy.train_mode("actor")
+    policy.train_mode("actor", cfg.train.actor_lr)
     policy.model.eval()  # as `update.policy_update`
     gen = torch.Generator().manual_seed(0)
     samples = [Sample(torch.randint(10, 1000, (prompt,), generator=gen).tolist(),

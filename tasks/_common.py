@@ -12,6 +12,9 @@ never models or tensors (their pickles are not stable keys): the model is the pr
 
 from __future__ import annotations
 
+import functools
+import json
+
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
 from binac_core.foundation.config import Config
@@ -28,7 +31,14 @@ CACHED = dict(cache_policy=INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=
 
 
 def config(cfg_d: dict) -> Config:
-    return Config.model_validate(cfg_d)
+    """The run's config from the dict the tasks take, validated once per process and config (`Config` is frozen,
+    so the one instance is shared)."""
+    return _validated(json.dumps(cfg_d, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _validated(cfg_json: str) -> Config:
+    return Config.model_validate(json.loads(cfg_json))
 
 
 def loaded(cfg_d: dict, base: StageFile, seed: int):

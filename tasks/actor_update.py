@@ -10,7 +10,7 @@ from prefect import task
 from binac_core.foundation.files import StageFile
 from binac_core.model.stage_io import AdapterRef, read_scored_batch
 from binac_core.rl.batches import actor_samples
-from binac_core.rl.update import AdapterUpdate, update_adapter
+from binac_core.rl.update import AdapterUpdate, UpdateSettings, update_adapter
 from tasks._common import CACHED, config, loaded
 
 
@@ -20,9 +20,8 @@ def update_actor(
     out_dir: str, refined: StageFile | None = None, refined_rewards: StageFile | None = None,
 ) -> AdapterUpdate:
     """`refined` and `refined_rewards` only for methods that train the actor's second turn."""
-    train = config(cfg_d).train
+    cfg = config(cfg_d)
     policy, _ = loaded(cfg_d, base, seed)
     scored = read_scored_batch(attempts, first_rewards, refined=refined, refined_rewards=refined_rewards)
-    samples = actor_samples(scored, train.scale_rewards, train.alpha_shaping)
-    return update_adapter(policy, actor, samples, passes=train.t_low, kl_coef=train.kl_coef,
-                          entropy_coef=train.entropy_coef, folder=Path(out_dir) / "actor")
+    samples = actor_samples(scored, cfg.train.scale_rewards, cfg.train.alpha_shaping)
+    return update_adapter(policy, actor, samples, UpdateSettings.of(cfg, "actor"), Path(out_dir) / "actor")

@@ -11,7 +11,7 @@ from binac_core.foundation.workspace import workspace
 from binac_core.model.stage_io import AdapterRef
 from binac_core.rl.eval_stage import evaluate_to_file
 from binac_core.rl.evaluation import read_evaluation
-from binac_core.rl.methods import FeedbackSource
+from binac_core.rl.kinds import EvalProtocol, FeedbackSource
 from binac_core.store import step_records
 from binac_core.store.identity import RunIdentity
 from tasks._common import CACHED, config, loaded
@@ -20,15 +20,16 @@ from tasks._common import CACHED, config, loaded
 @task(name="evaluate", **CACHED)
 def evaluate(
     cfg_d: dict, base: StageFile, problems: StageFile, actor: AdapterRef | None, critic: AdapterRef | None,
-    seed: int, step: int, out_dir: str, protocols: tuple[str, ...] = ("single", "feedback", "gated"),
+    seed: int, step: int, out_dir: str,
+    protocols: tuple[EvalProtocol, ...] = (EvalProtocol.SINGLE, EvalProtocol.FEEDBACK, EvalProtocol.GATED),
     source: str = FeedbackSource.CRITIC_BASE.value,
 ) -> StageFile:
-    """`source`: where the feedback comes from (a `FeedbackSource` value; a written source replaces the critic).
-    It is an input of the cache key, and so is the protocol list (the `_exec` variants). Returns the
-    `Evaluation`'s file."""
+    """`source`: where the feedback comes from (a `FeedbackSource` identifier, or a label `FeedbackSource.parse`
+    reads; a written source replaces the critic). It is an input of the cache key, and so is the protocol list
+    (the `_exec` variants). Returns the `Evaluation`'s file."""
     _, backend = loaded(cfg_d, base, seed)
     return evaluate_to_file(backend, config(cfg_d), read_json(problems), actor=actor, critic=critic, seed=seed,
-                            step=step, out_dir=out_dir, protocols=protocols, source=FeedbackSource(source))
+                            step=step, out_dir=out_dir, protocols=protocols, source=FeedbackSource.parse(source))
 
 
 @task(name="store-eval-exec", cache_policy=NO_CACHE)

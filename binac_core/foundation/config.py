@@ -244,7 +244,7 @@ class TrainConfig(_Section):
     """Weight of the critic's entropy bonus over its feedback tokens, as `entropy_coef` for the actor (logged as
     `train/critic_entropy`). 0 (default): no such term. It does not touch the actor's loss."""
     lam: float = Field(0.5, ge=0)
-    """Bilevel penalty λ of the critic reward (`binac_core.rl.losses.critic_rewards`; docs/algorithm.md,
+    """Bilevel penalty λ of the critic reward (`binac_core.rl.losses.penalty_reward`; docs/algorithm.md,
     "First-order value-penalty form"). Used by `binac`; `binac_lam0` is λ = 0 (r1 alone, no
     look-ahead) and `binac_after` rewards r1(z; θ⁺) alone, whatever this says."""
     t_low: int = Field(1, ge=1)

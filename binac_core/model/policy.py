@@ -65,15 +65,23 @@ class Policy:
         self.holds = 0
         """How many in-memory references `hold` has handed out (the number in their digests)."""
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
-        self.lrs = {"actor": cfg.train.actor_lr, "critic": cfg.train.critic_lr}
+        self.optimizer_states: dict[str, dict] = {}
+        """An adapter's optimizer state read from its folder (`sync`), until an update creates its optimizer."""
 
     # ---- adapters -------------------------------------------------------------------------------------------
     def params(self, name: str) -> list[torch.nn.Parameter]:
         return [p for n, p in self.model.named_parameters() if f".{name}." in n and "lora_" in n]
 
-    def optimizer(self, name: str) -> torch.optim.Optimizer:
+    def optimizer(self, name: str, lr: float) -> torch.optim.Optimizer:
+        """Adapter `name`'s AdamW at learning rate `lr`: created on first use, from the state its folder held
+        (`sync`) if any; the learning rate is always `lr` (the update's settings), never a stored one."""
         if name not in self.optimizers:
-            self.optimizers[name] = torch.optim.AdamW(self.params(name), lr=self.lrs[name], weight_decay=0.0)
+            opt = torch.optim.AdamW(self.params(name), lr=lr, weight_decay=0.0)
+            if name in self.optimizer_states:
+                opt.load_state_dict(self.optimizer_states.pop(name))
+            self.optimizers[name] = opt
+        for group in self.optimizers[name].param_groups:
+            group["lr"] = lr
         return self.optimizers[name]
 
     @contextlib.contextmanager
@@ -87,12 +95,13 @@ class Policy:
         self.model.set_adapter(ref.name)
         yield self.model
 
-    def train_mode(self, name: str):
-        """Make `name` the only trainable adapter (peft freezes the inactive one) and return its optimizer."""
+    def train_mode(self, name: str, lr: float):
+        """Make `name` the only trainable adapter (peft freezes the inactive one) and return its optimizer at
+        learning rate `lr`."""
         self.model.set_adapter(name)
         for n, p in self.model.named_parameters():
             p.requires_grad_(f".{name}." in n and "lora_" in n)
-        return self.optimizer(name)
+        return self.optimizer(name, lr)
 
     def sync(self, ref: AdapterRef) -> None:
         if self.loaded.get(ref.name) == ref.digest:
@@ -107,9 +116,9 @@ class Policy:
         set_peft_model_state_dict(self.model, state, adapter_name=ref.name)
         opt_file = folder / "optimizer.pt"
         self.optimizers.pop(ref.name, None)
+        self.optimizer_states.pop(ref.name, None)
         if opt_file.exists():
-            state = torch.load(opt_file, weights_only=True, map_location=self.device)
-            self.optimizer(ref.name).load_state_dict(state)
+            self.optimizer_states[ref.name] = torch.load(opt_file, weights_only=True, map_location=self.device)
         self.loaded[ref.name] = ref.digest
 
     def begin_update(self, ref: AdapterRef) -> None:
@@ -151,8 +160,9 @@ class Policy:
                                     dir=folder.parent))
         try:
             self._write_adapter(name, tmp)
-            if name in self.optimizers:
-                torch.save(self.optimizers[name].state_dict(), tmp / "optimizer.pt")
+            state = self.optimizers[name].state_dict() if name in self.optimizers else self.optimizer_states.get(name)
+            if state is not None:
+                torch.save(state, tmp / "optimizer.pt")
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

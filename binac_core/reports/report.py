@@ -170,15 +170,15 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
             cells.append(_fmt(vals) if vals else "–")
             table[(m, key)] = vals
         iters = max(int(k) for k in rr[0]["evals"])
-        source = SPECS[m].eval_feedback.value if m in SPECS else "–"
+        source = SPECS[m].eval_feedback.label if m in SPECS else "–"
         lines.append(f"| {m} | {source} | " + " | ".join(cells)
                      + f" | {iters} | {_samples_used(rr[0])} | {_generated_used(rr[0]) or '–'} |")
     lines += ["", "Protocols: " + "; ".join(f"`{k.removeprefix('eval/')}` = {d}" for k, d in protocols) + ".", "",
               "Feedback source (each method is evaluated with the feedback it trains with): "
-              f"`{FeedbackSource.CRITIC_TRAINED.value}` = the method's own learned critic adapter; "
-              f"`{FeedbackSource.CRITIC_BASE.value}` = the initial critic "
+              f"`{FeedbackSource.CRITIC_TRAINED.label}` = the method's own learned critic adapter; "
+              f"`{FeedbackSource.CRITIC_BASE.label}` = the initial critic "
               "(the base model in the critic role), never updated (grpo trains no critic and is shown with this "
-              f"one, the fixed_critic's); `{FeedbackSource.FIXED.value}` = the self-correction text, no critic.", ""]
+              f"one, the fixed_critic's); `{FeedbackSource.FIXED.label}` = the self-correction text, no critic.", ""]
     lines += _critic_health(by_method)
     target = _grpo_target(by_method)
     if target is not None:

@@ -14,7 +14,8 @@ from binac_core.reports.measures import (
     refine_zero_adv_frac,
     zero_adv_frac,
 )
-from binac_core.rl.evaluation import FROZEN_PROTOCOL, Evaluation
+from binac_core.rl.evaluation import Evaluation
+from binac_core.rl.kinds import EvalProtocol
 
 
 def train_metrics(
@@ -44,7 +45,7 @@ def train_metrics(
     return {k: v for k, v in metrics.items() if v is not None}
 
 
-def eval_metrics(result: Evaluation, rows: dict[str, list[dict]], *, critic_measures: bool) -> dict:
+def eval_metrics(result: Evaluation, rows: dict[EvalProtocol, list[dict]], *, critic_measures: bool) -> dict:
     """The `eval/acc_*` metrics of `result` (`eval/acc_single_greedy` among them where the greedy protocol ran),
     the critic health measures of the stored `feedback` protocol's rows (`eval/critic/*`; and of the frozen
     critic's, `eval/frozen_critic/*`) where they have verdicts, and, with `critic_measures` (the synthetic task,
@@ -52,15 +53,15 @@ def eval_metrics(result: Evaluation, rows: dict[str, list[dict]], *, critic_meas
     `eval/critic_false_alarm`, `eval/critic_approves_wrong`, `eval/critic_approves_right`; not `critic_signal`,
     which needs critic rewards, nor `critic_useful_mixed_frac`: held-out attempts get one feedback each) and of
     the frozen base critic's `feedback_frozen` rows as `eval/frozen_critic_*`. `rows`: protocol -> stored rows."""
-    critic = {}
-    if "feedback" in rows:
-        critic = health_metrics("eval/critic/", rows["feedback"])
+    critic, feedback, frozen = {}, EvalProtocol.FEEDBACK, EvalProtocol.FEEDBACK_FROZEN
+    if feedback in rows:
+        critic = health_metrics("eval/critic/", rows[feedback])
         if critic_measures:
-            critic |= {f"eval/{k}": v for k, v in critic_error_measures(rows["feedback"]).items()}
-    if FROZEN_PROTOCOL in rows:
-        critic |= health_metrics("eval/frozen_critic/", rows[FROZEN_PROTOCOL])
+            critic |= {f"eval/{k}": v for k, v in critic_error_measures(rows[feedback]).items()}
+    if frozen in rows:
+        critic |= health_metrics("eval/frozen_critic/", rows[frozen])
         if critic_measures:
-            critic |= {f"eval/frozen_{k}": v for k, v in critic_error_measures(rows[FROZEN_PROTOCOL]).items()}
+            critic |= {f"eval/frozen_{k}": v for k, v in critic_error_measures(rows[frozen]).items()}
     metrics = {f"eval/{k}": v for k, v in result.metrics.items()} | critic
     return {k: v for k, v in metrics.items() if v is not None}
 

@@ -20,9 +20,10 @@
                    trained and the frozen critic are scored on the same actor's attempts (a study's H3).
 
 Metrics: `acc_single`, `acc_single_greedy`, `acc_feedback`, `acc_feedback_exec`, `acc_gated_k{K}`,
-`acc_gated_exec_k{K}`, `acc_feedback_frozen`.
+`acc_gated_exec_k{K}`, `acc_feedback_frozen`. The protocols are the members of `EvalProtocol`
+(binac_core/rl/kinds.py), whose values are these names.
 
-Feedback source (`binac_core.rl.methods.FeedbackSource`): every method is evaluated with the feedback it was
+Feedback source (`binac_core.rl.kinds.FeedbackSource`): every method is evaluated with the feedback it was
 trained with (`MethodSpec.eval_feedback`): its own critic adapter, the frozen initial critic (fixed_critic, and
 grpo, which trains no critic), the self-correction baseline's fixed instruction (no critic, so no `_exec`
 variants) or the synthetic task's oracle.
@@ -45,16 +46,21 @@ from binac_core.rl.episodes import (
     score_with_errors,
     stage_seed,
 )
+from binac_core.rl.kinds import EvalProtocol
 from binac_core.rl.methods import FeedbackSource
 
-PROTOCOL_STAGES = {"single": ("single",), "feedback": ("single", "feedback"), "gated": ("single", "feedback", "gated")}
+SINGLE, GREEDY, FEEDBACK, GATED, FROZEN = (EvalProtocol.SINGLE, EvalProtocol.SINGLE_GREEDY, EvalProtocol.FEEDBACK,
+                                           EvalProtocol.GATED, EvalProtocol.FEEDBACK_FROZEN)
+"""The protocols this module names most (its docstring describes each)."""
+PROTOCOL_STAGES = {SINGLE: (SINGLE,), FEEDBACK: (SINGLE, FEEDBACK), GATED: (SINGLE, FEEDBACK, GATED)}
 """`binac evaluate --protocol`: the stages each one runs."""
-FEEDBACK_PROTOCOLS = ("feedback", "gated")
-EXEC_PROTOCOLS = ("feedback_exec", "gated_exec")
-FROZEN_PROTOCOL = "feedback_frozen"
-"""The frozen base critic's feedback on the evaluated actor's attempts (module docstring)."""
-GREEDY_PROTOCOL = "single_greedy"
-"""One greedy answer per problem from the actor alone (module docstring); its metric is `acc_single_greedy`."""
+FEEDBACK_PROTOCOLS = (FEEDBACK, GATED)
+EXEC_PROTOCOLS = (EvalProtocol.FEEDBACK_EXEC, EvalProtocol.GATED_EXEC)
+"""The execution-assisted variants of `FEEDBACK_PROTOCOLS`, in the same order."""
+ROUND_PROTOCOLS = (GREEDY, *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN)
+"""The protocols with rounds of their own in an `Evaluation` (beside `single`'s first attempts)."""
+GATED_PROTOCOLS = (GATED, EvalProtocol.GATED_EXEC)
+"""The protocols whose rounds are a list (up to K), the others' one `ScoredBatch`."""
 GREEDY_BY_DEFAULT = ("synthetic",)
 """The benchmarks whose training evaluates `single_greedy` when `generation.eval_greedy` is None."""
 
@@ -66,18 +72,18 @@ def greedy_evaluated(eval_greedy: bool | None, benchmark: str) -> bool:
 
 
 def training_protocols(benchmark: str, source: FeedbackSource, trains_critic: bool = False,
-                       greedy: bool = False) -> tuple[str, ...]:
+                       greedy: bool = False) -> tuple[EvalProtocol, ...]:
     """The protocols training evaluates: all of them, with the `_exec` variants where they exist (a code
     benchmark and a critic), `feedback_frozen` for a method that trains its critic, and `single_greedy` with
     `greedy` (`greedy_evaluated`)."""
-    base = ("single", *((GREEDY_PROTOCOL,) if greedy else ()), *FEEDBACK_PROTOCOLS)
+    base = (SINGLE, *((GREEDY,) if greedy else ()), *FEEDBACK_PROTOCOLS)
     exec_too = benchmarks.get(benchmark).critic_sees_execution and source.sampled
-    return base + (EXEC_PROTOCOLS if exec_too else ()) + ((FROZEN_PROTOCOL,) if trains_critic else ())
+    return base + (EXEC_PROTOCOLS if exec_too else ()) + ((FROZEN,) if trains_critic else ())
 
 
 def check_protocols(benchmark: str, protocols: tuple[str, ...],
                     source: FeedbackSource = FeedbackSource.CRITIC_BASE) -> None:
-    known = ("single", GREEDY_PROTOCOL, *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL)
+    known = tuple(EvalProtocol)
     bad = [p for p in protocols if p not in known]
     if bad:
         raise BinacError(f"unknown protocol {bad[0]!r} (known: {', '.join(known)})")
@@ -87,7 +93,11 @@ def check_protocols(benchmark: str, protocols: tuple[str, ...],
             raise BinacError(f"the execution-assisted protocols need a code benchmark ({', '.join(code)});"
                              f" {benchmark!r} has no execution result to show the critic")
         if not source.sampled:
-            raise BinacError(f"the execution-assisted protocols need a critic; the {source.value} sees nothing")
+            raise BinacError(f"the execution-assisted protocols need a critic; the {source.label} sees nothing")
+
+
+FEEDBACK_CHOICES = ("critic", "fixed")
+"""`binac evaluate --feedback`: a critic's (the base model's or `--critic-adapter`'s) or the fixed instruction."""
 
 
 def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = False, feedback: str = "critic",
@@ -95,15 +105,16 @@ def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = Fal
     """`binac evaluate`'s choices as (stages to run, the reported protocol name, the feedback source: `FIXED` or a
     critic's, `critic_source`); validated before any compute. `critic_sees_execution` turns feedback/gated into
     feedback_exec/gated_exec."""
-
-    if feedback not in ("critic", "fixed"):
-        raise BinacError(f"--feedback must be critic or fixed (got {feedback!r})")
+    sources = dict(zip(FEEDBACK_CHOICES, (critic_source, FeedbackSource.FIXED), strict=True))
+    if feedback not in sources:
+        raise BinacError(f"--feedback must be {' or '.join(FEEDBACK_CHOICES)} (got {feedback!r})")
     if protocol not in PROTOCOL_STAGES:
         raise BinacError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOL_STAGES)})")
     stages = PROTOCOL_STAGES[protocol]
     if critic_sees_execution:
-        stages = tuple(s if s == "single" else f"{s}_exec" for s in stages)
-    source = FeedbackSource.FIXED if feedback == "fixed" else critic_source
+        exec_of = dict(zip(FEEDBACK_PROTOCOLS, EXEC_PROTOCOLS, strict=True))
+        stages = tuple(exec_of.get(s, s) for s in stages)
+    source = sources[feedback]
     check_protocols(benchmark, stages, source)
     return stages, stages[-1], source
 
@@ -125,14 +136,14 @@ class Evaluation:
     feedback_frozen: ScoredBatch | None = None
     single_greedy: ScoredBatch | None = None
 
-    def rounds(self, protocol: str) -> list[ScoredBatch] | None:
+    def rounds(self, protocol: EvalProtocol) -> list[ScoredBatch] | None:
         """A feedback protocol's rounds (one for `feedback`, up to K for `gated`), None where not computed."""
         found = getattr(self, protocol)
         return [found] if isinstance(found, ScoredBatch) else found
 
     def to_json(self) -> dict:
         out = {"metrics": self.metrics, "feedback_source": self.feedback_source.value, "single": self.single.to_json()}
-        for protocol in (GREEDY_PROTOCOL, *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL):
+        for protocol in ROUND_PROTOCOLS:
             found = getattr(self, protocol)
             if found is not None:
                 out[protocol] = found.to_json() if isinstance(found, ScoredBatch) else [r.to_json() for r in found]
@@ -141,10 +152,11 @@ class Evaluation:
     @classmethod
     def from_json(cls, d: dict) -> Evaluation:
         rounds = {
-            p: [ScoredBatch.from_json(r) for r in d[p]] if p.startswith("gated") else ScoredBatch.from_json(d[p])
-            for p in (GREEDY_PROTOCOL, *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN_PROTOCOL) if p in d
+            p.value: [ScoredBatch.from_json(r) for r in d[p]] if p in GATED_PROTOCOLS else ScoredBatch.from_json(d[p])
+            for p in ROUND_PROTOCOLS if p in d
         }
-        return cls(d["metrics"], FeedbackSource(d["feedback_source"]), ScoredBatch.from_json(d["single"]), **rounds)
+        source = FeedbackSource.parse(d["feedback_source"])
+        return cls(d["metrics"], source, ScoredBatch.from_json(d[SINGLE]), **rounds)
 
 
 def read_evaluation(file: StageFile) -> Evaluation:
@@ -154,7 +166,7 @@ def read_evaluation(file: StageFile) -> Evaluation:
 
 def evaluate_protocols(
     backend: GenerationBackend, benchmark: str, problems: list[dict], *, actor: AdapterRef | None,
-    critic: AdapterRef | None, samples: int, gen: dict, seed: int, step: int, protocols: tuple[str, ...],
+    critic: AdapterRef | None, samples: int, gen: dict, seed: int, step: int, protocols: tuple[EvalProtocol, ...],
     gated_k: int = 2, source: FeedbackSource = FeedbackSource.CRITIC_BASE, verdict: bool = False,
 ) -> Evaluation:
     """The protocols asked for, on `samples` attempts per problem of `actor`, with feedback from `source` (a
@@ -184,27 +196,27 @@ def evaluate_protocols(
     attempts = generate_attempts(backend, benchmark, problems, actor, samples, params("y0", gen["max_new_tokens"]))
     first = score_with_errors(benchmark, by_id, attempts)
     single, metrics, rounds = ScoredBatch(attempts, first.rewards), {}, {}
-    if "single" in protocols:
-        metrics["acc_single"] = _mean(first.rewards)
-    if GREEDY_PROTOCOL in protocols:
+    if SINGLE in protocols:
+        metrics[f"acc_{SINGLE}"] = _mean(first.rewards)
+    if GREEDY in protocols:
         greedy_seed = stage_seed(seed, step, "eval", "greedy")
-        rounds[GREEDY_PROTOCOL] = _greedy(backend, benchmark, problems, actor, gen, greedy_seed)
-        metrics[f"acc_{GREEDY_PROTOCOL}"] = _mean(rounds[GREEDY_PROTOCOL].first_rewards)
-    for suffix in ("", "_exec"):
-        if not {f"feedback{suffix}", f"gated{suffix}"} & set(protocols):
+        rounds[GREEDY] = _greedy(backend, benchmark, problems, actor, gen, greedy_seed)
+        metrics[f"acc_{GREEDY}"] = _mean(rounds[GREEDY].first_rewards)
+    for feedback, gated in (FEEDBACK_PROTOCOLS, EXEC_PROTOCOLS):
+        if not {feedback, gated} & set(protocols):
             continue
-        show_exec = suffix == "_exec"  # the critic is shown the graded tests' execution result
+        show_exec = feedback is EvalProtocol.FEEDBACK_EXEC  # the critic is shown the graded tests' execution result
         one, results = feedback_round(single, first.execution_results if show_exec else None, 1)
-        rounds[f"feedback{suffix}"] = one
-        if f"feedback{suffix}" in protocols:
-            metrics[f"acc_feedback{suffix}"] = _mean(one.refined_rewards)
-        if f"gated{suffix}" in protocols:
-            rounds[f"gated{suffix}"], metrics[f"acc_gated{suffix}_k{gated_k}"] = _gated(
+        rounds[feedback] = one
+        if feedback in protocols:
+            metrics[f"acc_{feedback}"] = _mean(one.refined_rewards)
+        if gated in protocols:
+            rounds[gated], metrics[f"acc_{gated}_k{gated_k}"] = _gated(
                 one, results if show_exec else None, gated_k, feedback_round)
-    if FROZEN_PROTOCOL in protocols:
-        rounds[FROZEN_PROTOCOL], _ = feedback_round(single, None, "frozen", frozen=True)
-        metrics[f"acc_{FROZEN_PROTOCOL}"] = _mean(rounds[FROZEN_PROTOCOL].refined_rewards)
-    return Evaluation(metrics, source, single, **rounds)
+    if FROZEN in protocols:
+        rounds[FROZEN], _ = feedback_round(single, None, "frozen", frozen=True)
+        metrics[f"acc_{FROZEN}"] = _mean(rounds[FROZEN].refined_rewards)
+    return Evaluation(metrics, source, single, **{p.value: r for p, r in rounds.items()})
 
 
 def _greedy(backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None, gen: dict,

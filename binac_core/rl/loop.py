@@ -12,30 +12,35 @@ The algorithm at a glance (docs/algorithm.md, "One iteration, per method"; which
     [critic rewards permuted across the batch: a negative control]           train.critic_reward_shuffle
     [φ → φ⁺ on z]                                     update_adapter          spec.trains_critic_at(cfg, step)
 
-`iteration` makes exactly the library calls the Prefect stages of flows/train.py make (tasks/rollout.py,
-score.py, feedback.py, refine.py, actor_update.py, critic_update.py), in their order, with their seeds
-(`stage_seed(seed, step, stage)`) and sampling parameters, so its numbers are the flow's (tests/integration/test_loop.py
-checks it for every method). What the flow adds around the same stages: each stage cached on its inputs (a killed
-run resumes), every stage output written to a file and the adapters saved each iteration, the trajectories stored
-(DuckDB/Parquet), the metrics and artifacts tracked in MLflow, and the held-out evaluations every k iterations.
+`run_iteration` is the iteration, written once: it calls the stages it is handed (`Stages`) in this order, and
+the two implementations run it. `LibraryStages` (below) makes plain library calls on in-memory values;
+flows/stages.py's `PrefectStages` calls the cached Prefect tasks of tasks/, which hand each other stage files.
+Each stage derives its sampling seed from the run's seed, the step and the stage (`stage_seed`), so both give the
+same numbers (tests/integration/test_loop.py checks it for every method). What the flow adds around the same
+iteration (flows/train.py): each stage cached on its inputs (a killed run resumes), every stage output written
+to a file and the adapters saved each iteration, the trajectories stored (DuckDB/Parquet), the metrics tracked
+in MLflow, and the held-out evaluations every k iterations. Every phase is timed where it runs
+(`binac_core.foundation.timing`: `IterationResult.timings`, logged as `perf/<phase>_s`).
 
 Adapters: the stages save each updated adapter into the step's folder and hand on its `AdapterRef`; `Policy.sync`
 reloads one only when the in-memory copy has another digest, and saving changes no weight, so keeping the updated
-adapters in the policy gives the same numbers. With `folder` None the loop does that (`Policy.hold`: references
-whose digest says "in memory", with no folder); with a folder it saves them as the stages do (`folder/actor`,
-`folder/critic`), which a backend that loads adapters from disk (vLLM) needs.
+adapters in the policy gives the same numbers. With no folder (`StepContext.out_dir` None) `LibraryStages` does
+that (`Policy.hold`: references whose digest says "in memory"); with a folder it saves them as the stages do
+(`out_dir/actor`, `out_dir/critic`), which a backend that loads adapters from disk (vLLM) needs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from binac_core import benchmarks
 from binac_core.foundation.config import Config
+from binac_core.foundation.timing import timed
 from binac_core.model.generation import GenerationBackend, SamplingParams
-from binac_core.model.stage_io import AdapterRef, Attempt, Feedback, Refinement, ScoredBatch
+from binac_core.model.stage_io import AdapterRef, Attempt, Feedback, Refinement, ScoredBatch, Scores
 from binac_core.rl.batches import actor_samples, feedback_samples
 from binac_core.rl.critic_reward import critic_reward, shuffle_seed_of
 from binac_core.rl.episodes import (
@@ -43,30 +48,70 @@ from binac_core.rl.episodes import (
     generate_refinements,
     sample_feedback,
     sample_problems,
-    score,
     score_with_errors,
     stage_seed,
 )
-from binac_core.rl.methods import MethodSpec
-from binac_core.rl.update import AdapterUpdate, Sample, update_adapter
+from binac_core.rl.methods import FeedbackSource, MethodSpec
+from binac_core.rl.update import AdapterUpdate, UpdateSettings, update_adapter
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where in a run a stage is: the run's seed, the iteration (1, 2, ...) and the step's output folder (None:
+    nothing is written, `LibraryStages` keeps the adapters in memory)."""
+
+    seed: int
+    step: int
+    out_dir: str | None = None
+
+
+class Stages(Protocol):
+    """The stages one iteration calls. What they hand each other (a batch, answers, rewards, feedback) is the
+    implementation's: in-memory values (`LibraryStages`) or stage files (flows/stages.py)."""
+
+    def rollouts(self, at: StepContext, actor: AdapterRef) -> tuple[Any, Any]:
+        """(the iteration's problems, the actor's attempts y0 at each)."""
+
+    def score(self, at: StepContext, batch: Any, answers: Any, name: str) -> Any:
+        """The verifier's rewards of `answers` (and code's execution results), stored as `name`."""
+
+    def feedback(self, at: StepContext, batch: Any, attempts: Any, first_rewards: Any, source: FeedbackSource,
+                 critic: AdapterRef | None) -> Any:
+        """Feedback z on each attempt from `source` (sampled with `critic` when a critic writes it)."""
+
+    def refine(self, at: StepContext, batch: Any, attempts: Any, feedback: Any, actor: AdapterRef, name: str) -> Any:
+        """One refinement y1 per feedback under `actor`; `name`: refined (θ) or lookahead (θ⁺)."""
+
+    def update_actor(self, at: StepContext, actor: AdapterRef, attempts: Any, first_rewards: Any, refined: Any,
+                     refined_rewards: Any) -> AdapterUpdate:
+        """θ → θ⁺ on the attempts and, where given, the refinements."""
+
+    def critic_reward(self, at: StepContext, spec: MethodSpec, refined_rewards: Any, lookahead_rewards: Any,
+                      feedback: Any, attempts: Any, first_rewards: Any) -> Any:
+        """The critic's reward per feedback in the method's form."""
+
+    def update_critic(self, at: StepContext, critic: AdapterRef, feedback: Any, critic_rewards: Any) -> AdapterUpdate:
+        """φ → φ⁺ on the feedback and its rewards."""
 
 
 @dataclass(frozen=True)
 class IterationResult:
-    """What one iteration sampled, scored and trained; None where the method has no such stage."""
+    """What one iteration sampled, scored and trained, as its stages handed them on; None where the method has no
+    such stage."""
 
-    problems: list[dict]
-    attempts: list[Attempt]
-    first_rewards: list[float]
+    batch: Any
+    """The iteration's problems."""
+    attempts: Any
+    first_rewards: Any
     """r0 per attempt."""
-    feedback: list[Feedback] | None
-    refined: list[Refinement] | None
+    feedback: Any
+    refined: Any
     """y1 under θ, one per feedback."""
-    refined_rewards: list[float] | None
-    lookahead: list[Refinement] | None
+    refined_rewards: Any
+    lookahead: Any
     """y1⁺ under the updated actor θ⁺, one per feedback."""
-    lookahead_rewards: list[float] | None
-    critic_rewards: list[float] | None
+    lookahead_rewards: Any
+    critic_rewards: Any
     """The critic's reward per feedback (`binac_core.rl.critic_reward`; computed for every method with feedback)."""
     actor_update: AdapterUpdate | None
     critic_update: AdapterUpdate | None
@@ -74,6 +119,8 @@ class IterationResult:
     actor: AdapterRef
     """The actor after the iteration (θ⁺, or θ when the method does not train it)."""
     critic: AdapterRef | None
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase (`binac_core.foundation.timing.PHASES`) the iteration spent."""
 
     @property
     def actor_loss(self) -> float | None:
@@ -89,58 +136,116 @@ class IterationResult:
         return None if self.critic_update is None else self.critic_update.loss
 
 
+def run_iteration(stages: Stages, cfg: Config, spec: MethodSpec, at: StepContext, actor: AdapterRef,
+                  critic: AdapterRef | None) -> IterationResult:
+    """One iteration of `spec`'s method at `at` from the adapters `actor` and `critic` (None only for a method
+    without feedback, grpo), through `stages`."""
+    timings: dict[str, float] = {}
+    feedback = refined = refined_rewards = ahead = ahead_rewards = critic_rewards = None
+    actor_upd = critic_upd = None
+    with timed("sample", timings):
+        batch, attempts = stages.rollouts(at, actor)
+    with timed("score", timings):
+        first = stages.score(at, batch, attempts, "attempts")
+    if spec.feedback:
+        with timed("feedback", timings):
+            feedback = stages.feedback(at, batch, attempts, first, spec.feedback,
+                                       critic if spec.feedback.sampled else None)
+        with timed("refine", timings):
+            refined = stages.refine(at, batch, attempts, feedback, actor, "refined")
+        with timed("score", timings):
+            refined_rewards = stages.score(at, batch, refined, "refined")
+    if spec.train_actor:
+        two = spec.actor_second_turn
+        with timed("actor_update", timings):
+            actor_upd = stages.update_actor(at, actor, attempts, first, refined if two else None,
+                                            refined_rewards if two else None)
+        actor = actor_upd.adapter
+    if spec.feedback:
+        if spec.lookahead:  # θ⁺ = the actor just updated on this batch
+            with timed("lookahead", timings):
+                ahead = stages.refine(at, batch, attempts, feedback, actor, "lookahead")
+                ahead_rewards = stages.score(at, batch, ahead, "lookahead")
+        with timed("score", timings):
+            critic_rewards = stages.critic_reward(at, spec, refined_rewards, ahead_rewards, feedback, attempts, first)
+    if spec.trains_critic_at(cfg, at.step):  # every `train.critic_every`-th iteration
+        with timed("critic_update", timings):
+            critic_upd = stages.update_critic(at, critic, feedback, critic_rewards)
+        critic = critic_upd.adapter
+    return IterationResult(batch, attempts, first, feedback, refined, refined_rewards, ahead, ahead_rewards,
+                           critic_rewards, actor_upd, critic_upd, actor, critic, timings)
+
+
 def iteration(
     policy, backend: GenerationBackend, cfg: Config, spec: MethodSpec, rows: Sequence[dict], seed: int, step: int,
     actor: AdapterRef, critic: AdapterRef | None, folder: str | Path | None = None,
 ) -> IterationResult:
-    """One iteration of `spec`'s method at `step` (1, 2, ...) of a run with `seed`, from the adapters `actor` and
-    `critic` (None only for a method without feedback, grpo), on problems drawn from `rows` (the train split).
-    `folder`: where the updated adapters are saved (module docstring); None keeps them in `policy`."""
-    t, g, bench = cfg.train, cfg.generation, cfg.task.benchmark
-    problems = [dict(r) for r in sample_problems(rows, t.batch_problems, seed, step)]
-    by_id = {p["id"]: p for p in problems}
-
-    def params(stage: str, tokens: int = g.max_new_tokens) -> SamplingParams:
-        return SamplingParams(tokens, g.temperature, g.top_p, stage_seed(seed, step, stage))
-
-    attempts = generate_attempts(backend, bench, problems, actor, t.group_size, params("attempts"))
-    first = score_with_errors(bench, by_id, attempts)
-    feedback = refined = refined_rewards = ahead = ahead_rewards = critic_rewards = None
-    actor_upd = critic_upd = None
-    if spec.feedback:
-        feedback = sample_feedback(backend, bench, by_id, attempts, spec.feedback,
-                                   critic if spec.feedback.sampled else None, t.critic_group_size,
-                                   params("feedback", g.feedback_max_new_tokens),
-                                   execution_results=first.execution_results, verdict=cfg.critic.verdict)
-        refined = generate_refinements(backend, bench, by_id, attempts, feedback, actor, params("refined"))
-        refined_rewards = score(bench, by_id, refined)
-    if spec.train_actor:
-        two = spec.actor_second_turn
-        scored = ScoredBatch(attempts, first.rewards, refined=refined if two else None,
-                             refined_rewards=refined_rewards if two else None)
-        actor_upd = _update(policy, actor, actor_samples(scored, t.scale_rewards, t.alpha_shaping), t.t_low,
-                            t.kl_coef, t.entropy_coef, folder)
-        actor = actor_upd.adapter
-    if spec.feedback:
-        if spec.lookahead:  # θ⁺ = the actor just updated on this batch
-            ahead = generate_refinements(backend, bench, by_id, attempts, feedback, actor, params("lookahead"))
-            ahead_rewards = score(bench, by_id, ahead)
-        critic_rewards = critic_reward(spec.critic_reward, refined_rewards, ahead_rewards, lam=t.lam,
-                                       alpha=t.alpha_shaping, verdict_weight=spec.critic_verdict_weight(cfg),
-                                       feedbacks=feedback, attempts=attempts, first_rewards=first.rewards,
-                                       syntax=benchmarks.get(bench).verdict_syntax,
-                                       shuffle_seed=shuffle_seed_of(t.critic_reward_shuffle, seed, step))
-    if spec.trains_critic_at(cfg, step):  # every `train.critic_every`-th iteration
-        critic_upd = _update(policy, critic, feedback_samples(feedback, critic_rewards, t.scale_rewards), t.t_high,
-                             t.critic_kl_coef, t.critic_entropy_coef, folder)
-        critic = critic_upd.adapter
-    return IterationResult(problems, attempts, first.rewards, feedback, refined, refined_rewards, ahead,
-                           ahead_rewards, critic_rewards, actor_upd, critic_upd, actor, critic)
+    """`run_iteration` in memory (`LibraryStages`) at `step` of a run with `seed`, on problems drawn from `rows`
+    (the train split); `folder`: where the updated adapters are saved (module docstring), None keeps them in
+    `policy`. Rewards come back as `Scores`, the rest as the library's records."""
+    at = StepContext(seed, step, None if folder is None else str(folder))
+    return run_iteration(LibraryStages(policy, backend, cfg, rows), cfg, spec, at, actor, critic)
 
 
-def _update(policy, adapter: AdapterRef, samples: list[Sample], passes: int, kl_coef: float, entropy_coef: float,
-            folder: str | Path | None) -> AdapterUpdate:
-    """`update_adapter`, saving into `folder/<adapter name>` as the update stages do, or (None) in memory."""
-    out = None if folder is None else Path(folder) / adapter.name
-    return update_adapter(policy, adapter, samples, passes=passes, kl_coef=kl_coef, entropy_coef=entropy_coef,
-                          folder=out)
+@dataclass(frozen=True)
+class LibraryStages:
+    """The stages as plain library calls on in-memory values (`Stages`): the problems as dicts, the answers as
+    `Attempt`/`Feedback`/`Refinement` records, rewards as `Scores`, critic rewards as a list."""
+
+    policy: Any
+    backend: GenerationBackend
+    cfg: Config
+    rows: Sequence[dict]
+    """The train split the problems are drawn from."""
+
+    def _params(self, at: StepContext, stage: str, tokens: int | None = None) -> SamplingParams:
+        g = self.cfg.generation
+        return SamplingParams(tokens or g.max_new_tokens, g.temperature, g.top_p, stage_seed(at.seed, at.step, stage))
+
+    def rollouts(self, at, actor):
+        t = self.cfg.train
+        problems = [dict(r) for r in sample_problems(self.rows, t.batch_problems, at.seed, at.step)]
+        return problems, generate_attempts(self.backend, self.cfg.task.benchmark, problems, actor, t.group_size,
+                                           self._params(at, "attempts"))
+
+    def score(self, at, batch: list[dict], answers, name: str) -> Scores:
+        return score_with_errors(self.cfg.task.benchmark, _by_id(batch), answers)
+
+    def feedback(self, at, batch, attempts: list[Attempt], first_rewards: Scores, source, critic) -> list[Feedback]:
+        g = self.cfg.generation
+        return sample_feedback(self.backend, self.cfg.task.benchmark, _by_id(batch), attempts, source, critic,
+                               self.cfg.train.critic_group_size, self._params(at, "feedback", g.feedback_max_new_tokens),
+                               execution_results=first_rewards.execution_results, verdict=self.cfg.critic.verdict)
+
+    def refine(self, at, batch, attempts, feedback, actor, name: str) -> list[Refinement]:
+        return generate_refinements(self.backend, self.cfg.task.benchmark, _by_id(batch), attempts, feedback, actor,
+                                    self._params(at, name))
+
+    def update_actor(self, at, actor, attempts, first_rewards: Scores, refined, refined_rewards: Scores | None):
+        t = self.cfg.train
+        scored = ScoredBatch(attempts, first_rewards.rewards, refined=refined,
+                             refined_rewards=None if refined_rewards is None else refined_rewards.rewards)
+        return self._update(at, actor, actor_samples(scored, t.scale_rewards, t.alpha_shaping))
+
+    def critic_reward(self, at, spec, refined_rewards: Scores, lookahead_rewards: Scores | None, feedback, attempts,
+                      first_rewards: Scores) -> list[float]:
+        t = self.cfg.train
+        return critic_reward(spec.critic_reward, refined_rewards.rewards,
+                             None if lookahead_rewards is None else lookahead_rewards.rewards, lam=t.lam,
+                             alpha=t.alpha_shaping, verdict_weight=spec.critic_verdict_weight(self.cfg),
+                             feedbacks=feedback, attempts=attempts, first_rewards=first_rewards.rewards,
+                             syntax=benchmarks.get(self.cfg.task.benchmark).verdict_syntax,
+                             shuffle_seed=shuffle_seed_of(t.critic_reward_shuffle, at.seed, at.step))
+
+    def update_critic(self, at, critic, feedback, critic_rewards: list[float]):
+        return self._update(at, critic, feedback_samples(feedback, critic_rewards, self.cfg.train.scale_rewards))
+
+    def _update(self, at: StepContext, adapter: AdapterRef, samples) -> AdapterUpdate:
+        """`update_adapter` with the adapter's settings, saving into `out_dir/<adapter name>` as the update stages
+        do, or (no folder) in memory."""
+        out = None if at.out_dir is None else Path(at.out_dir) / adapter.name
+        return update_adapter(self.policy, adapter, samples, UpdateSettings.of(self.cfg, adapter.name), out)
+
+
+def _by_id(problems: list[dict]) -> dict[str, dict]:
+    return {p["id"]: p for p in problems}

@@ -2,9 +2,8 @@
 
 - `group_advantages`: GRPO advantages, reward minus its group mean, divided by the group std when
   `scale=True` (DeepSeekMath GRPO; `scale=False` is the Dr. GRPO variant). Groups of one or with zero spread get 0.
-- `critic_rewards`: the first-order value-penalty reward of a feedback z (its docstring; docs/algorithm.md
-  derives it).
-- `critic_reward_of`: that reward, r1 alone (λ = 0) or r1⁺ alone, by the `binac` variant's form.
+- `penalty_reward`: the first-order value-penalty reward of a feedback z (its docstring; docs/algorithm.md
+  derives it), the critic's reward of `binac` (`binac_core.rl.critic_reward` composes each method's form).
 - `clipped_policy_loss`: PPO clipped surrogate with a token-level mean over every completion token of the batch
   (DAPO's aggregation, as TRL's `loss_type="dapo"`), plus β·k3 KL to a reference (Schulman's unbiased estimator,
   as in TRL/verl `low_var_kl` without clamping), minus an entropy bonus (verl's `entropy_coeff`).
@@ -29,7 +28,7 @@ def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, scale: bool = 
     return adv
 
 
-def critic_rewards(r1: torch.Tensor, r1_lookahead: torch.Tensor, lam: float, alpha: float) -> torch.Tensor:
+def penalty_reward(r1: torch.Tensor, r1_lookahead: torch.Tensor, lam: float, alpha: float) -> torch.Tensor:
     """The critic's reward of a feedback z, elementwise: (1 + μ)·r1 − μ·r1⁺ with μ = λ(1 + α), where r1 = r1(z; θ)
     is the reward of the actor's refinement given z, r1⁺ = r1(z; θ⁺) that of the actor θ⁺ after its update on the
     same batch, λ = `train.lam` and α = `train.alpha_shaping`; λ = 0 (or r1⁺ = r1) gives r1, the reward of the refined
@@ -37,20 +36,6 @@ def critic_rewards(r1: torch.Tensor, r1_lookahead: torch.Tensor, lam: float, alp
     −α·r0 term is constant in z and drops out, the α·r1 term does not."""
     mu = lam * (1.0 + alpha)
     return (1.0 + mu) * r1.float() - mu * r1_lookahead.float()
-
-
-def critic_reward_of(form: str, r1: torch.Tensor, r1_lookahead: torch.Tensor | None, lam: float, alpha: float):
-    """The critic's reward in one of the three forms the `binac` variants use (binac_core/rl/methods.py): `penalty`
-    (`critic_rewards`; θ⁺ = θ when there is no look-ahead), `r1` (r1 alone: λ = 0) or `after` (r1⁺ alone)."""
-    if form == "r1":
-        return r1.float()
-    if form == "penalty":
-        return critic_rewards(r1, r1 if r1_lookahead is None else r1_lookahead, lam, alpha)
-    if form == "after":
-        if r1_lookahead is None:
-            raise ValueError("the `after` critic reward needs the look-ahead refinements r1(θ⁺)")
-        return r1_lookahead.float()
-    raise ValueError(f"unknown critic reward form {form!r} (known: r1, penalty, after)")
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

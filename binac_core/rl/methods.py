@@ -1,7 +1,7 @@
 """What each `--method` trains and where its feedback comes from (the table in README / docs/algorithm.md).
 
 The three `binac` variants differ only in the critic's reward, since the paper's exact form is not recoverable
-(docs/algorithm.md): `binac` the first-order value-penalty form (`losses.critic_rewards`); `binac_lam0` λ = 0, i.e. r1(θ) alone with no look-ahead (the authors' precursor code); `binac_after` r1(θ⁺)
+(docs/algorithm.md): `binac` the first-order value-penalty form (`losses.penalty_reward`); `binac_lam0` λ = 0, i.e. r1(θ) alone with no look-ahead (the authors' precursor code); `binac_after` r1(θ⁺)
 alone, the "downstream effect on the actor after adaptation". `binac_disc` is `binac` whose critic is also
 rewarded for a verdict that matches the verifier (weight 1: Critique-RL's discrimination reward;
 `critic_reward.verdict_bonus`). `oracle_critic` trains the actor exactly as
@@ -10,35 +10,13 @@ rewarded for a verdict that matches the verifier (weight 1: Critique-RL's discri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
 
 from binac_core.errors import BinacError
+from binac_core.rl.kinds import CriticRewardForm, FeedbackSource
 
 if TYPE_CHECKING:
     from binac_core.foundation.config import Config
-
-
-class FeedbackSource(str, Enum):
-    """Where a second turn's feedback comes from: the one name for it in specs, stages, evaluations and reports.
-    The value is the label the reports, the `eval_feedback_source` tag and the evaluation files show."""
-
-    CRITIC_TRAINED = "critic (trained)"
-    """The method's own critic adapter, trained by it."""
-    CRITIC_BASE = "critic (base, frozen)"
-    """The initial critic: the base model in the critic role, never trained (fixed_critic; grpo's evaluations)."""
-    CRITIC_ADAPTER = "critic (adapter)"
-    """`binac evaluate --critic-adapter DIR`: an adapter given on the command line (how it was trained is not
-    known)."""
-    FIXED = "fixed instruction"
-    """The self-correction baseline's fixed text (`binac_core.benchmarks.prompts.SELF_CORRECT_FEEDBACK`)."""
-    ORACLE = "oracle (rule-based)"
-    """The synthetic task's rule-based oracle, which names the first wrong step (it reads the reference)."""
-
-    @property
-    def sampled(self) -> bool:
-        """A critic writes it (sampled, counted as generated samples); else it is written text, not sampled."""
-        return self in (FeedbackSource.CRITIC_TRAINED, FeedbackSource.CRITIC_BASE, FeedbackSource.CRITIC_ADAPTER)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,9 +31,9 @@ class MethodSpec:
     """The critic adapter is trained (exactly when `feedback` is `CRITIC_TRAINED`)."""
     lookahead: bool = False
     """Refine again with the updated actor θ⁺ to form the critic's reward (bilevel methods)."""
-    critic_reward: str = "r1"
-    """How a feedback is rewarded: "r1" (the refinement's reward under θ), "penalty" (`losses.critic_rewards`)
-    or "after" (r1(θ⁺) alone); the last two need the look-ahead (`binac_core.rl.critic_reward`)."""
+    critic_reward: CriticRewardForm = CriticRewardForm.R1
+    """How a feedback is rewarded (`CriticRewardForm`: r1 under θ, the value-penalty form, or r1(θ⁺) alone; the
+    last two need the look-ahead; `binac_core.rl.critic_reward`)."""
     verdict_weight: float | None = None
     """w of the critic's verdict bonus, w × [verdict matches the verifier] (`critic_reward.verdict_bonus`); None: the
     config's `train.critic_verdict_weight` (default 0)."""
@@ -119,13 +97,13 @@ _BILEVEL = {"feedback": _TRAINED, "actor_second_turn": True, "train_critic": Tru
 SPECS = {spec.name: spec for spec in (
     MethodSpec(name="grpo"),
     MethodSpec(name="fixed_critic", feedback=_CRITIC, actor_second_turn=True),
-    MethodSpec(name="binac", **_BILEVEL, critic_reward="penalty"),
-    MethodSpec(name="binac_lam0", **{**_BILEVEL, "lookahead": False}, critic_reward="r1"),
-    MethodSpec(name="binac_after", **_BILEVEL, critic_reward="after"),
+    MethodSpec(name="binac", **_BILEVEL, critic_reward=CriticRewardForm.PENALTY),
+    MethodSpec(name="binac_lam0", **{**_BILEVEL, "lookahead": False}, critic_reward=CriticRewardForm.R1),
+    MethodSpec(name="binac_after", **_BILEVEL, critic_reward=CriticRewardForm.AFTER),
     MethodSpec(name="critic_only", feedback=_TRAINED, train_actor=False, train_critic=True),
     MethodSpec(name="self_correct", feedback=FeedbackSource.FIXED, actor_second_turn=True),
     MethodSpec(name="oracle_critic", feedback=FeedbackSource.ORACLE, actor_second_turn=True),
-    MethodSpec(name="binac_disc", **_BILEVEL, critic_reward="penalty", verdict_weight=1.0),
+    MethodSpec(name="binac_disc", **_BILEVEL, critic_reward=CriticRewardForm.PENALTY, verdict_weight=1.0),
 )}
 METHODS = tuple(SPECS)
 """Every method's name, in the order of the table in README / docs/algorithm.md: the one list config, CLI and

@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from binac_core.foundation.config import Config
 from binac_core.model.fused_lora import merged_lora_forward
 from binac_core.model.generation import AdapterRef
 from binac_core.model.memory import return_freed_memory
@@ -49,6 +50,46 @@ from binac_core.rl.losses import clipped_policy_loss
 
 LOGPROB_CHUNK = 1024
 """Completion positions per LM-head chunk: a chunk's fp32 logits are LOGPROB_CHUNK x vocabulary (512 MB at 128k)."""
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """Everything one update of an adapter reads, built from the config for the adapter's role (`of`): the update
+    takes no setting from anywhere else."""
+
+    lr: float
+    """AdamW's learning rate (`train.actor_lr` / `train.critic_lr`)."""
+    passes: int
+    """Optimizer steps, one per full pass over the batch (`train.t_low` / `train.t_high`)."""
+    kl_coef: float
+    """Weight of the k3 KL to the base model (`train.kl_coef` / `train.critic_kl_coef`)."""
+    entropy_coef: float
+    """Weight of the entropy bonus (`train.entropy_coef` / `train.critic_entropy_coef`)."""
+    clip_eps: float
+    """The PPO ratio clip (`train.clip_eps`)."""
+    max_grad_norm: float
+    """The gradient norm each step is clipped to (`train.max_grad_norm`)."""
+    micro_batch_size: int
+    """Sequences per gradient-accumulation micro-batch (`train.micro_batch_size`)."""
+    activation_checkpointing: bool
+    """Recompute every decoder layer in the backward (`train.activation_checkpointing`)."""
+    temperature: float
+    """The sampling temperature the log-probs are computed at (`generation.temperature`)."""
+
+    @classmethod
+    def of(cls, cfg: Config, role: str, **changes) -> UpdateSettings:
+        """The settings of the `role` adapter's update ("actor" or "critic") under `cfg`, with `changes` (field ->
+        value) applied on top."""
+        t = cfg.train
+        actor = role == "actor"
+        if role not in ("actor", "critic"):
+            raise ValueError(f"no update settings for an adapter named {role!r} (actor, critic)")
+        settings = cls(lr=t.actor_lr if actor else t.critic_lr, passes=t.t_low if actor else t.t_high,
+                       kl_coef=t.kl_coef if actor else t.critic_kl_coef,
+                       entropy_coef=t.entropy_coef if actor else t.critic_entropy_coef, clip_eps=t.clip_eps,
+                       max_grad_norm=t.max_grad_norm, micro_batch_size=t.micro_batch_size,
+                       activation_checkpointing=t.activation_checkpointing, temperature=cfg.generation.temperature)
+        return replace(settings, **changes)
 
 
 @dataclass
@@ -210,20 +251,19 @@ def zero_signal(samples: list[Sample], kl_coef: float, entropy_coef: float) -> b
     return kl_coef == 0 and entropy_coef == 0 and all(s.advantage == 0 for s in samples)
 
 
-def _batch_pass(policy, chunks: list[list[Sample]], refs: list, n_tokens: int, kl_coef: float,
-                entropy_coef: float, backward: bool) -> dict[str, float]:
+def _batch_pass(policy, chunks: list[list[Sample]], refs: list, n_tokens: int, settings: UpdateSettings,
+                backward: bool) -> dict[str, float]:
     """One pass over the batch's micro-batches: each one's loss (its share of the batch's token mean), back-propagated
     when `backward` (gradients accumulate, no optimizer step here); returns the summed loss and statistics."""
-    cfg = policy.cfg
-    pad, temp = policy.tokenizer.pad_token_id, cfg.generation.temperature
-    mode = "differentiable" if entropy_coef > 0 else "value"
+    pad, temp = policy.tokenizer.pad_token_id, settings.temperature
+    mode = "differentiable" if settings.entropy_coef > 0 else "value"
     total = dict.fromkeys(("loss", "kl_sum", "clip_sum", "entropy_sum", "tokens"), 0.0)
     for chunk, ref in zip(chunks, refs, strict=True):
         logp, mask, entropy = sequence_logprobs(policy.model, chunk, pad, temp, entropy=mode)
         old = _pad([s.logprobs for s in chunk], logp.shape[1])
         adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
-        loss, st = clipped_policy_loss(logp, old, adv, mask, cfg.train.clip_eps, ref, kl_coef, n_tokens=n_tokens,
-                                       entropy=entropy, entropy_coef=entropy_coef)
+        loss, st = clipped_policy_loss(logp, old, adv, mask, settings.clip_eps, ref, settings.kl_coef,
+                                       n_tokens=n_tokens, entropy=entropy, entropy_coef=settings.entropy_coef)
         if backward:
             loss.backward()
         total["loss"] += loss.item()
@@ -232,9 +272,9 @@ def _batch_pass(policy, chunks: list[list[Sample]], refs: list, n_tokens: int, k
     return total
 
 
-def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef: float,
-                  entropy_coef: float = 0.0) -> dict[str, float]:
-    """Train adapter `name` on `samples`: `passes` AdamW steps, each on the gradient of one pass over the batch.
+def policy_update(policy, name: str, samples: list[Sample], settings: UpdateSettings) -> dict[str, float]:
+    """Train adapter `name` on `samples`: `settings.passes` AdamW steps, each on the gradient of one pass over the
+    batch.
     Returns the mean loss per pass, the KL, entropy and clip fraction per completion token, the token count and
     `skipped_steps`, the optimizer steps not taken.
 
@@ -243,27 +283,27 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
     from earlier updates; here the weights and the optimizer state (moments, step count) stay as they were, one
     forward without gradients measures the batch (its loss is 0), and its `passes` steps count as skipped
     (docs/algorithm.md, "GRPO for the actor")."""
-    cfg = policy.cfg
+    passes, kl_coef = settings.passes, settings.kl_coef
     samples = [s for s in samples if s.token_ids]
     if not samples:
         return {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "tokens": 0.0,
                 "skipped_steps": float(passes)}
-    pad, temp = policy.tokenizer.pad_token_id, cfg.generation.temperature
-    mb = cfg.train.micro_batch_size
+    pad, temp = policy.tokenizer.pad_token_id, settings.temperature
+    mb = settings.micro_batch_size
     chunks = [samples[i : i + mb] for i in range(0, len(samples), mb)]
     n_tokens = sum(len(s.token_ids) for s in samples)
     refs = [None] * len(chunks)
     if kl_coef > 0:
         with torch.no_grad(), policy.model.disable_adapter():
             refs = [sequence_logprobs(policy.model, c, pad, temp)[0] for c in chunks]
-    skip = zero_signal(samples, kl_coef, entropy_coef)
+    skip = zero_signal(samples, kl_coef, settings.entropy_coef)
     if skip:
         policy.model.set_adapter(name)  # no `train_mode`: no optimizer is created for a step not taken
         policy.model.eval()
         with torch.no_grad(), merged_lora_forward(policy.model):
-            total = _batch_pass(policy, chunks, refs, n_tokens, kl_coef, entropy_coef, backward=False)
+            total = _batch_pass(policy, chunks, refs, n_tokens, settings, backward=False)
     else:
-        total = _train_passes(policy, name, chunks, refs, n_tokens, passes, kl_coef, entropy_coef)
+        total = _train_passes(policy, name, chunks, refs, n_tokens, settings)
     policy.model.eval()
     for p in policy.model.parameters():
         p.requires_grad_(False)
@@ -278,22 +318,21 @@ def policy_update(policy, name: str, samples: list[Sample], passes: int, kl_coef
     }
 
 
-def _train_passes(policy, name: str, chunks: list[list[Sample]], refs: list, n_tokens: int, passes: int,
-                  kl_coef: float, entropy_coef: float) -> dict[str, float]:
-    """`passes` passes over the batch, each accumulating its gradient (`_batch_pass`), clipping its norm and taking
-    one AdamW step; returns the statistics summed over the passes."""
-    cfg = policy.cfg
-    opt = policy.train_mode(name)
+def _train_passes(policy, name: str, chunks: list[list[Sample]], refs: list, n_tokens: int,
+                  settings: UpdateSettings) -> dict[str, float]:
+    """`settings.passes` passes over the batch, each accumulating its gradient (`_batch_pass`), clipping its norm
+    and taking one AdamW step; returns the statistics summed over the passes."""
+    opt = policy.train_mode(name, settings.lr)
     params = policy.params(name)
     policy.model.eval()  # no dropout: the same distribution as sampling (module docstring)
     total = dict.fromkeys(("loss", "kl_sum", "clip_sum", "entropy_sum", "tokens"), 0.0)
     with merged_lora_forward(policy.model), \
-            checkpointed_layers(policy.model, cfg.train.activation_checkpointing):  # module docstring
-        for _ in range(passes):
+            checkpointed_layers(policy.model, settings.activation_checkpointing):  # module docstring
+        for _ in range(settings.passes):
             opt.zero_grad(set_to_none=True)
-            for k, v in _batch_pass(policy, chunks, refs, n_tokens, kl_coef, entropy_coef, backward=True).items():
+            for k, v in _batch_pass(policy, chunks, refs, n_tokens, settings, backward=True).items():
                 total[k] += v
-            torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
             opt.step()
     return total
 
@@ -313,15 +352,15 @@ class AdapterUpdate:
     """Optimizer steps not taken, the batch having no signal (`policy_update`): 0 or the update's passes."""
 
 
-def update_adapter(policy, adapter: AdapterRef, samples: list[Sample], *, passes: int, kl_coef: float,
-                   folder: str | Path | None, entropy_coef: float = 0.0) -> AdapterUpdate:
+def update_adapter(policy, adapter: AdapterRef, samples: list[Sample], settings: UpdateSettings,
+                   folder: str | Path | None) -> AdapterUpdate:
     """One update stage: `adapter` trained on `samples` (`policy_update`) and saved into `folder`; returns the
     new adapter's reference and the update's statistics. A failure mid-way leaves the in-memory adapter marked
     unsynced (`Policy.begin_update`), so the next stage reloads it from disk.
     `folder` None: the adapter is not written; the reference is an in-memory one (`Policy.hold`), the same
     weights a saved one would load (saving changes no value)."""
     policy.begin_update(adapter)
-    metrics = policy_update(policy, adapter.name, samples, passes, kl_coef, entropy_coef)
+    metrics = policy_update(policy, adapter.name, samples, settings)
     return_freed_memory()  # the update's activations and gradients: binac_core/model/memory.py
     ref = policy.hold(adapter.name) if folder is None else policy.save(adapter.name, folder)
     return AdapterUpdate(ref, **metrics)

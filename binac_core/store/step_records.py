@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from binac_core.foundation.workspace import Workspace
 from binac_core.model.stage_io import ScoredBatch
-from binac_core.rl.evaluation import EXEC_PROTOCOLS, FROZEN_PROTOCOL, GREEDY_PROTOCOL, Evaluation
+from binac_core.rl.evaluation import EXEC_PROTOCOLS, Evaluation
+from binac_core.rl.kinds import EvalProtocol
 from binac_core.rl.methods import FeedbackSource, method_spec
 from binac_core.store import storage
 from binac_core.store.identity import RunIdentity
@@ -38,21 +39,23 @@ def store_train_step(
 
 
 def store_eval(ws: Workspace, run: RunIdentity, step: int, result: Evaluation,
-               problems: list[dict] | None = None) -> dict[str, list[dict]]:
+               problems: list[dict] | None = None) -> dict[EvalProtocol, list[dict]]:
     """Write one shard per protocol evaluated (single, single_greedy, feedback, gated, feedback_frozen); return
     the rows stored, by protocol. `problems` (the held-out split) gives the synthetic task's first wrong steps."""
     questions, out = analysis_questions(run.benchmark, problems), {}
     verdicts = result.feedback_source is not FeedbackSource.FIXED
-    out["single"] = trajectory_rows(run, step, result.single, split="eval", protocol="single", questions=questions)
+    single, greedy, feedback, gated, frozen = (EvalProtocol.SINGLE, EvalProtocol.SINGLE_GREEDY, EvalProtocol.FEEDBACK,
+                                               EvalProtocol.GATED, EvalProtocol.FEEDBACK_FROZEN)
+    out[single] = trajectory_rows(run, step, result.single, split="eval", protocol=single, questions=questions)
     if result.single_greedy is not None:
-        out[GREEDY_PROTOCOL] = trajectory_rows(run, step, result.single_greedy, split="eval",
-                                               protocol=GREEDY_PROTOCOL, questions=questions)
+        out[greedy] = trajectory_rows(run, step, result.single_greedy, split="eval", protocol=greedy,
+                                      questions=questions)
     if result.feedback is not None:
-        out["feedback"] = _protocol_rows(run, step, "feedback", result.rounds("feedback"), questions, verdicts)
+        out[feedback] = _protocol_rows(run, step, feedback, result.rounds(feedback), questions, verdicts)
     if result.gated is not None:
-        out["gated"] = _protocol_rows(run, step, "gated", result.gated, questions, verdicts)
+        out[gated] = _protocol_rows(run, step, gated, result.gated, questions, verdicts)
     if result.feedback_frozen is not None:  # the frozen base critic on the same attempts
-        out[FROZEN_PROTOCOL] = _protocol_rows(run, step, FROZEN_PROTOCOL, [result.feedback_frozen], questions)
+        out[frozen] = _protocol_rows(run, step, frozen, [result.feedback_frozen], questions)
     for protocol, rows in out.items():
         storage.write_shard(ws, run.run_id, f"eval-{protocol}", step, rows)
     return out
@@ -72,7 +75,7 @@ def store_eval_exec(ws: Workspace, run: RunIdentity, step: int, result: Evaluati
     return n
 
 
-def _protocol_rows(run: RunIdentity, step: int, protocol: str, rounds: list[ScoredBatch],
+def _protocol_rows(run: RunIdentity, step: int, protocol: EvalProtocol, rounds: list[ScoredBatch],
                    questions: dict[str, str] | None = None, verdicts: bool = True) -> list[dict]:
     """The held-out rows of a feedback protocol's rounds (one for `feedback`, up to K for `gated`); `verdicts`:
     False for a fixed instruction (`records.trajectory_rows`)."""

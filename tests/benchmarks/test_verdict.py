@@ -10,6 +10,7 @@ import pytest
 
 from binac_core import benchmarks
 from binac_core.benchmarks.verdict import parse_verdict
+from binac_core.rl.kinds import CriticRewardForm
 from binac_core.rl.methods import FeedbackSource
 
 MATH_LIKE = ("math", "math500", "gsm8k", "mbpp", "gpqa_diamond")
@@ -240,7 +241,7 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
     from binac_core.foundation.config import load_config
     from binac_core.foundation.files import read_json, write_json
     from binac_core.model.stage_io import Attempt, Feedback, write_records
-    from tasks.critic_update import critic_reward
+    from tasks.critic_update import reward_feedback
 
     cfg = load_config("micro").model_copy(deep=True)
     cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"benchmark": "math"}),
@@ -259,8 +260,8 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
 
     def reward(w, folder):
         (tmp_path / folder).mkdir()
-        out = critic_reward.fn(cfg_d, files["refined"], files["ahead"], str(tmp_path / folder), form="penalty",
-                               verdict_weight=w, feedback=files["feedback"], attempts=files["attempts"],
+        out = reward_feedback.fn(cfg_d, files["refined"], files["ahead"], str(tmp_path / folder),
+                                 form=CriticRewardForm.PENALTY, verdict_weight=w, feedback=files["feedback"], attempts=files["attempts"],
                                first_rewards=files["first"])
         return read_json(out)
 

@@ -58,12 +58,12 @@ def run_loop(base: Path, home: Path, method: str, steps: int, seed: int = SEED,
 
 def loop_rows(res: IterationResult) -> list[tuple]:
     """The stored row's columns compared, as the loop's records give them (one per feedback, else per attempt)."""
-    first = {(a.problem_id, a.sample_idx): (a.text, r) for a, r in zip(res.attempts, res.first_rewards, strict=True)}
+    first = {(a.problem_id, a.sample_idx): (a.text, r) for a, r in zip(res.attempts, res.first_rewards.rewards, strict=True)}
     if res.feedback is None:
         return sorted(((pid, k, 0, *first[(pid, k)], None, None, None, None) for pid, k in first), key=repr)
     critic = res.critic_rewards
     return sorted(((f.problem_id, f.sample_idx, f.feedback_idx, *first[(f.problem_id, f.sample_idx)], f.text, y.text,
-                    r1, critic[i]) for i, (f, y, r1) in enumerate(zip(res.feedback, res.refined, res.refined_rewards,
+                    r1, critic[i]) for i, (f, y, r1) in enumerate(zip(res.feedback, res.refined, res.refined_rewards.rewards,
                                                                       strict=True))), key=repr)
 
 
@@ -119,7 +119,7 @@ def differences(base: Path, home: Path, method: str) -> list[str]:
     for step, res in enumerate(results, start=1):
         if loop_rows(res) != flow_rows(home, method, step):
             found.append(f"step {step}: stored rows")
-        ahead = None if res.lookahead is None else ([y.text for y in res.lookahead], res.lookahead_rewards)
+        ahead = None if res.lookahead is None else ([y.text for y in res.lookahead], res.lookahead_rewards.rewards)
         if ahead != lookahead(home, method, step):
             found.append(f"step {step}: look-ahead refinements")
         if loop_metrics(res) != flow_metrics(home, method, step):

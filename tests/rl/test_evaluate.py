@@ -98,7 +98,7 @@ def test_method_feedback_sources_and_the_report_column(tmp_path):
     from binac_core.reports.report import build_report
     from binac_core.rl.methods import SPECS
 
-    assert {m: SPECS[m].eval_feedback.value for m in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")} \
+    assert {m: SPECS[m].eval_feedback.label for m in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")} \
         == {"grpo": "critic (base, frozen)", "fixed_critic": "critic (base, frozen)", "binac": "critic (trained)",
             "critic_only": "critic (trained)", "self_correct": "fixed instruction"}
     ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25, "eval/acc_feedback_exec": 0.75,

@@ -11,7 +11,7 @@ from binac_core.benchmarks import synthetic
 from binac_core.foundation.config import load_config
 from binac_core.model.generation import HFBackend
 from binac_core.rl.evaluation import (
-    GREEDY_PROTOCOL,
+    GREEDY,
     Evaluation,
     evaluate_protocols,
     greedy_evaluated,
@@ -40,7 +40,7 @@ def _evaluate(backend, seed: int, step: int) -> Evaluation:
     be, actor = backend
     rows = [synthetic.make_row(q) for q in QUESTIONS]
     return evaluate_protocols(be, "synthetic", rows, actor=actor, critic=None, samples=2, gen=GEN, seed=seed,
-                              step=step, protocols=("single", GREEDY_PROTOCOL))
+                              step=step, protocols=("single", GREEDY))
 
 
 def test_a_greedy_evaluation_is_deterministic_and_the_sampled_one_is_not(backend):
@@ -75,7 +75,7 @@ def test_the_greedy_protocol_is_stored_under_its_name_and_logged_as_acc_single_g
     rows = [synthetic.make_row(q) for q in ("7+5", "3-4")]
     be = Fixed()
     result = evaluate_protocols(be, "synthetic", rows, actor=None, critic=None, samples=3, gen=GEN, seed=0, step=0,
-                                protocols=("single", GREEDY_PROTOCOL))
+                                protocols=("single", GREEDY))
     assert be.temperatures == [1.0, 0.0]
     assert result.metrics == {"acc_single": 0.5, "acc_single_greedy": 0.5}
     ws = Workspace(tmp_path / "home")

@@ -6,7 +6,7 @@ import torch
 
 from binac_core.model.stage_io import Attempt, Feedback, Refinement, ScoredBatch
 from binac_core.rl.batches import attempt_samples, feedback_samples, refinement_rewards
-from binac_core.rl.losses import clipped_policy_loss, critic_rewards, group_advantages, k3_kl
+from binac_core.rl.losses import clipped_policy_loss, group_advantages, k3_kl, penalty_reward
 from binac_core.rl.update import token_entropy
 
 
@@ -55,9 +55,9 @@ def test_critic_reward_is_the_value_penalty_weight_worked_out_by_hand_from_the_o
     r1 = torch.tensor([c[0][1] for c in cases])
     r1_plus = torch.tensor([c[0][2] for c in cases])
     expected = torch.tensor([c[1] for c in cases])
-    assert torch.allclose(critic_rewards(r1, r1_plus, lam, alpha), expected)
+    assert torch.allclose(penalty_reward(r1, r1_plus, lam, alpha), expected)
     # α = 0 (no shaping), λ = 0.5, (r0, r1, r1⁺) = (0, 1, 0): 1 + 0.5·[0 + 1] − 0.5·[0 + 0] = 1.5; (0, 0, 1): −0.5
-    assert torch.allclose(critic_rewards(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), 0.5, 0.0),
+    assert torch.allclose(penalty_reward(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), 0.5, 0.0),
                           torch.tensor([1.5, -0.5]))
 
 
@@ -65,9 +65,9 @@ def test_critic_reward_is_r1_without_penalty_or_without_lookahead():
     r1 = torch.tensor([1.0, 1.0, 0.0, 0.0])
     r1_plus = torch.tensor([1.0, 0.0, 1.0, 0.0])
     # λ = 0: I = r1 whatever α and r1⁺
-    assert torch.equal(critic_rewards(r1, r1_plus, 0.0, 2.0), r1)
+    assert torch.equal(penalty_reward(r1, r1_plus, 0.0, 2.0), r1)
     # θ⁺ = θ (critic_only: no actor update, r1⁺ = r1): the two λ brackets are equal, I = r1
-    assert torch.equal(critic_rewards(r1, r1.clone(), 0.5, 2.0), r1)
+    assert torch.equal(penalty_reward(r1, r1.clone(), 0.5, 2.0), r1)
 
 
 def test_clipped_loss_on_policy_is_minus_mean_advantage_per_token():

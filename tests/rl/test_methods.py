@@ -183,10 +183,10 @@ def test_method_specs_are_built_by_keyword_and_name_one_feedback_source():
     with pytest.raises(ValueError, match="CRITIC_TRAINED"):
         MethodSpec(name="x", feedback=FeedbackSource.CRITIC_BASE, train_critic=True)
     sources = {m: (s.feedback and s.feedback.value) for m, s in SPECS.items()}
-    assert sources == {"grpo": None, "fixed_critic": "critic (base, frozen)", "binac": "critic (trained)",
-                       "binac_lam0": "critic (trained)", "binac_after": "critic (trained)",
-                       "critic_only": "critic (trained)", "self_correct": "fixed instruction",
-                       "oracle_critic": "oracle (rule-based)", "binac_disc": "critic (trained)"}
+    assert sources == {"grpo": None, "fixed_critic": "critic_frozen", "binac": "critic", "binac_lam0": "critic",
+                       "binac_after": "critic", "critic_only": "critic", "self_correct": "fixed",
+                       "oracle_critic": "oracle", "binac_disc": "critic"}
     assert SPECS["grpo"].eval_feedback is FeedbackSource.CRITIC_BASE
-    assert [s.value for s in FeedbackSource if s.sampled] == ["critic (trained)", "critic (base, frozen)",
-                                                              "critic (adapter)"]
+    assert [s.value for s in FeedbackSource if s.sampled] == ["critic", "critic_frozen", "critic_adapter"]
+    assert {m: s.critic_reward.value for m, s in SPECS.items() if s.train_critic} == {
+        "binac": "penalty", "binac_lam0": "r1", "binac_after": "after", "critic_only": "r1", "binac_disc": "penalty"}

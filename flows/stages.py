@@ -1,0 +1,65 @@
+"""The stages of one iteration as cached Prefect tasks (`binac_core.rl.loop.Stages`): what `run_iteration` calls
+when the flow runs it. Each method calls one task of tasks/ with the step's seed, step and folder; the tasks hand
+each other stage files (`binac_core.model.stage_io`), cached on their inputs, so a re-run reuses finished stages
+and a killed run resumes (tasks/_common.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from binac_core.foundation.config import Config
+from binac_core.foundation.files import StageFile
+from binac_core.model.stage_io import AdapterRef
+from binac_core.rl.loop import StepContext
+from binac_core.rl.methods import FeedbackSource, MethodSpec
+from tasks import actor_update, critic_update
+from tasks.feedback import sample_feedback
+from tasks.refine import refine
+from tasks.rollout import generate_rollouts
+from tasks.score import score_rewards
+
+
+@dataclass(frozen=True)
+class PrefectStages:
+    """The stages over the run's config (`cfg`, and `cfg_d` as the tasks take it), base model and train split."""
+
+    cfg: Config
+    cfg_d: dict
+    base: StageFile
+    train_split: StageFile
+
+    def rollouts(self, at: StepContext, actor: AdapterRef):
+        return generate_rollouts(self.cfg_d, self.base, self.train_split, actor=actor, **_where(at))
+
+    def score(self, at: StepContext, batch, answers, name: str):
+        return score_rewards(self.cfg_d, batch, answers, out_dir=at.out_dir, name=name)
+
+    def feedback(self, at: StepContext, batch, attempts, first_rewards, source: FeedbackSource,
+                 critic: AdapterRef | None):
+        return sample_feedback(self.cfg_d, self.base, batch=batch, attempts=attempts, first_rewards=first_rewards,
+                               source=source.value, critic=critic, **_where(at))
+
+    def refine(self, at: StepContext, batch, attempts, feedback, actor: AdapterRef, name: str):
+        return refine(self.cfg_d, self.base, batch=batch, attempts=attempts, feedback=feedback, actor=actor,
+                      name=name, **_where(at))
+
+    def update_actor(self, at: StepContext, actor: AdapterRef, attempts, first_rewards, refined, refined_rewards):
+        return actor_update.update_actor(self.cfg_d, self.base, at.seed, actor=actor, attempts=attempts,
+                                         first_rewards=first_rewards, refined=refined,
+                                         refined_rewards=refined_rewards, out_dir=at.out_dir)
+
+    def critic_reward(self, at: StepContext, spec: MethodSpec, refined_rewards, lookahead_rewards, feedback,
+                      attempts, first_rewards):
+        weight = spec.critic_verdict_weight(self.cfg)
+        return critic_update.reward_feedback(self.cfg_d, refined_rewards, lookahead_rewards, form=spec.critic_reward,
+                                           verdict_weight=weight, feedback=feedback, attempts=attempts,
+                                           first_rewards=first_rewards, **_where(at))
+
+    def update_critic(self, at: StepContext, critic: AdapterRef, feedback, critic_rewards):
+        return critic_update.update_critic(self.cfg_d, self.base, at.seed, critic=critic, feedback=feedback,
+                                           critic_rewards=critic_rewards, out_dir=at.out_dir)
+
+
+def _where(at: StepContext) -> dict:
+    """The step's seed, step and folder as the tasks take them."""
+    return {"seed": at.seed, "step": at.step, "out_dir": at.out_dir}
