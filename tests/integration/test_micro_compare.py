@@ -338,7 +338,7 @@ def test_every_training_run_logs_each_phase_once_per_iteration(micro_compare):
 
     ws = Workspace(micro_compare["home"])
     c = tracking.client(ws)
-    children = [r for r in c.search_runs([tracking.experiment_id(c, ws)]) if r.data.tags.get("method")]
+    children = [r for r in c.search_runs([tracking.experiment_id(c, ws)]) if r.data.tags.get("mlflow.parentRunId")]
     assert len(children) == len(ALL)
     for run in children:
         iterations = int(run.data.params["iterations"])
