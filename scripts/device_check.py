@@ -392,7 +392,6 @@ def instrumented(rec: Recorder) -> Iterator[None]:
     from binac_core.rl import loop
 
     with mock.patch.object(loop, "update_adapter", timed_update(rec, loop.update_adapter)), \
-            mock.patch.object(loop, "score", timed(rec, "score", loop.score)), \
             mock.patch.object(loop, "score_with_errors", timed(rec, "score", loop.score_with_errors)), \
             mock.patch.object(loop, "critic_reward", timed(rec, "critic reward", loop.critic_reward)):
         yield
