@@ -69,6 +69,7 @@ demo: $(DEMO_STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -x --timeout 1800 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # Everything but the integration tests (tests/integration/, and every test using a fixture that starts a server or
@@ -76,6 +77,7 @@ test: $(STAMP)
 # a few minutes on an idle 2-core machine.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -x --timeout 900 -m "not integration and not vllm" $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The vLLM tests alone (tests/integration/test_vllm.py: make gpu-check, seeds, adapter swap, stop tokens, binac iterations),
@@ -85,6 +87,7 @@ test-vllm: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run

@@ -8,5 +8,7 @@ top-level `sql/` (the trajectory schema and the analysis queries) ships inside t
 
 from setuptools import find_packages, setup
 
-setup(packages=[*find_packages(include=["binac_core*", "tasks*", "flows*"]), "binac_core.sql"],
-      package_dir={"binac_core.sql": "sql"})
+setup(
+    packages=[*find_packages(include=["binac_core*", "tasks*", "flows*"]), "binac_core.sql"],
+    package_dir={"binac_core.sql": "sql"},
+)

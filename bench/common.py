@@ -174,8 +174,9 @@ def run_child(name: str, args: list[str], env: dict | None = None) -> subprocess
     cmd = [sys.executable, "-m", "bench.run", "--child", name, *args]
     # A process group of its own, so that `stop` also reaches what the child started (Prefect's temporary API
     # server): binac_core/runs/process_group.py, shared with scripts/gpu_check.py.
-    return start_in_group(cmd, cwd=REPO, env=env or dict(os.environ), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    return start_in_group(
+        cmd, cwd=REPO, env=env or dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -249,11 +250,29 @@ def grpo_rows(g: dict, cfg) -> tuple[list[Row], list[str]]:
     tok = f"mean completion tokens: binac {fmt(median(g['binac_tokens']))}, TRL {fmt(median(g['trl_tokens']))}"
     note = g["trl_error"] and f"TRL failed: {g['trl_error'][:300]}" or tok
     rows = [
-        Row("grpo_iter", f"GRPO iteration ({shape}, 1 update)", "s", "binac", median(g["binac"]), "TRL",
-            median(g["trl"]), "TRL / binac", paired_ratio(g["trl"], g["binac"]), note),
-        Row("binac_save", "binac adapter save (pipeline does it each iteration; excluded above)", "s", "save",
-            median(g["save"]), "", None, "save / binac iteration",
-            single_ratio(median(g["binac"]), median(g["save"]))),
+        Row(
+            "grpo_iter",
+            f"GRPO iteration ({shape}, 1 update)",
+            "s",
+            "binac",
+            median(g["binac"]),
+            "TRL",
+            median(g["trl"]),
+            "TRL / binac",
+            paired_ratio(g["trl"], g["binac"]),
+            note,
+        ),
+        Row(
+            "binac_save",
+            "binac adapter save (pipeline does it each iteration; excluded above)",
+            "s",
+            "save",
+            median(g["save"]),
+            "",
+            None,
+            "save / binac iteration",
+            single_ratio(median(g["binac"]), median(g["save"])),
+        ),
     ]
     notes = [n for n in [g["layout_note"]] if n]
     if g["trl_error"]:
@@ -293,8 +312,13 @@ def fmt(x: float | None) -> str:
 def table(rows: list[Row]) -> str:
     lines = ["| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
-        cells = [r.what, _cell(r.a_label, r.a, r.unit), _cell(r.b_label, r.b, r.unit), _ratio(r.ratio, r.ratio_of),
-                 r.note]
+        cells = [
+            r.what,
+            _cell(r.a_label, r.a, r.unit),
+            _cell(r.b_label, r.b, r.unit),
+            _ratio(r.ratio, r.ratio_of),
+            r.note,
+        ]
         lines.append("| " + " | ".join(" ".join(c.replace("|", "/").split()) for c in cells) + " |")
     return "\n".join(lines)
 

@@ -92,8 +92,10 @@ def verdict(p: Phases, download: float | None) -> str:
     if download is not None and download > GOAL_DOWNLOAD_S:
         rest = p.total - download
         ok = rest <= GOAL_AFTER_DOWNLOAD_S
-        return (f"download alone {download:.0f} s > {GOAL_DOWNLOAD_S:.0f} s (the network): after it {rest:.0f} s, "
-                f"{'within' if ok else 'over'} the {GOAL_AFTER_DOWNLOAD_S:.0f} s goal")
+        return (
+            f"download alone {download:.0f} s > {GOAL_DOWNLOAD_S:.0f} s (the network): after it {rest:.0f} s, "
+            f"{'within' if ok else 'over'} the {GOAL_AFTER_DOWNLOAD_S:.0f} s goal"
+        )
     ok = p.total <= GOAL_TOTAL_S
     return f"{p.total:.0f} s, {'within' if ok else 'over'} the {GOAL_TOTAL_S:.0f} s goal"
 
@@ -108,19 +110,29 @@ def _load(loads: tuple[float, float, float]) -> str:
     return " / ".join(f"{x:.2f}" for x in loads)
 
 
-HEADER = ("| date (UTC) | commit | machine | load avg 1/5/15 min, start → end | download alone | install "
-          "(download included) | pretraining | comparison | `make demo` total | goal |\n"
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+HEADER = (
+    "| date (UTC) | commit | machine | load avg 1/5/15 min, start → end | download alone | install "
+    "(download included) | pretraining | comparison | `make demo` total | goal |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+)
 
 
 def row(meta: dict, p: Phases, download: float | None) -> str:
     pre = _fmt(p.pretraining)
     if p.pretrain_inner is not None:
         pre += f"; {p.pretrain_inner:.0f} s of it the base's build"
-    cells = [meta["date"], meta["commit"], meta["machine"],
-             f"{_load(meta['load_start'])} → {_load(meta['load_end'])}",
-             _fmt(download) if download is not None else "not measured", _fmt(p.install), pre, _fmt(p.comparison),
-             f"**{_fmt(p.total)}**", verdict(p, download)]
+    cells = [
+        meta["date"],
+        meta["commit"],
+        meta["machine"],
+        f"{_load(meta['load_start'])} → {_load(meta['load_end'])}",
+        _fmt(download) if download is not None else "not measured",
+        _fmt(p.install),
+        pre,
+        _fmt(p.comparison),
+        f"**{_fmt(p.total)}**",
+        verdict(p, download),
+    ]
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
@@ -143,12 +155,16 @@ def section(meta: dict, p: Phases, download: float | None) -> str:
     ]
     extra = list(p.notes)
     if busy:
-        extra.append(f"The machine was busy (1-min load average {meta['load_start'][0]:.2f} at the start, above half "
-                     f"of its {meta['cpus']} cores): the seconds are not those of an idle machine; re-measure on an "
-                     "idle one.")
+        extra.append(
+            f"The machine was busy (1-min load average {meta['load_start'][0]:.2f} at the start, above half "
+            f"of its {meta['cpus']} cores): the seconds are not those of an idle machine; re-measure on an "
+            "idle one."
+        )
     if meta.get("threads") is not None:
-        extra.append(f"Run with `--threads {meta['threads']}` (BINAC_TORCH_THREADS={meta['threads']}: pretraining on "
-                     f"{meta['threads']} thread(s) instead of every core), not as a user's plain `make demo`.")
+        extra.append(
+            f"Run with `--threads {meta['threads']}` (BINAC_TORCH_THREADS={meta['threads']}: pretraining on "
+            f"{meta['threads']} thread(s) instead of every core), not as a user's plain `make demo`."
+        )
     if meta.get("overlay"):
         extra.append("Measured on uncommitted changes laid over the clone (`--overlay-worktree`).")
     if meta.get("pip_source"):
@@ -168,7 +184,7 @@ def write_section(path: Path, key: str, body: str) -> None:
     block = f"<!-- bench:{key} -->\n{body.rstrip()}\n<!-- /bench:{key} -->\n"
     for m in SECTION_RE.finditer(old):
         if m.group("key") == key:
-            path.write_text(old[: m.start()] + block + old[m.end():])
+            path.write_text(old[: m.start()] + block + old[m.end() :])
             return
     path.write_text((old.rstrip() + "\n\n" if old.strip() else "") + block)
 
@@ -209,13 +225,25 @@ def fresh_env(tmp: Path, name: str) -> dict:
     """The environment of a fresh machine's first run, as far as one process can have it: empty pip cache, no
     Prefect or MLflow server configured, empty Prefect and matplotlib homes, unbuffered output."""
     env = dict(os.environ)
-    for k in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "MLFLOW_UI", "BINAC_HOME", "BINAC_MODEL_CACHE",
-              "BINAC_TORCH_THREADS", "VIRTUAL_ENV", "PIP_NO_CACHE_DIR"):
+    for k in (
+        "PREFECT_API_URL",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_UI",
+        "BINAC_HOME",
+        "BINAC_MODEL_CACHE",
+        "BINAC_TORCH_THREADS",
+        "VIRTUAL_ENV",
+        "PIP_NO_CACHE_DIR",
+    ):
         env.pop(k, None)
     for sub in ("pip-cache", "prefect-home", "mpl"):
         (tmp / f"{name}-{sub}").mkdir(parents=True, exist_ok=True)
-    env.update(PIP_CACHE_DIR=str(tmp / f"{name}-pip-cache"), PREFECT_HOME=str(tmp / f"{name}-prefect-home"),
-               MPLCONFIGDIR=str(tmp / f"{name}-mpl"), PYTHONUNBUFFERED="1")
+    env.update(
+        PIP_CACHE_DIR=str(tmp / f"{name}-pip-cache"),
+        PREFECT_HOME=str(tmp / f"{name}-prefect-home"),
+        MPLCONFIGDIR=str(tmp / f"{name}-mpl"),
+        PYTHONUNBUFFERED="1",
+    )
     if os.environ.get("VIRTUAL_ENV"):  # a venv's bin first on PATH would be that venv's python and pip
         venv_bin = str(Path(os.environ["VIRTUAL_ENV"]) / "bin")
         env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
@@ -226,8 +254,9 @@ def timed_lines(cmd: list[str], cwd: Path, env: dict, echo: bool = True) -> tupl
     """Run `cmd`, stdout and stderr merged; (exit status, wall seconds, [(seconds since start, line)])."""
     t0 = time.monotonic()
     out: list[tuple[float, str]] = []
-    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          bufsize=1, errors="replace") as proc:
+    with subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, errors="replace"
+    ) as proc:
         for line in proc.stdout:
             t = time.monotonic() - t0
             out.append((t, line.rstrip("\n")))
@@ -253,8 +282,9 @@ def pip_source_note() -> str:
     """Where this machine's pip takes packages from besides PyPI (a local wheel folder or index), in one line:
     the torch CPU build comes from there on the project's machines."""
     try:
-        cfg = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=60).stdout
+        cfg = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
     keep = [ln.strip() for ln in cfg.splitlines() if re.search(r"find-links|index-url|constraint", ln)]
@@ -264,8 +294,14 @@ def pip_source_note() -> str:
 def machine(cpus: int) -> str:
     cpu = ""
     try:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                    if ln.startswith("model name")), "")
+        cpu = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            "",
+        )
     except OSError:
         pass
     return f"{cpus} CPUs{f' ({cpu})' if cpu else ''}, Python {platform.python_version()}"
@@ -275,17 +311,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", default=str(REPO), help="what to clone (a path or URL; default: this checkout)")
     ap.add_argument("--ref", default=None, help="commit or branch to check out (default: the clone's HEAD)")
-    ap.add_argument("--overlay-worktree", action="store_true",
-                    help="lay this checkout's uncommitted changes over the clone (a trial before committing)")
+    ap.add_argument(
+        "--overlay-worktree",
+        action="store_true",
+        help="lay this checkout's uncommitted changes over the clone (a trial before committing)",
+    )
     ap.add_argument("--no-download", action="store_true", help="skip the download-alone measurement")
-    ap.add_argument("--python", default=os.environ.get("PY", "python3"),
-                    help="the interpreter make's venv is made with (make's PY)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="BINAC_TORCH_THREADS for the demo (default: unset, as a user's make demo: pretraining on "
-                    "every core); 1 keeps pretraining's two OpenMP threads from fighting other jobs on a busy machine")
+    ap.add_argument(
+        "--python", default=os.environ.get("PY", "python3"), help="the interpreter make's venv is made with (make's PY)"
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="BINAC_TORCH_THREADS for the demo (default: unset, as a user's make demo: pretraining on "
+        "every core); 1 keeps pretraining's two OpenMP threads from fighting other jobs on a busy machine",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results.md",
-                    help="markdown file whose `demo-time` section is written ('-': print only)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "bench" / "results.md",
+        help="markdown file whose `demo-time` section is written ('-': print only)",
+    )
     a = ap.parse_args(argv)
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -314,9 +362,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"make demo failed (exit {rc}) after {total:.0f} s; nothing written", file=sys.stderr)
             return 1
         p = phases(lines, total)
-        meta = {"date": started.strftime("%Y-%m-%d %H:%M"), "commit": commit, "machine": machine(cpus),
-                "cpus": cpus, "load_start": load_start, "load_end": os.getloadavg(), "overlay": bool(overlay),
-                "pip_source": pip_source_note(), "threads": a.threads}
+        meta = {
+            "date": started.strftime("%Y-%m-%d %H:%M"),
+            "commit": commit,
+            "machine": machine(cpus),
+            "cpus": cpus,
+            "load_start": load_start,
+            "load_end": os.getloadavg(),
+            "overlay": bool(overlay),
+            "pip_source": pip_source_note(),
+            "threads": a.threads,
+        }
         body = section(meta, p, download)
         print("\n" + body)
         if str(a.out) != "-":

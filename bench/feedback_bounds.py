@@ -89,9 +89,7 @@ def evaluate(model, tok, rows: list[dict], cfg, samples: int) -> dict:
         result[f"{name}_broken"] = sum(1 for a, b in zip(first, second, strict=True) if a > b) / len(items)
     oracle = sources["oracle"]
     result["critic_kinds"] = dict(Counter(feedback_kind(f) for f in critic))
-    result["critic_agrees_with_oracle"] = sum(
-        c.strip() == o for c, o in zip(critic, oracle, strict=True)
-    ) / len(items)
+    result["critic_agrees_with_oracle"] = sum(c.strip() == o for c, o in zip(critic, oracle, strict=True)) / len(items)
     result["well_formed_attempts"] = sum(syn.final_answer(a) is not None for a in attempts) / len(items)
     result["examples"] = [
         {"question": r["question"], "attempt": a, "critic": c, "oracle": o}
@@ -116,12 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--samples", type=int, default=2, help="first attempts per eval problem")
     ap.add_argument("--seed", type=int, default=0, help="torch seed of all sampling")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument(
-        "--base-dir", type=Path, default=None, help="a saved base model (default: workspace cache)"
-    )
-    ap.add_argument(
-        "--rebuild", action="store_true", help="pretrain again even if the cache has a base model"
-    )
+    ap.add_argument("--base-dir", type=Path, default=None, help="a saved base model (default: workspace cache)")
+    ap.add_argument("--rebuild", action="store_true", help="pretrain again even if the cache has a base model")
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -172,9 +166,7 @@ def report(res: dict) -> None:
         f"eval {res['eval_seconds']}s"
     )
     for ex in res["examples"]:
-        print(
-            f"  e.g. {ex['question']!r} -> {ex['attempt']!r} | critic {ex['critic']!r} | oracle {ex['oracle']!r}"
-        )
+        print(f"  e.g. {ex['question']!r} -> {ex['attempt']!r} | critic {ex['critic']!r} | oracle {ex['oracle']!r}")
 
 
 if __name__ == "__main__":

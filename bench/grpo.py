@@ -149,7 +149,8 @@ class Probe:
         model.generate = self.wrap("generate", model.generate)
         trainer._get_per_token_logps_and_entropies = self.wrap(
             lambda: "forward" if torch.is_grad_enabled() else "nograd_forward",
-            trainer._get_per_token_logps_and_entropies)
+            trainer._get_per_token_logps_and_entropies,
+        )
         trainer.accelerator.clip_grad_norm_ = self.wrap("optimizer", trainer.accelerator.clip_grad_norm_)
 
     def hook_binac(self, loop: BinacGRPO) -> None:
@@ -188,8 +189,9 @@ class BinacGRPO:
 
     def iteration(self) -> None:
         """One iteration at step 0, 1, ... of seed `SEED`; grpo never uses the critic (no critic reference)."""
-        self.last = iteration(self.policy, self.backend, self.cfg, SPECS["grpo"], self.rows, SEED, self.step,
-                              self.actor, None)
+        self.last = iteration(
+            self.policy, self.backend, self.cfg, SPECS["grpo"], self.rows, SEED, self.step, self.actor, None
+        )
         self.actor = self.last.actor
         self.tokens.append(self.last.actor_update.tokens / len(self.last.attempts))
         self.step += 1

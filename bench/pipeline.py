@@ -99,8 +99,11 @@ def _run(preset: str, iterations: int, method: str) -> dict:
     for name in outer:
         out_s, in_s = window(outer[name]), window(inner.get(name, []))
         if out_s and in_s:
-            tasks[name] = {"calls": len(out_s) / len(gaps), "outer_ms": 1000 * statistics.median(out_s),
-                           "inner_ms": 1000 * statistics.median(in_s)}
+            tasks[name] = {
+                "calls": len(out_s) / len(gaps),
+                "outer_ms": 1000 * statistics.median(out_s),
+                "inner_ms": 1000 * statistics.median(in_s),
+            }
     return {"iteration_s": gaps, "tasks": tasks, "code": str(Path(flows.train.__file__).parent.parent)}
 
 
@@ -154,15 +157,32 @@ def _timed_fn(fn, name: str, inner: dict):
     return timed
 
 
-def compare(cfg, base_dir: Path, work: Path, threads: int, bare_loop, repeats: int, iterations: int, log,
-            tree: str | None = None) -> dict:
+def compare(
+    cfg,
+    base_dir: Path,
+    work: Path,
+    threads: int,
+    bare_loop,
+    repeats: int,
+    iterations: int,
+    log,
+    tree: str | None = None,
+) -> dict:
     """{"pipeline": [s per repeat], "bare": [...], "tasks": the last child's breakdown, "binac": the breakdown of
     one `binac` run (not compared: the bare loop is GRPO's), "before": `tree`'s breakdown (one child run of that
     code, after the interleaved repeats) or None, "error": ...}."""
     from bench.common import collect, run_child
 
-    args = ["--config-json", str(preset_file(cfg, work)), "--base-dir", str(base_dir), "--threads", str(threads),
-            "--iterations", str(iterations)]
+    args = [
+        "--config-json",
+        str(preset_file(cfg, work)),
+        "--base-dir",
+        str(base_dir),
+        "--threads",
+        str(threads),
+        "--iterations",
+        str(iterations),
+    ]
     out = {"pipeline": [], "bare": [], "tasks": {}, "binac": None, "before": None}
     for r in range(repeats):
         log(f"pipeline vs bare loop: repeat {r + 1}/{repeats}")
@@ -196,27 +216,40 @@ def _bare(loop, n: int) -> list[float]:
 def breakdown(tasks: dict) -> list[tuple[str, float, float, float, float]]:
     """(task, calls per iteration, outside ms, inside ms, Prefect ms) per task of the measured iterations, the
     task that takes most of an iteration first."""
-    rows = [(name, t["calls"], t["outer_ms"], t["inner_ms"], t["outer_ms"] - t["inner_ms"]) for name, t in tasks.items()]
+    rows = [
+        (name, t["calls"], t["outer_ms"], t["inner_ms"], t["outer_ms"] - t["inner_ms"]) for name, t in tasks.items()
+    ]
     return sorted(rows, key=lambda r: -r[2] * r[1])
 
 
 def markdown(p: dict, iterations: int, tree: str | None) -> str:
     """The stage breakdown section of the results file: grpo (after, and before when `tree` ran), then binac."""
-    lines = ["## Where a pipeline iteration goes (per task, median ms per call)", "",
-             "Outside = the task call with Prefect's engine (`Task.__call__`); inside = the task function; "
-             "Prefect = the difference. grpo: the calls of the measured iterations of the last pipeline child of the "
-             f"comparison above ({iterations} iterations a run, the first and the last not measured); the other "
-             "runs are one child each, after the comparison, measured alike.", ""]
-    runs = (("grpo, after (this checkout)", {"tasks": p["tasks"], "iteration": statistics.median(p["pipeline"])}),
-            (f"grpo, before (code of `{tree}`)", p["before"]), ("binac, after (this checkout)", p["binac"]))
+    lines = [
+        "## Where a pipeline iteration goes (per task, median ms per call)",
+        "",
+        "Outside = the task call with Prefect's engine (`Task.__call__`); inside = the task function; "
+        "Prefect = the difference. grpo: the calls of the measured iterations of the last pipeline child of the "
+        f"comparison above ({iterations} iterations a run, the first and the last not measured); the other "
+        "runs are one child each, after the comparison, measured alike.",
+        "",
+    ]
+    runs = (
+        ("grpo, after (this checkout)", {"tasks": p["tasks"], "iteration": statistics.median(p["pipeline"])}),
+        (f"grpo, before (code of `{tree}`)", p["before"]),
+        ("binac, after (this checkout)", p["binac"]),
+    )
     for label, res in runs:
         if not res:
             continue
         if "error" in res:
             lines += [f"{label}: failed: {res['error'][:300]}", ""]
             continue
-        lines += [f"### {label}" + (f": iteration {res['iteration']:.3f} s" if "iteration" in res else ""), "",
-                  "| task | calls per iteration | outside | inside | Prefect |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            f"### {label}" + (f": iteration {res['iteration']:.3f} s" if "iteration" in res else ""),
+            "",
+            "| task | calls per iteration | outside | inside | Prefect |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         rows = breakdown(res["tasks"])
         for name, per, o, i, e in rows:
             lines.append(f"| {name} | {per:.3g} | {o:.1f} | {i:.1f} | {e:.1f} |")

@@ -102,8 +102,17 @@ def measure_throughput(cfg, binac_loop, repeats: int, compare_threads: bool, log
     return out
 
 
-def measure_pipeline(cfg, base_dir: Path, work: Path, threads: int, bare_loop, repeats: int, iterations: int,
-                     before_tree: str | None, log) -> dict | None:
+def measure_pipeline(
+    cfg,
+    base_dir: Path,
+    work: Path,
+    threads: int,
+    bare_loop,
+    repeats: int,
+    iterations: int,
+    before_tree: str | None,
+    log,
+) -> dict | None:
     """The pipeline-vs-bare-loop comparison (`bench.pipeline`), or None with `iterations` 0."""
     if not iterations:
         return None
@@ -152,14 +161,39 @@ def pipeline_rows(p: dict | None, cfg) -> list[Row]:
     if p is None:
         return []
     t = cfg.train
-    what = (f"pipeline iteration (`binac train`, grpo, B×G = {t.batch_problems}×{t.group_size}: tasks, stage files, "
-            "shard, MLflow, adapter save) vs the bare loop")
+    what = (
+        f"pipeline iteration (`binac train`, grpo, B×G = {t.batch_problems}×{t.group_size}: tasks, stage files, "
+        "shard, MLflow, adapter save) vs the bare loop"
+    )
     if "error" in p:
-        return [Row("pipeline_iter", what, "s", "bare loop", None, "pipeline", None, "pipeline / bare loop", None,
-                    f"failed: {p['error'][:300]}")]
-    return [Row("pipeline_iter", what, "s", "bare loop", median(p["bare"]), "pipeline", median(p["pipeline"]),
-                "pipeline / bare loop", paired_ratio(p["pipeline"], p["bare"]),
-                "goal ≤ 1.10 (issue 12); per-task breakdown below")]
+        return [
+            Row(
+                "pipeline_iter",
+                what,
+                "s",
+                "bare loop",
+                None,
+                "pipeline",
+                None,
+                "pipeline / bare loop",
+                None,
+                f"failed: {p['error'][:300]}",
+            )
+        ]
+    return [
+        Row(
+            "pipeline_iter",
+            what,
+            "s",
+            "bare loop",
+            median(p["bare"]),
+            "pipeline",
+            median(p["pipeline"]),
+            "pipeline / bare loop",
+            paired_ratio(p["pipeline"], p["bare"]),
+            "goal ≤ 1.10 (issue 12); per-task breakdown below",
+        )
+    ]
 
 
 def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
@@ -167,24 +201,62 @@ def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
 
     b8, b64, base = tp["batch8_actor"], tp["batch64_actor"], tp["batch64_base"]
     rows = [
-        Row("gen_batch", "HFBackend generation, actor adapter, 64 prompts: batch 8 vs batch 64", "tok/s",
-            "batch 8", median(b8), "batch 64", median(b64), "throughput 64 / 8", paired_ratio(b64, b8)),
-        Row("gen_lora", "HFBackend generation, batch 64: adapters disabled vs actor adapter", "tok/s",
-            "disabled", median(base), "actor", median(b64), "time per token, actor / disabled",
-            paired_ratio(base, b64), "LoRA overhead (adapter merged per call, binac_core.model.decode)"),
+        Row(
+            "gen_batch",
+            "HFBackend generation, actor adapter, 64 prompts: batch 8 vs batch 64",
+            "tok/s",
+            "batch 8",
+            median(b8),
+            "batch 64",
+            median(b64),
+            "throughput 64 / 8",
+            paired_ratio(b64, b8),
+        ),
+        Row(
+            "gen_lora",
+            "HFBackend generation, batch 64: adapters disabled vs actor adapter",
+            "tok/s",
+            "disabled",
+            median(base),
+            "actor",
+            median(b64),
+            "time per token, actor / disabled",
+            paired_ratio(base, b64),
+            "LoRA overhead (adapter merged per call, binac_core.model.decode)",
+        ),
     ]
     if "batch64_actor_generate" in tp:
         gen = tp["batch64_actor_generate"]
-        rows.append(Row("gen_loop", "HFBackend generation, actor, batch 64: transformers generate vs binac's loop",
-                        "tok/s", "generate", median(gen), "decode", median(b64), "throughput decode / generate",
-                        paired_ratio(b64, gen), "binac_core.model.decode (issue 12)"))
+        rows.append(
+            Row(
+                "gen_loop",
+                "HFBackend generation, actor, batch 64: transformers generate vs binac's loop",
+                "tok/s",
+                "generate",
+                median(gen),
+                "decode",
+                median(b64),
+                "throughput decode / generate",
+                paired_ratio(b64, gen),
+                "binac_core.model.decode (issue 12)",
+            )
+        )
     if "run_threads" not in tp:
         return rows
     run_thr, alt, n = tp["run_threads"], tp["other_threads"], other_threads(threads)
     return rows + [
-        Row("gen_threads", f"HFBackend generation, actor, batch 16: {threads} vs {n} torch threads", "tok/s",
-            f"{threads} thr", median(run_thr), f"{n} thr", median(alt), f"throughput {n} thr / {threads} thr",
-            paired_ratio(alt, run_thr), "A = the thread count of every other row"),
+        Row(
+            "gen_threads",
+            f"HFBackend generation, actor, batch 16: {threads} vs {n} torch threads",
+            "tok/s",
+            f"{threads} thr",
+            median(run_thr),
+            f"{n} thr",
+            median(alt),
+            f"throughput {n} thr / {threads} thr",
+            paired_ratio(alt, run_thr),
+            "A = the thread count of every other row",
+        ),
     ]
 
 
@@ -197,19 +269,48 @@ def prefect_rows(p: dict, iter_s: float | None) -> list[Row]:
     rows = []
     for (key, what), col in zip(_PREFECT, ("miss_ms", "hit_ms"), strict=True):
         per_iter = [x * PIPELINE_TASKS_PER_GRPO_ITERATION for x in p[col]]
-        rows.append(Row(
-            key, what, "ms/call", "plain fn", median(p["plain_ms"]), "task", median(p[col]),
-            "task call / binac GRPO iteration", paired_ratio(p[col], [iter_ms] * len(p[col])),
-            f"×{PIPELINE_TASKS_PER_GRPO_ITERATION} tasks per pipeline iteration ≈ "
-            f"{fmt(median(per_iter))} ms",
-        ))
-    rows.append(Row("prefect_flow", _FLOW, "s",
-                    "flow run", median(p["flow_s"]), "", None, "flow run / binac GRPO iteration",
-                    paired_ratio(p["flow_s"], [iter_s] * len(p["flow_s"])) if iter_s else None,
-                    "once per flow run (`binac train` is one flow run)"))
-    rows.append(Row("prefect_start", _START, "s", "first run", p["start_s"], "", None,
-                    "start / binac GRPO iteration", single_ratio(iter_s, p["start_s"]),
-                    f"once per process; {p['records']} files written to the temp result storage"))
+        rows.append(
+            Row(
+                key,
+                what,
+                "ms/call",
+                "plain fn",
+                median(p["plain_ms"]),
+                "task",
+                median(p[col]),
+                "task call / binac GRPO iteration",
+                paired_ratio(p[col], [iter_ms] * len(p[col])),
+                f"×{PIPELINE_TASKS_PER_GRPO_ITERATION} tasks per pipeline iteration ≈ {fmt(median(per_iter))} ms",
+            )
+        )
+    rows.append(
+        Row(
+            "prefect_flow",
+            _FLOW,
+            "s",
+            "flow run",
+            median(p["flow_s"]),
+            "",
+            None,
+            "flow run / binac GRPO iteration",
+            paired_ratio(p["flow_s"], [iter_s] * len(p["flow_s"])) if iter_s else None,
+            "once per flow run (`binac train` is one flow run)",
+        )
+    )
+    rows.append(
+        Row(
+            "prefect_start",
+            _START,
+            "s",
+            "first run",
+            p["start_s"],
+            "",
+            None,
+            "start / binac GRPO iteration",
+            single_ratio(iter_s, p["start_s"]),
+            f"once per process; {p['records']} files written to the temp result storage",
+        )
+    )
     return rows
 
 
@@ -230,6 +331,7 @@ _MEMORY = (
 
 def memory_rows(b: dict, t: dict) -> list[Row]:
     """Single-sample rows (one child per side): the ratio's min and max equal its median."""
+
     def value(d, field):
         if "error" in d:
             return None
@@ -246,10 +348,20 @@ def memory_rows(b: dict, t: dict) -> list[Row]:
 # ------------------------------------------------------------------------------------------------------ running
 
 
-def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 50, threads: int | None = None,
-              memory: bool = True, compare_threads: bool = False, prefect_home: Path | None = None,
-              overlap_children: bool = False, pipeline_iterations: int = 12, before_tree: str | None = None,
-              log=None) -> Report:
+def run_bench(
+    cfg,
+    repeats: int = 5,
+    base_dir: Path | None = None,
+    calls: int = 50,
+    threads: int | None = None,
+    memory: bool = True,
+    compare_threads: bool = False,
+    prefect_home: Path | None = None,
+    overlap_children: bool = False,
+    pipeline_iterations: int = 12,
+    before_tree: str | None = None,
+    log=None,
+) -> Report:
     """Run every measurement for `cfg` and return the report (rows in table order, notes, machine meta).
 
     `overlap_children` starts the child processes as soon as they can start instead of after the in-process
@@ -268,19 +380,28 @@ def run_bench(cfg, repeats: int = 5, base_dir: Path | None = None, calls: int = 
         torch.set_num_threads(threads)
         base_dir = Path(base_dir or default_base_dir(cfg))
         build_s = ensure_base(cfg, base_dir, log)
-        report = Report(meta={
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "preset": cfg.name, "repeats": repeats, "calls": calls, "threads": threads,
-            "load_start": load_start, "base": _base_meta(base_dir, build_s), **machine(), **versions(),
-        })
+        report = Report(
+            meta={
+                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                "preset": cfg.name,
+                "repeats": repeats,
+                "calls": calls,
+                "threads": threads,
+                "load_start": load_start,
+                "base": _base_meta(base_dir, build_s),
+                **machine(),
+                **versions(),
+            }
+        )
         with tempfile.TemporaryDirectory(prefix="binac-bench-") as tmp:
             mem = memory_jobs(cfg, base_dir, Path(tmp), threads) if memory else {}
             if overlap_children:
                 early |= start_children(mem)
             g = measure_grpo(cfg, base_dir, Path(tmp), repeats, threads, log)
             tp = measure_throughput(cfg, g["binac_obj"], repeats, compare_threads, log)
-            pipe = measure_pipeline(cfg, base_dir, Path(tmp), threads, g["binac_obj"], repeats, pipeline_iterations,
-                                    before_tree, log)
+            pipe = measure_pipeline(
+                cfg, base_dir, Path(tmp), threads, g["binac_obj"], repeats, pipeline_iterations, before_tree, log
+            )
             ch = {n: collect(p) for n, p in early.items()} if overlap_children else run_children(prefect | mem, log)
     except BaseException:
         for proc in early.values():
@@ -379,22 +500,47 @@ def child_main(args) -> None:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
-    p.add_argument("--preset", default="micro", help="config preset (micro: a few minutes; tiny: the real numbers, and a long first base-model build; smol-synthetic: the real pretrained model, ~15 minutes)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help=f"measured repeats per variant (after one warm-up; default {DEFAULT_REPEATS}, {SMOL_REPEATS} on smol)")
+    p.add_argument(
+        "--preset",
+        default="micro",
+        help="config preset (micro: a few minutes; tiny: the real numbers, and a long first base-model build; smol-synthetic: the real pretrained model, ~15 minutes)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help=f"measured repeats per variant (after one warm-up; default {DEFAULT_REPEATS}, {SMOL_REPEATS} on smol)",
+    )
     p.add_argument("--out", default="bench/results.md", help="markdown file to write ('-': print only)")
     p.add_argument("--calls", type=int, default=50, help="Prefect task calls per repeat")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads of every variant (default: $BINAC_TORCH_THREADS or 1, the pipeline's)")
-    p.add_argument("--base-dir", help="base model folder (default: a per-config temp dir, built once; smol: a "
-                   "converted checkpoint folder, used as it is, or a models root to convert into)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of every variant (default: $BINAC_TORCH_THREADS or 1, the pipeline's)",
+    )
+    p.add_argument(
+        "--base-dir",
+        help="base model folder (default: a per-config temp dir, built once; smol: a "
+        "converted checkpoint folder, used as it is, or a models root to convert into)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the fresh-process import/memory children")
-    p.add_argument("--compare-threads", action="store_true",
-                   help="also compare generation at 1 vs 2 torch threads (slow on a busy machine)")
-    p.add_argument("--pipeline-iterations", type=int, default=12,
-                   help="iterations of each pipeline run of the pipeline-vs-bare-loop row (0: skip the row)")
-    p.add_argument("--before-tree", help="also break a pipeline iteration down on this checkout's code (e.g. a "
-                   "`git worktree` of an older commit), beside this checkout's")
+    p.add_argument(
+        "--compare-threads",
+        action="store_true",
+        help="also compare generation at 1 vs 2 torch threads (slow on a busy machine)",
+    )
+    p.add_argument(
+        "--pipeline-iterations",
+        type=int,
+        default=12,
+        help="iterations of each pipeline run of the pipeline-vs-bare-loop row (0: skip the row)",
+    )
+    p.add_argument(
+        "--before-tree",
+        help="also break a pipeline iteration down on this checkout's code (e.g. a "
+        "`git worktree` of an older commit), beside this checkout's",
+    )
     p.add_argument("--child", choices=["prefect", "binac", "trl", "update", "pipeline"], help=argparse.SUPPRESS)
     p.add_argument("--iterations", type=int, help=argparse.SUPPRESS)
     p.add_argument("--method", default="grpo", help=argparse.SUPPRESS)
@@ -427,9 +573,17 @@ def main(argv=None) -> None:
             write_section(Path(args.out), cfg.name, text)
             print(f"written to {args.out} (section {cfg.name})", file=sys.stderr)
         return
-    report = run_bench(cfg, args.repeats or DEFAULT_REPEATS, args.base_dir, args.calls, args.threads,
-                       memory=not args.no_memory, compare_threads=args.compare_threads,
-                       pipeline_iterations=args.pipeline_iterations, before_tree=args.before_tree)
+    report = run_bench(
+        cfg,
+        args.repeats or DEFAULT_REPEATS,
+        args.base_dir,
+        args.calls,
+        args.threads,
+        memory=not args.no_memory,
+        compare_threads=args.compare_threads,
+        pipeline_iterations=args.pipeline_iterations,
+        before_tree=args.before_tree,
+    )
     text = markdown(report)
     print(text)
     if args.out != "-":

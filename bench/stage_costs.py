@@ -24,7 +24,10 @@ def phase_totals(histories: dict[str, list[float]]) -> dict[str, float]:
 
 def table(runs: list[tuple[str, dict[str, float]]]) -> str:
     """A markdown table: one row per (run name, phase totals), each phase's seconds and share of the total."""
-    lines = ["| run | phases s | " + " | ".join(PHASES) + " |", "| --- | --- | " + " | ".join("---" for _ in PHASES) + " |"]
+    lines = [
+        "| run | phases s | " + " | ".join(PHASES) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in PHASES) + " |",
+    ]
     for name, totals in runs:
         total = sum(totals.values())
         cells = [f"{totals[p]:.1f} ({100 * totals[p] / max(total, 1e-9):.0f} %)" for p in PHASES]
@@ -38,15 +41,23 @@ def _collect(limit: int) -> list[tuple[str, dict[str, float]]]:
 
     ws = workspace()
     client = tracking.client(ws)
-    runs = client.search_runs([tracking.experiment_id(client, ws)], "attributes.status = 'FINISHED'",
-                              order_by=["attributes.start_time DESC"], max_results=limit)
+    runs = client.search_runs(
+        [tracking.experiment_id(client, ws)],
+        "attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=limit,
+    )
     out = []
     for run in runs:
         if run.data.tags.get("kind"):  # a comparison's or a study's parent run: no iterations of its own
             continue
         keys = [f"perf/{p}_s" for p in PHASES if f"perf/{p}_s" in run.data.metrics]
-        out.append((run.info.run_name, phase_totals(
-            {k: [m.value for m in client.get_metric_history(run.info.run_id, k)] for k in keys})))
+        out.append(
+            (
+                run.info.run_name,
+                phase_totals({k: [m.value for m in client.get_metric_history(run.info.run_id, k)] for k in keys}),
+            )
+        )
     return out
 
 

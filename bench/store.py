@@ -54,17 +54,22 @@ ORDER BY score DESC, run_id, step, problem_id, sample_idx, feedback_idx
 LIMIT $k;
 """
 OLD_SEARCH = "\n".join(line for line in SEARCH.splitlines() if line.startswith("-- @param")) + "\n" + OLD_SEARCH_BODY
-QUERIES = [{"query": "step wrong"}, {"query": "check the sign of the carry"},
-           {"query": "remainder final answer", "all_words": "1"}]
+QUERIES = [
+    {"query": "step wrong"},
+    {"query": "check the sign of the carry"},
+    {"query": "remainder final answer", "all_words": "1"},
+]
 SHARD = 1024
 
-WORDS = ("the a step answer sign carry wrong correct check product sum digit remainder multiply add subtract divide "
-         "final result error mistake missing term value should be is was not but then first second third last "
-         "again recompute verify calculation partial row column borrow forgot dropped swapped reversed order "
-         "fraction decimal rounding unit equation variable both sides simplify expand factor constant coefficient "
-         "negative positive zero one two three because since so therefore however also instead try look "
-         "closely here there line reasoning argument claim follows assumption case cases all every some none "
-         "table count total average probability independent event").split()
+WORDS = (
+    "the a step answer sign carry wrong correct check product sum digit remainder multiply add subtract divide "
+    "final result error mistake missing term value should be is was not but then first second third last "
+    "again recompute verify calculation partial row column borrow forgot dropped swapped reversed order "
+    "fraction decimal rounding unit equation variable both sides simplify expand factor constant coefficient "
+    "negative positive zero one two three because since so therefore however also instead try look "
+    "closely here there line reasoning argument claim follows assumption case cases all every some none "
+    "table count total average probability independent event"
+).split()
 
 
 def old_write_rows(path: Path, rows: list[dict]) -> None:
@@ -74,8 +79,10 @@ def old_write_rows(path: Path, rows: list[dict]) -> None:
         con.execute(storage.schema_sql())
         if rows:
             cols = storage.columns()
-            con.executemany(f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
-                            [[r[c] for c in cols] for r in rows])
+            con.executemany(
+                f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
+                [[r[c] for c in cols] for r in rows],
+            )
         with atomic_path(path) as tmp:
             con.execute(f"COPY trajectory_rows TO {storage.sql_string(tmp)} (FORMAT parquet)")
     finally:
@@ -91,8 +98,10 @@ def feedback_text(rnd: random.Random) -> str | None:
     if u < 0.45:
         return rnd.choice(["Looks correct.", "The answer is correct.", "Correct.", "No mistake found."])
     n = rnd.randint(10, 40)
-    words = [WORDS[min(int(rnd.paretovariate(0.8)) - 1, len(WORDS) - 1)] if rnd.random() < 0.5
-             else rnd.choice(WORDS) for _ in range(n)]
+    words = [
+        WORDS[min(int(rnd.paretovariate(0.8)) - 1, len(WORDS) - 1)] if rnd.random() < 0.5 else rnd.choice(WORDS)
+        for _ in range(n)
+    ]
     if rnd.random() < 0.5:
         words[:3] = ["In", "step", str(rnd.randint(1, 8))]
     return " ".join(words).capitalize() + "."
@@ -104,19 +113,40 @@ def rows_of(run: int, step: int, n: int, rnd: random.Random) -> list[dict]:
     out = []
     for i in range(n):
         fb = feedback_text(rnd)
-        out.append({
-            "run_id": f"run{run:04d}", "method": method, "preset": "tiny", "seed": run % 5, "step": step,
-            "split": "train" if i % 8 else "eval", "protocol": "train", "benchmark": "synthetic",
-            "problem_id": f"p{i // 8:05d}", "sample_idx": i % 8, "feedback_idx": 0, "round": 1 if fb else 0,
-            "prompt": f"Compute {rnd.randint(10, 999)} * {rnd.randint(10, 999)} step by step.",
-            "attempt": "Step 1: ... Step 2: ... Answer: 1234", "attempt_reward": float(rnd.random() < 0.5),
-            "feedback": fb, "refined": "Answer: 1234" if fb else None,
-            "refined_reward": float(rnd.random() < 0.6) if fb else None, "critic_reward": None,
-            "attempt_tokens": 40, "feedback_tokens": 12 if fb else None, "refined_tokens": 20 if fb else None,
-            "created_at": when, "first_wrong_step": rnd.choice([None, 1, 2, 3]), "feedback_step": None,
-            "feedback_approves": None, "actor_samples": step * 16, "generated_samples": step * 48,
-            "parent_run_id": f"parent{run % 3}", "feedback_verdict": rnd.choice(["correct", "incorrect", "none"])
-            if fb else None})
+        out.append(
+            {
+                "run_id": f"run{run:04d}",
+                "method": method,
+                "preset": "tiny",
+                "seed": run % 5,
+                "step": step,
+                "split": "train" if i % 8 else "eval",
+                "protocol": "train",
+                "benchmark": "synthetic",
+                "problem_id": f"p{i // 8:05d}",
+                "sample_idx": i % 8,
+                "feedback_idx": 0,
+                "round": 1 if fb else 0,
+                "prompt": f"Compute {rnd.randint(10, 999)} * {rnd.randint(10, 999)} step by step.",
+                "attempt": "Step 1: ... Step 2: ... Answer: 1234",
+                "attempt_reward": float(rnd.random() < 0.5),
+                "feedback": fb,
+                "refined": "Answer: 1234" if fb else None,
+                "refined_reward": float(rnd.random() < 0.6) if fb else None,
+                "critic_reward": None,
+                "attempt_tokens": 40,
+                "feedback_tokens": 12 if fb else None,
+                "refined_tokens": 20 if fb else None,
+                "created_at": when,
+                "first_wrong_step": rnd.choice([None, 1, 2, 3]),
+                "feedback_step": None,
+                "feedback_approves": None,
+                "actor_samples": step * 16,
+                "generated_samples": step * 48,
+                "parent_run_id": f"parent{run % 3}",
+                "feedback_verdict": rnd.choice(["correct", "incorrect", "none"]) if fb else None,
+            }
+        )
     return out
 
 
@@ -137,11 +167,17 @@ def ingest(repeats: int, tmp: Path, log) -> list[tuple]:
         new = _time(lambda rows=rows: storage._write_rows(tmp / "new.parquet", rows), repeats)
         o, w = n / statistics.median(old), n / statistics.median(new)
         log(f"ingest {n} rows: old {o:,.0f} rows/s, new {w:,.0f} rows/s")
-        rows_out.append((f"trajectory shard write, {n:,} rows (`storage.write_shard`'s Parquet write)",
-                         f"row by row: {o:,.0f} rows/s", f"columnar: {w:,.0f} rows/s",
-                         f"**{w / o:.3g}** [{n / max(new) / (n / min(old)):.3g}–{n / min(new) / (n / max(old)):.3g}] "
-                         "(new / old rows/s)", f"median of {repeats}; per shard: old {statistics.median(old) * 1e3:.0f} ms, "
-                         f"new {statistics.median(new) * 1e3:.1f} ms"))
+        rows_out.append(
+            (
+                f"trajectory shard write, {n:,} rows (`storage.write_shard`'s Parquet write)",
+                f"row by row: {o:,.0f} rows/s",
+                f"columnar: {w:,.0f} rows/s",
+                f"**{w / o:.3g}** [{n / max(new) / (n / min(old)):.3g}–{n / min(new) / (n / max(old)):.3g}] "
+                "(new / old rows/s)",
+                f"median of {repeats}; per shard: old {statistics.median(old) * 1e3:.0f} ms, "
+                f"new {statistics.median(new) * 1e3:.1f} ms",
+            )
+        )
     return rows_out
 
 
@@ -167,32 +203,51 @@ def search(total: int, repeats: int, old_repeats: int, tmp: Path, log) -> list[t
     new = {i: _time(lambda q=q: sqlrun.run(ws, SEARCH, q), repeats) for i, q in enumerate(QUERIES)}
     storage.write_shard(ws, "late", "train", 0, rows_of(999, 0, SHARD, rnd))
     landed = _time(lambda: sqlrun.run(ws, SEARCH, QUERIES[0]), 1)[0]
-    log("new: " + ", ".join(f"{statistics.median(v):.3f} s" for v in new.values()) + f"; after a shard lands {landed:.3f} s")
+    log(
+        "new: "
+        + ", ".join(f"{statistics.median(v):.3f} s" for v in new.values())
+        + f"; after a shard lands {landed:.3f} s"
+    )
     old = {i: _time(lambda q=q: sqlrun.run(ws, OLD_SEARCH, q), old_repeats) for i, q in enumerate(QUERIES)}
     log("old: " + ", ".join(f"{statistics.median(v):.3f} s" for v in old.values()))
     out = []
     for i, q in enumerate(QUERIES):
         o, w = statistics.median(old[i]), statistics.median(new[i])
         words = q["query"] + (" (all words)" if q.get("all_words") == "1" else "")
-        out.append((f"BM25 feedback search over {total:,} rows (`sql/feedback_search.sql`, query \"{words}\")",
-                    f"FTS index rebuilt per query: {o:.3g} s", f"feedback index: {w:.3g} s",
-                    f"**{o / w:.3g}** [{min(old[i]) / max(new[i]):.3g}–{max(old[i]) / min(new[i]):.3g}] (old / new time)",
-                    f"median of {repeats} new, {old_repeats} old; through `sqlrun.run` like `binac sql`"))
-    out.append((f"feedback index upkeep, {total:,}-row store",
-                f"first query, every shard new: {first_s:.3g} s", f"query after one {SHARD}-row shard landed: {landed:.3g} s",
-                f"**{landed / statistics.median(new[0]):.3g}** (after a shard / current index)",
-                f"{shards} shards written in {write_s:.1f} s ({total / write_s:,.0f} rows/s through `write_shard`); "
-                "a store from before the index pays the first-query cost once"))
+        out.append(
+            (
+                f'BM25 feedback search over {total:,} rows (`sql/feedback_search.sql`, query "{words}")',
+                f"FTS index rebuilt per query: {o:.3g} s",
+                f"feedback index: {w:.3g} s",
+                f"**{o / w:.3g}** [{min(old[i]) / max(new[i]):.3g}–{max(old[i]) / min(new[i]):.3g}] (old / new time)",
+                f"median of {repeats} new, {old_repeats} old; through `sqlrun.run` like `binac sql`",
+            )
+        )
+    out.append(
+        (
+            f"feedback index upkeep, {total:,}-row store",
+            f"first query, every shard new: {first_s:.3g} s",
+            f"query after one {SHARD}-row shard landed: {landed:.3g} s",
+            f"**{landed / statistics.median(new[0]):.3g}** (after a shard / current index)",
+            f"{shards} shards written in {write_s:.1f} s ({total / write_s:,.0f} rows/s through `write_shard`); "
+            "a store from before the index pays the first-query cost once",
+        )
+    )
     return out
 
 
 def markdown(rows: list[tuple], args) -> str:
-    lines = ["## `store`: the trajectory store (`python -m bench.store`)", "",
-             f"Measured {datetime.now():%Y-%m-%d} on this machine; {args.rows:,}-row store, shards of {SHARD} rows. "
-             "Shard writes: the old row-by-row `executemany` vs the columnar write (one Arrow table, one INSERT). "
-             "Search: the old `sql/feedback_search.sql` (FTS index rebuilt over every selected row at each query) "
-             "vs the per-shard feedback index merged at query time (same scores: tests/store/test_feedback_index.py).", "",
-             "| measurement | A | B | ratio: median [min–max] | notes |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "## `store`: the trajectory store (`python -m bench.store`)",
+        "",
+        f"Measured {datetime.now():%Y-%m-%d} on this machine; {args.rows:,}-row store, shards of {SHARD} rows. "
+        "Shard writes: the old row-by-row `executemany` vs the columnar write (one Arrow table, one INSERT). "
+        "Search: the old `sql/feedback_search.sql` (FTS index rebuilt over every selected row at each query) "
+        "vs the per-shard feedback index merged at query time (same scores: tests/store/test_feedback_index.py).",
+        "",
+        "| measurement | A | B | ratio: median [min–max] | notes |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 

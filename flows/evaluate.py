@@ -38,34 +38,70 @@ from tasks.track import finish_run, log_metrics, start_run
 
 @flow(name="evaluate")
 def evaluate_model(
-    benchmark: str = "gsm8k", model: str = "", actor_adapter: str | None = None, critic_adapter: str | None = None,
-    protocol: str = EvalProtocol.SINGLE.value, samples: int = 1, limit: int = 20, preset: str = "tiny",
-    temperature: float | None = None, max_new_tokens: int | None = None, seed: int = 0,
-    critic_sees_execution: bool = False, feedback: str = "critic", fresh: str = "",
+    benchmark: str = "gsm8k",
+    model: str = "",
+    actor_adapter: str | None = None,
+    critic_adapter: str | None = None,
+    protocol: str = EvalProtocol.SINGLE.value,
+    samples: int = 1,
+    limit: int = 20,
+    preset: str = "tiny",
+    temperature: float | None = None,
+    max_new_tokens: int | None = None,
+    seed: int = 0,
+    critic_sees_execution: bool = False,
+    feedback: str = "critic",
+    fresh: str = "",
 ) -> dict:
-    cfg, refs = plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset,
-                              temperature, max_new_tokens)
+    cfg, refs = plan_evaluate(
+        benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature, max_new_tokens
+    )
     accept(cfg.grading.sandbox)  # process-wide: the sandbox refuses an isolation the run does not accept
     critic_source = FeedbackSource.CRITIC_ADAPTER if critic_adapter else FeedbackSource.CRITIC_BASE
     stages, name, source = eval_stages(benchmark, protocol, critic_sees_execution, feedback, critic_source)
     cfg_d, ws = cfg.model_dump(mode="json"), workspace()
     key = hashlib.sha256(
-        f"{cfg.digest()}|{refs}|{name}|{seed}|{source.value}|{stage_code_digest()}|{fresh}".encode()).hexdigest()[:12]
+        f"{cfg.digest()}|{refs}|{name}|{seed}|{source.value}|{stage_code_digest()}|{fresh}".encode()
+    ).hexdigest()[:12]
     g = cfg.generation
-    params = {**cfg.flat(), "protocol": name, "samples": str(samples), "limit": str(limit),
-              "temperature": str(g.eval_temperature), "max_new_tokens": str(g.max_new_tokens),
-              "actor_adapter": str(actor_adapter), "critic_adapter": str(critic_adapter),
-              "eval_feedback_source": source.value, "grading.isolation": isolation_used(cfg), "code.fresh": fresh}
-    tags = {"method": "eval", "preset": cfg.name, "seed": str(seed), "benchmark": benchmark, "protocol": name,
-            "eval_feedback_source": source.value}
+    params = {
+        **cfg.flat(),
+        "protocol": name,
+        "samples": str(samples),
+        "limit": str(limit),
+        "temperature": str(g.eval_temperature),
+        "max_new_tokens": str(g.max_new_tokens),
+        "actor_adapter": str(actor_adapter),
+        "critic_adapter": str(critic_adapter),
+        "eval_feedback_source": source.value,
+        "grading.isolation": isolation_used(cfg),
+        "code.fresh": fresh,
+    }
+    tags = {
+        "method": "eval",
+        "preset": cfg.name,
+        "seed": str(seed),
+        "benchmark": benchmark,
+        "protocol": name,
+        "eval_feedback_source": source.value,
+    }
     run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)
     run = RunIdentity(run_id=run_id, method="eval", preset=cfg.name, seed=seed, benchmark=benchmark)
     try:
         base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d, ("eval",))
-        result = evaluate(cfg_d, base, data["eval"], actor=refs["actor"], critic=refs["critic"] if source.sampled else None,
-                               seed=seed, step=0, out_dir=str(ws.run_dir(f"eval-{key}")), protocols=stages,
-                               source=source.value)
+        result = evaluate(
+            cfg_d,
+            base,
+            data["eval"],
+            actor=refs["actor"],
+            critic=refs["critic"] if source.sampled else None,
+            seed=seed,
+            step=0,
+            out_dir=str(ws.run_dir(f"eval-{key}")),
+            protocols=stages,
+            source=source.value,
+        )
         metrics = store_eval(run, 0, result)
         store_eval_exec(run, 0, result)
         log_metrics(run_id, metrics, 0)
@@ -73,5 +109,9 @@ def evaluate_model(
     except BaseException:
         finish_run(run_id, "FAILED")
         raise
-    return {"run_id": run_id, "metrics": metrics, "feedback_source": source.value,
-            "critic_health": stored_health(ws, run_id)}
+    return {
+        "run_id": run_id,
+        "metrics": metrics,
+        "feedback_source": source.value,
+        "critic_health": stored_health(ws, run_id),
+    }

@@ -63,26 +63,42 @@ def check_deployment(name: str, home) -> str:
     from pathlib import Path
 
     if not os.environ.get("PREFECT_API_URL"):
-        raise BinacError("a study submits its runs to a Prefect server: PREFECT_API_URL is not set (start the lab "
-                         "with `make serve`, then `source $BINAC_HOME/serve/env.sh`)")
+        raise BinacError(
+            "a study submits its runs to a Prefect server: PREFECT_API_URL is not set (start the lab "
+            "with `make serve`, then `source $BINAC_HOME/serve/env.sh`)"
+        )
     with get_client(sync_client=True) as client:
         try:
             dep = client.read_deployment_by_name(name)
         except Exception as exc:  # ObjectNotFound, or no server at that URL
-            raise BinacError(f"deployment {name!r} not found at {os.environ['PREFECT_API_URL']} "
-                             f"({type(exc).__name__}); `make serve` deploys prefect.yaml") from None
+            raise BinacError(
+                f"deployment {name!r} not found at {os.environ['PREFECT_API_URL']} "
+                f"({type(exc).__name__}); `make serve` deploys prefect.yaml"
+            ) from None
     env = (dep.job_variables or {}).get("env") or {}
     theirs = env.get("BINAC_HOME")
     if theirs and Path(theirs).resolve() != Path(home).resolve():
-        raise BinacError(f"deployment {name!r} runs with BINAC_HOME={theirs}, this study uses {home}: export the "
-                         "same BINAC_HOME (the workers' results must be where the study reads them)")
+        raise BinacError(
+            f"deployment {name!r} runs with BINAC_HOME={theirs}, this study uses {home}: export the "
+            "same BINAC_HOME (the workers' results must be where the study reads them)"
+        )
     if not dep.work_pool_name:
         raise BinacError(f"deployment {name!r} has no work pool")
     return dep.work_pool_name
 
 
-def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, home, is_finished,
-            retries: int = 1, poll_s: float = 5.0, say=None, on_done=None) -> list[Tracked]:
+def fan_out(
+    deployment: str,
+    pool: str,
+    tracked: list[Tracked],
+    study_tag: str,
+    home,
+    is_finished,
+    retries: int = 1,
+    poll_s: float = 5.0,
+    say=None,
+    on_done=None,
+) -> list[Tracked]:
     """Submit and wait until every run is done or failed; `is_finished(key)` asks MLflow; `on_done(t)` is called
     once for each run seen finishing in this invocation (not for those done before it). Returns `tracked`."""
     say = say or functools.partial(print, flush=True)
@@ -97,8 +113,18 @@ def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, 
                 by_key = _flow_runs_by_key(client, study_tag)
                 for t in tracked:
                     if t.state not in ("done", "failed"):
-                        _advance(client, t, by_key.get(t.key, []), deployment, study_tag, home, is_finished,
-                                 retries, progress, say)
+                        _advance(
+                            client,
+                            t,
+                            by_key.get(t.key, []),
+                            deployment,
+                            study_tag,
+                            home,
+                            is_finished,
+                            retries,
+                            progress,
+                            say,
+                        )
                         if t.state == "done" and on_done is not None:
                             on_done(t)
                 progress.show(tracked, _online_workers(client, pool))
@@ -107,9 +133,11 @@ def fan_out(deployment: str, pool: str, tracked: list[Tracked], study_tag: str, 
                 if not transient(exc) or failed_looks >= TRANSIENT_LOOKS:
                     raise
                 failed_looks += 1
-                say(f"[study] the Prefect server failed a request ({type(exc).__name__}: "
+                say(
+                    f"[study] the Prefect server failed a request ({type(exc).__name__}: "
                     f"{str(exc).splitlines()[0][:160]}); looking again in {poll_s:g} s ({failed_looks}/"
-                    f"{TRANSIENT_LOOKS})")
+                    f"{TRANSIENT_LOOKS})"
+                )
             if any(t.state in ("queued", "running") for t in tracked):
                 time.sleep(poll_s)
         progress.show(tracked, _online_workers(client, pool), force=True)
@@ -126,15 +154,19 @@ def transient(exc: BaseException) -> bool:
     return isinstance(exc, httpx.TransportError)
 
 
-def _advance(client, t: Tracked, flow_runs: list, deployment: str, study_tag: str, home, is_finished,
-             retries: int, progress, say) -> None:
+def _advance(
+    client, t: Tracked, flow_runs: list, deployment: str, study_tag: str, home, is_finished, retries: int, progress, say
+) -> None:
     """One look at a run that is not done: follow its newest flow run (`flow_runs`, oldest first), or submit."""
     fr = flow_runs[-1] if flow_runs else None
     state = fr.state_type.value if fr and fr.state_type else None
     killed = bool(fr and state == "RUNNING" and _dead(home, t.key, str(fr.id)))
     if killed:
-        client.set_flow_run_state(fr.id, Crashed(message="its process is gone (run lock released without "
-                                                          "exiting); resubmitted by the study"), force=True)
+        client.set_flow_run_state(
+            fr.id,
+            Crashed(message="its process is gone (run lock released without exiting); resubmitted by the study"),
+            force=True,
+        )
         t.notes.append(f"flow run {fr.id} died while running; resubmitted")
         say(f"[study] {t.name}: flow run {fr.id} died while running (worker killed?); resubmitting")
         state = "CRASHED"
@@ -162,8 +194,14 @@ def _dead(home, key: str, flow_run_id: str) -> bool:
 def _submit(deployment: str, t: Tracked, study_tag: str, n_before: int) -> None:
     """`n_before` (the run's earlier flow runs) makes the idempotency key: two study processes submitting the
     same run at the same moment get one flow run."""
-    run_deployment(deployment, parameters=t.parameters, timeout=0, flow_run_name=t.name,
-                        tags=[study_tag, f"binac-run:{t.key}"], idempotency_key=f"{t.key}-{n_before}")
+    run_deployment(
+        deployment,
+        parameters=t.parameters,
+        timeout=0,
+        flow_run_name=t.name,
+        tags=[study_tag, f"binac-run:{t.key}"],
+        idempotency_key=f"{t.key}-{n_before}",
+    )
     t.submitted += 1
     t.state, t.started = "queued", None
 
@@ -182,8 +220,12 @@ def _flow_runs(client, tag: str, page: int = 200) -> list:
     """Every flow run carrying `tag`, oldest first (the API serves at most 200 per request)."""
     out: list = []
     while True:
-        batch = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])),
-                                      sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=page, offset=len(out))
+        batch = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+            limit=page,
+            offset=len(out),
+        )
         out += batch
         if len(batch) < page:
             return out
@@ -229,8 +271,7 @@ class Progress:
             return
         eta = self.eta(tracked, workers)
         when = "after the first run finishes" if eta is None else _hms(eta)
-        self.say(f"[study] {counts['done']}/{len(tracked)} runs done: {line}; {workers} worker(s) online; "
-                 f"ETA {when}")
+        self.say(f"[study] {counts['done']}/{len(tracked)} runs done: {line}; {workers} worker(s) online; ETA {when}")
         self.last, self.last_t = line, time.time()
 
 

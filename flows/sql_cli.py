@@ -51,8 +51,9 @@ def shown(res: sqlrun.Result):
 def table_text(df) -> str:
     import pandas as pd
 
-    with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200,
-                           "display.max_colwidth", 80):
+    with pd.option_context(
+        "display.max_rows", 200, "display.max_columns", 50, "display.width", 200, "display.max_colwidth", 80
+    ):
         return df.to_string(index=False)
 
 

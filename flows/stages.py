@@ -34,30 +34,71 @@ class PrefectStages:
     def score(self, at: StepContext, batch, answers, name: str):
         return score_rewards(self.cfg_d, batch, answers, out_dir=at.out_dir, name=name)
 
-    def feedback(self, at: StepContext, batch, attempts, first_rewards, source: FeedbackSource,
-                 critic: AdapterRef | None):
-        return sample_feedback(self.cfg_d, self.base, batch=batch, attempts=attempts, first_rewards=first_rewards,
-                               source=source.value, critic=critic, **_where(at))
+    def feedback(
+        self, at: StepContext, batch, attempts, first_rewards, source: FeedbackSource, critic: AdapterRef | None
+    ):
+        return sample_feedback(
+            self.cfg_d,
+            self.base,
+            batch=batch,
+            attempts=attempts,
+            first_rewards=first_rewards,
+            source=source.value,
+            critic=critic,
+            **_where(at),
+        )
 
     def refine(self, at: StepContext, batch, attempts, feedback, actor: AdapterRef, name: str):
-        return refine(self.cfg_d, self.base, batch=batch, attempts=attempts, feedback=feedback, actor=actor,
-                      name=name, **_where(at))
+        return refine(
+            self.cfg_d,
+            self.base,
+            batch=batch,
+            attempts=attempts,
+            feedback=feedback,
+            actor=actor,
+            name=name,
+            **_where(at),
+        )
 
     def update_actor(self, at: StepContext, actor: AdapterRef, attempts, first_rewards, refined, refined_rewards):
-        return actor_update.update_actor(self.cfg_d, self.base, at.seed, actor=actor, attempts=attempts,
-                                         first_rewards=first_rewards, refined=refined,
-                                         refined_rewards=refined_rewards, out_dir=at.out_dir)
+        return actor_update.update_actor(
+            self.cfg_d,
+            self.base,
+            at.seed,
+            actor=actor,
+            attempts=attempts,
+            first_rewards=first_rewards,
+            refined=refined,
+            refined_rewards=refined_rewards,
+            out_dir=at.out_dir,
+        )
 
-    def critic_reward(self, at: StepContext, spec: MethodSpec, refined_rewards, lookahead_rewards, feedback,
-                      attempts, first_rewards):
+    def critic_reward(
+        self, at: StepContext, spec: MethodSpec, refined_rewards, lookahead_rewards, feedback, attempts, first_rewards
+    ):
         weight = spec.critic_verdict_weight(self.cfg)
-        return critic_update.reward_feedback(self.cfg_d, refined_rewards, lookahead_rewards, form=spec.critic_reward,
-                                           verdict_weight=weight, feedback=feedback, attempts=attempts,
-                                           first_rewards=first_rewards, **_where(at))
+        return critic_update.reward_feedback(
+            self.cfg_d,
+            refined_rewards,
+            lookahead_rewards,
+            form=spec.critic_reward,
+            verdict_weight=weight,
+            feedback=feedback,
+            attempts=attempts,
+            first_rewards=first_rewards,
+            **_where(at),
+        )
 
     def update_critic(self, at: StepContext, critic: AdapterRef, feedback, critic_rewards):
-        return critic_update.update_critic(self.cfg_d, self.base, at.seed, critic=critic, feedback=feedback,
-                                           critic_rewards=critic_rewards, out_dir=at.out_dir)
+        return critic_update.update_critic(
+            self.cfg_d,
+            self.base,
+            at.seed,
+            critic=critic,
+            feedback=feedback,
+            critic_rewards=critic_rewards,
+            out_dir=at.out_dir,
+        )
 
 
 def _where(at: StepContext) -> dict:

@@ -68,29 +68,49 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
     deviations += [f"gate failed (report only): {f}" for f in failures]
     runs = grid(st, difficulties)
     totals = equal_budget_totals(st)
-    params = {"study": st.name, "study_file": str(st.path), "preset": st.preset, "methods": ",".join(st.methods),
-              "seeds": ",".join(map(str, st.seeds)), "iterations": str(st.iterations),
-              "eval_every": str(st.eval_every), "equal_actor_train_samples": str(totals["actor_train"]),
-              "equal_generated_samples": str(totals["generated"]),
-              "variants": ",".join(f"{m}:{v}" for m, named in st.variants.items() for v in named),
-              **{f"regime.{r}": str(d) for r, d in difficulties.items()}, **st.config().flat()}
-    parent = start_run(f"study-{key}", f"study-{st.name}", {"kind": "study", "method": "study",
-                                                            "preset": st.preset, "study": st.name}, params)
-    tracked = [Tracked(r.name, run_key(st, r, key, code), train_parameters(st, r, parent, key), r.method)
-               for r in runs]
+    params = {
+        "study": st.name,
+        "study_file": str(st.path),
+        "preset": st.preset,
+        "methods": ",".join(st.methods),
+        "seeds": ",".join(map(str, st.seeds)),
+        "iterations": str(st.iterations),
+        "eval_every": str(st.eval_every),
+        "equal_actor_train_samples": str(totals["actor_train"]),
+        "equal_generated_samples": str(totals["generated"]),
+        "variants": ",".join(f"{m}:{v}" for m, named in st.variants.items() for v in named),
+        **{f"regime.{r}": str(d) for r, d in difficulties.items()},
+        **st.config().flat(),
+    }
+    parent = start_run(
+        f"study-{key}",
+        f"study-{st.name}",
+        {"kind": "study", "method": "study", "preset": st.preset, "study": st.name},
+        params,
+    )
+    tracked = [Tracked(r.name, run_key(st, r, key, code), train_parameters(st, r, parent, key), r.method) for r in runs]
     keys = [t.key for t in tracked]
     try:
         if archive:
             _say(f"restored {len(restore_runs(ws, Path(archive), parent, keys))} finished run(s) from {archive}")
         if not report_only:
             is_finished = finished_keys(ws)
-            fan_out(st.deployment, pool, tracked, f"binac-study:{key}", ws.home, is_finished, retries,
-                    on_done=functools.partial(archive_run, ws, archive) if archive else None)
+            fan_out(
+                st.deployment,
+                pool,
+                tracked,
+                f"binac-study:{key}",
+                ws.home,
+                is_finished,
+                retries,
+                on_done=functools.partial(archive_run, ws, archive) if archive else None,
+            )
         if archive:
             _say(f"archived {len(export_finished(ws, Path(archive), keys))} more finished run(s) to {archive}")
         outcome = collect(ws, runs, tracked)
-        report = build_study_report(st, measured, difficulties, deviations, outcome,
-                                    ws.home / "reports" / f"study-{key}")
+        report = build_study_report(
+            st, measured, difficulties, deviations, outcome, ws.home / "reports" / f"study-{key}"
+        )
         for f in report["files"]:
             tracking.log_path(ws, parent, f, "report")
         complete = all(o["finished"] for o in outcome)
@@ -100,8 +120,14 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
         if not report_only:
             finish_run(parent, "FAILED")
         raise
-    return {"parent_run_id": parent, "report_text": report["text"], "report_files": report["files"],
-            "complete": complete, "runs": len(runs), "finished": sum(o["finished"] for o in outcome)}
+    return {
+        "parent_run_id": parent,
+        "report_text": report["text"],
+        "report_files": report["files"],
+        "complete": complete,
+        "runs": len(runs),
+        "finished": sum(o["finished"] for o in outcome),
+    }
 
 
 def _say(line: str) -> None:
@@ -120,14 +146,23 @@ def choose_regimes(st: Study, base: StageFile) -> tuple[dict, dict, list[str]]:
     """Measure the base at every difficulty a regime needs; apply the rules (`choose_difficulties`). Returns
     (measurements by difficulty, difficulty by regime, deviations to report)."""
     wanted, fixed = wanted_difficulties(st)
-    measured = {d: measure_base_at(st.config(d).model_dump(mode="json"), base, group_size=st.group_size,
-                                   seed=st.measure_seed, bounds=d in fixed) for d in sorted(wanted)}
+    measured = {
+        d: measure_base_at(
+            st.config(d).model_dump(mode="json"),
+            base,
+            group_size=st.group_size,
+            seed=st.measure_seed,
+            bounds=d in fixed,
+        )
+        for d in sorted(wanted)
+    }
     difficulties, deviations = choose_difficulties(st, measured)
     for r in st.regimes:  # the bounds of every chosen difficulty
         d = difficulties[r.name]
         if "oracle" not in measured[d]:
-            measured[d] = measure_base_at(st.config(d).model_dump(mode="json"), base, group_size=st.group_size,
-                                          seed=st.measure_seed, bounds=True)
+            measured[d] = measure_base_at(
+                st.config(d).model_dump(mode="json"), base, group_size=st.group_size, seed=st.measure_seed, bounds=True
+            )
     return measured, difficulties, deviations
 
 
@@ -141,8 +176,16 @@ def train_parameters(st: Study, r, parent: str, study_key: str) -> dict:
     preset = st.preset
     if Path(preset).suffix:
         preset = str((st.path.parent / preset).resolve()) if not Path(preset).is_absolute() else preset
-    return {"preset": preset, "method": r.method, "steps": st.iterations, "seed": r.seed,
-            "overrides": r.overrides, "parent_run_id": parent, "parent_key": study_key, "label": r.variant}
+    return {
+        "preset": preset,
+        "method": r.method,
+        "steps": st.iterations,
+        "seed": r.seed,
+        "overrides": r.overrides,
+        "parent_run_id": parent,
+        "parent_key": study_key,
+        "label": r.variant,
+    }
 
 
 def finished_keys(ws):
@@ -164,10 +207,19 @@ def collect(ws, runs, tracked: list[Tracked]) -> list[dict]:
     out = []
     for r, t in zip(runs, tracked, strict=True):
         found = c.search_runs([exp], filter_string=f"tags.`binac.run_key` = '{t.key}'", max_results=1)
-        item = {"regime": r.regime, "difficulty": r.difficulty, "method": r.method, "variant": r.variant,
-                "seed": r.seed, "overrides": r.overrides,
-                "finished": bool(found) and found[0].info.status == "FINISHED", "metrics": {}, "run_id": None,
-                "notes": t.notes, "state": t.state}
+        item = {
+            "regime": r.regime,
+            "difficulty": r.difficulty,
+            "method": r.method,
+            "variant": r.variant,
+            "seed": r.seed,
+            "overrides": r.overrides,
+            "finished": bool(found) and found[0].info.status == "FINISHED",
+            "metrics": {},
+            "run_id": None,
+            "notes": t.notes,
+            "state": t.state,
+        }
         if found:
             run = found[0]
             item["run_id"] = run.info.run_id

@@ -46,9 +46,17 @@ from tasks.track import finalize_run, finish_run, log_metrics, start_run
 
 @flow(name="train", flow_run_name="{method}-{preset}-s{seed}")
 def train(
-    preset: str = "micro", method: str = "grpo", steps: int = 3, seed: int = 0, overrides: dict | None = None,
-    budget: int | None = None, parent_run_id: str | None = None, parent_key: str = "", fresh: str = "",
-    shared_samples: list[int] | None = None, label: str = "",
+    preset: str = "micro",
+    method: str = "grpo",
+    steps: int = 3,
+    seed: int = 0,
+    overrides: dict | None = None,
+    budget: int | None = None,
+    parent_run_id: str | None = None,
+    parent_key: str = "",
+    fresh: str = "",
+    shared_samples: list[int] | None = None,
+    label: str = "",
 ) -> dict:
     """Train `method` for `steps` iterations (or the whole iterations within `budget` actor training samples);
     returns run id and evaluations.
@@ -78,13 +86,24 @@ def train(
     """
     # From its first line a flow run's process is seen alive or dead by a study (binac_core/runs/runlock.py).
     with flow_run_claim(workspace().home, flow_run.get_id()):
-        return _train(preset, method, steps, seed, overrides, budget, parent_run_id, parent_key, fresh,
-                      shared_samples, label)
+        return _train(
+            preset, method, steps, seed, overrides, budget, parent_run_id, parent_key, fresh, shared_samples, label
+        )
 
 
-def _train(preset: str, method: str, steps: int, seed: int, overrides: dict | None, budget: int | None,
-           parent_run_id: str | None, parent_key: str, fresh: str, shared_samples: list[int] | None,
-           label: str) -> dict:
+def _train(
+    preset: str,
+    method: str,
+    steps: int,
+    seed: int,
+    overrides: dict | None,
+    budget: int | None,
+    parent_run_id: str | None,
+    parent_key: str,
+    fresh: str,
+    shared_samples: list[int] | None,
+    label: str,
+) -> dict:
     """The body of `train` (its docstring says what it does)."""
     try:
         cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
@@ -105,33 +124,70 @@ def _train(preset: str, method: str, steps: int, seed: int, overrides: dict | No
     with run_lock(ws.home, key, flow_run.get_id()):
         base = build_base_model(cfg_d)
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
-        tags = {"method": method, "preset": cfg.name, "seed": str(seed), "benchmark": cfg.task.benchmark,
-                **({"variant": label} if label else {}),
-                "budget_actor_samples": str(budget or iterations * spec.actor_train_samples_per_iteration(cfg))}
-        params = {**cfg.flat(), "method": method, "seed": str(seed), "iterations": str(iterations),
-                  "code.stage_code_digest": code, "code.fresh": fresh, "grading.isolation": isolation}
-        run_id = start_run(key, f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}", tags, params,
-                           parent_run_id)
+        tags = {
+            "method": method,
+            "preset": cfg.name,
+            "seed": str(seed),
+            "benchmark": cfg.task.benchmark,
+            **({"variant": label} if label else {}),
+            "budget_actor_samples": str(budget or iterations * spec.actor_train_samples_per_iteration(cfg)),
+        }
+        params = {
+            **cfg.flat(),
+            "method": method,
+            "seed": str(seed),
+            "iterations": str(iterations),
+            "code.stage_code_digest": code,
+            "code.fresh": fresh,
+            "grading.isolation": isolation,
+        }
+        run_id = start_run(
+            key, f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}", tags, params, parent_run_id
+        )
         per_iteration = spec.actor_train_samples_per_iteration(cfg)
         gen_per_iteration = spec.generated_samples_per_iteration(cfg)
         # The per-iteration counts ride in the run's identity to the rows: their `actor_samples`,
         # `generated_samples` columns hold step x each (binac_core/store/records.py).
-        run = RunIdentity(run_id=run_id, method=method, preset=cfg.name, seed=seed, benchmark=cfg.task.benchmark,
-                          parent_run_id=parent_run_id, actor_samples_per_iteration=per_iteration,
-                          generated_samples_per_iteration=gen_per_iteration)
+        run = RunIdentity(
+            run_id=run_id,
+            method=method,
+            preset=cfg.name,
+            seed=seed,
+            benchmark=cfg.task.benchmark,
+            parent_run_id=parent_run_id,
+            actor_samples_per_iteration=per_iteration,
+            generated_samples_per_iteration=gen_per_iteration,
+        )
         try:
             adapters = init_adapters(cfg_d, base, seed, str(shared))
             actor, critic = adapters["actor"], adapters["critic"]
             log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
             greedy = greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark)
-            evals = {0: _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic, spec=spec, run=run,
-                                          at=StepContext(seed, 0, str(shared)), verdict=cfg.critic.verdict,
-                                          greedy=greedy)}
+            evals = {
+                0: _evaluation_point(
+                    cfg_d,
+                    base,
+                    data["eval"],
+                    actor=actor,
+                    critic=critic,
+                    spec=spec,
+                    run=run,
+                    at=StepContext(seed, 0, str(shared)),
+                    verdict=cfg.critic.verdict,
+                    greedy=greedy,
+                )
+            }
             log = IterationLog(f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration)
-            eval_at = evaluation_steps(iterations, cfg.train.eval_every, cfg.train.eval_points if budget else None,
-                                       per_iteration, cfg.train.eval_at_samples, shared_samples,
-                                       generated_per_iteration=gen_per_iteration,
-                                       at_generated=cfg.train.eval_at_generated)
+            eval_at = evaluation_steps(
+                iterations,
+                cfg.train.eval_every,
+                cfg.train.eval_points if budget else None,
+                per_iteration,
+                cfg.train.eval_at_samples,
+                shared_samples,
+                generated_per_iteration=gen_per_iteration,
+                at_generated=cfg.train.eval_at_generated,
+            )
             stages = PrefectStages(cfg, cfg_d, base, data["train"])
             for step in range(1, iterations + 1):
                 log.begin()
@@ -140,27 +196,57 @@ def _train(preset: str, method: str, steps: int, seed: int, overrides: dict | No
                 actor, critic, timings = res.actor, res.critic, dict(res.timings)
                 extra = log.metrics(_update_metrics(res), [res.attempts, res.feedback, res.refined, res.lookahead])
                 with timed("storage", timings):
-                    metrics = store_train_step(run, step, attempts=res.attempts, first_rewards=res.first_rewards,
-                                               feedback=res.feedback, refined=res.refined,
-                                               refined_rewards=res.refined_rewards, critic_rewards=res.critic_rewards,
-                                               batch=res.batch, extra=extra)
+                    metrics = store_train_step(
+                        run,
+                        step,
+                        attempts=res.attempts,
+                        first_rewards=res.first_rewards,
+                        feedback=res.feedback,
+                        refined=res.refined,
+                        refined_rewards=res.refined_rewards,
+                        critic_rewards=res.critic_rewards,
+                        batch=res.batch,
+                        extra=extra,
+                    )
                 if step in eval_at:
                     with timed("evaluation", timings):
-                        evals[step] = _evaluation_point(cfg_d, base, data["eval"], actor=actor, critic=critic,
-                                                        spec=spec, run=run, samples=log.samples,
-                                                        generated=log.generated, verdict=cfg.critic.verdict,
-                                                        greedy=greedy, at=at)
+                        evals[step] = _evaluation_point(
+                            cfg_d,
+                            base,
+                            data["eval"],
+                            actor=actor,
+                            critic=critic,
+                            spec=spec,
+                            run=run,
+                            samples=log.samples,
+                            generated=log.generated,
+                            verdict=cfg.critic.verdict,
+                            greedy=greedy,
+                            at=at,
+                        )
                 log_metrics(run_id, phase_metrics(timings), step)
                 log.progress(step, metrics, evals)
             finalize_run(run_id, cfg_d, actor, critic)
         except BaseException:
             finish_run(run_id, "FAILED")
             raise
-        closing_artifact(f"train-{method}-{cfg.name}-s{seed}", f"train {method} on {cfg.name}, seed {seed}",
-                         _evals_table(evals, per_iteration, gen_per_iteration), run_id)
-        return {"run_id": run_id, "method": method, "seed": seed, "evals": evals,
-                "samples_per_iteration": per_iteration, "generated_per_iteration": gen_per_iteration,
-                "actor": actor, "critic": critic, "isolation": isolation}
+        closing_artifact(
+            f"train-{method}-{cfg.name}-s{seed}",
+            f"train {method} on {cfg.name}, seed {seed}",
+            _evals_table(evals, per_iteration, gen_per_iteration),
+            run_id,
+        )
+        return {
+            "run_id": run_id,
+            "method": method,
+            "seed": seed,
+            "evals": evals,
+            "samples_per_iteration": per_iteration,
+            "generated_per_iteration": gen_per_iteration,
+            "actor": actor,
+            "critic": critic,
+            "isolation": isolation,
+        }
 
 
 def _update_metrics(res: IterationResult) -> dict[str, float]:
@@ -187,9 +273,12 @@ def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: 
     """The run's held-out evaluations as a markdown table, one row per evaluation point, with the cumulative
     actor training samples and generated samples reached at it (`per_iteration`, `gen_per_iteration` each)."""
     keys = sorted({k for m in evals.values() for k in m if k.startswith("eval/acc")})
-    lines = ["| iteration | actor training samples | generated samples | "
-             + " | ".join(k.removeprefix("eval/") for k in keys) + " |",
-             "| --- | --- | --- | " + " | ".join("---" for _ in keys) + " |"]
+    lines = [
+        "| iteration | actor training samples | generated samples | "
+        + " | ".join(k.removeprefix("eval/") for k in keys)
+        + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in keys) + " |",
+    ]
     for step in sorted(evals):
         cells = [f"{evals[step][k]:.3f}" if k in evals[step] else "–" for k in keys]
         lines.append(f"| {step} | {step * per_iteration} | {step * gen_per_iteration} | " + " | ".join(cells) + " |")
@@ -206,8 +295,21 @@ def _frozen_too(spec: MethodSpec, benchmark: str, verdict: bool) -> bool:
     return spec.train_critic and (verdict or get(benchmark).feedback_analysis is not None)
 
 
-def _evaluation_point(cfg_d, base, problems, *, actor, critic, spec: MethodSpec, run: RunIdentity, at: StepContext,
-                      verdict, samples=0, generated=0, greedy=False) -> dict:
+def _evaluation_point(
+    cfg_d,
+    base,
+    problems,
+    *,
+    actor,
+    critic,
+    spec: MethodSpec,
+    run: RunIdentity,
+    at: StepContext,
+    verdict,
+    samples=0,
+    generated=0,
+    greedy=False,
+) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/rl/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
     fixed_critic the frozen initial critic).
@@ -221,11 +323,20 @@ def _evaluation_point(cfg_d, base, problems, *, actor, critic, spec: MethodSpec,
     trains its actor (critic_only) logs `eval_at_samples/` at step 0 only: its count stays 0, and copies of its
     later evaluations would all pile up at x = 0."""
     source, step = spec.eval_feedback, at.step
-    result = evaluate(cfg_d, base, problems, actor=actor, critic=critic if source.sampled else None,
-                      protocols=training_protocols(run.benchmark, source,
-                                                   trains_critic=_frozen_too(spec, run.benchmark, verdict),
-                                                   greedy=greedy),
-                      source=source.value, seed=at.seed, step=step, out_dir=at.out_dir)
+    result = evaluate(
+        cfg_d,
+        base,
+        problems,
+        actor=actor,
+        critic=critic if source.sampled else None,
+        protocols=training_protocols(
+            run.benchmark, source, trains_critic=_frozen_too(spec, run.benchmark, verdict), greedy=greedy
+        ),
+        source=source.value,
+        seed=at.seed,
+        step=step,
+        out_dir=at.out_dir,
+    )
     metrics = store_eval(run, step, result, problems)
     store_eval_exec(run, step, result)
     run_id = run.run_id

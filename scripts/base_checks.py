@@ -82,8 +82,12 @@ def main() -> None:
             results[d] = measure(d, True)
         print(f"regime {regime}: difficulty {d}; gates {', '.join(gates_at(study, regime)) or 'none'}", flush=True)
     failures = gate_failures(study, results, difficulties)
-    (args.out / "checks.json").write_text(json.dumps({"difficulties": difficulties, "deviations": deviations,
-                                                      "failures": failures, "measured": results}, indent=1))
+    (args.out / "checks.json").write_text(
+        json.dumps(
+            {"difficulties": difficulties, "deviations": deviations, "failures": failures, "measured": results},
+            indent=1,
+        )
+    )
     for line in deviations + failures:
         print(line, flush=True)
     print(f"{len(failures)} gate(s) failed" if failures else "every gate holds", flush=True)
@@ -92,19 +96,32 @@ def main() -> None:
 
 def _measure(model: Path, cfg: Config, split: str, group: int, seed: int, bounds: bool) -> dict:
     _, backend = policy_and_backend(model, cfg, seed)
-    return measure_base(backend, load_problems(cfg, split), group_size=group, gen=cfg.generation, seed=seed,
-                        bounds=bounds, benchmark=cfg.task.benchmark)
+    return measure_base(
+        backend,
+        load_problems(cfg, split),
+        group_size=group,
+        gen=cfg.generation,
+        seed=seed,
+        bounds=bounds,
+        benchmark=cfg.task.benchmark,
+    )
 
 
 def _print(m: dict) -> None:
     d = m["difficulty"]
-    print(f"d{d}: single {100 * m['single']:.1f} %, greedy {100 * m['greedy_single']:.1f} %, all-wrong "
-          f"{m['all_wrong_frac']:.3f}" + (f", oracle {100 * m['oracle']:.1f} %" if "oracle" in m else ""), flush=True)
+    print(
+        f"d{d}: single {100 * m['single']:.1f} %, greedy {100 * m['greedy_single']:.1f} %, all-wrong "
+        f"{m['all_wrong_frac']:.3f}" + (f", oracle {100 * m['oracle']:.1f} %" if "oracle" in m else ""),
+        flush=True,
+    )
     if m.get("shortcut_n"):
         right = round(m["shortcut_right"] * m["shortcut_n"])
         low, high = wilson_interval(right, m["shortcut_n"])
-        print(f"d{d}: shortcut: right after approval {100 * m['shortcut_right']:.1f} % [{100 * low:.1f}, "
-              f"{100 * high:.1f}] of {m['shortcut_n']}, answer kept {100 * m['shortcut_copy']:.1f} %", flush=True)
+        print(
+            f"d{d}: shortcut: right after approval {100 * m['shortcut_right']:.1f} % [{100 * low:.1f}, "
+            f"{100 * high:.1f}] of {m['shortcut_n']}, answer kept {100 * m['shortcut_copy']:.1f} %",
+            flush=True,
+        )
     gate_of = {g.measure: name for name, g in GATES.items()}
     for name, e in (m.get("preconditions") or {}).items():
         gate = f"  (gate {gate_of[name]})" if name in gate_of else ""

@@ -76,10 +76,20 @@ from binac_core.runs.process_group import start_in_group, stop_group  # noqa: E4
 
 PARTS = ("loop", "logprobs", "speed")
 PRESET = "llama1b-math"
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-               "PYTHONUNBUFFERED": "1"}
-ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "high_freq_factor": 4.0,
-        "low_freq_factor": 1.0, "original_max_position_embeddings": 8192}
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",
+}
+ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 32.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192,
+}
 """Llama-3.2-1B-Instruct's config.json: its RoPE (a static one the decode loop supports)."""
 CONTEXT = 131072
 """Llama-3.2-1B-Instruct's `max_position_embeddings`."""
@@ -141,15 +151,40 @@ class Mode:
 
 
 LLAMA_1B = next(s for s in gm.MODELS if s.name == "Llama-3.2-1B")
-CUDA = Mode("cuda", LLAMA_1B, "bfloat16", "bfloat16", lengths=(1024, 512, 256, 128), batch_problems=4,
-            probe_tokens=32, logprob_prompts=32, logprob_tokens=128, speed_batches=(1, 32, 64), speed_tokens=128,
-            single_prompts=1, longest=MicroBatch(32, 1700 + 1024, 32 * 1024),
-            budgets=(("loop", 140.0), ("logprobs", 60.0), ("speed", 65.0)), budget_s=290.0)
-CPU = Mode("cpu", gm.Shape("tiny Llama", 0, 64, 2, 4, 2, 16, 128, 512), "float32", "float32", lengths=(16,),
-           batch_problems=2, probe_tokens=4, logprob_prompts=8, logprob_tokens=16, speed_batches=(1, 4, 8),
-           speed_tokens=16, single_prompts=2, longest=MicroBatch(32, 48 + 16, 32 * 16),
-           budgets=(("loop", 300.0), ("logprobs", 150.0), ("speed", 150.0)),
-           budget_s=900.0)
+CUDA = Mode(
+    "cuda",
+    LLAMA_1B,
+    "bfloat16",
+    "bfloat16",
+    lengths=(1024, 512, 256, 128),
+    batch_problems=4,
+    probe_tokens=32,
+    logprob_prompts=32,
+    logprob_tokens=128,
+    speed_batches=(1, 32, 64),
+    speed_tokens=128,
+    single_prompts=1,
+    longest=MicroBatch(32, 1700 + 1024, 32 * 1024),
+    budgets=(("loop", 140.0), ("logprobs", 60.0), ("speed", 65.0)),
+    budget_s=290.0,
+)
+CPU = Mode(
+    "cpu",
+    gm.Shape("tiny Llama", 0, 64, 2, 4, 2, 16, 128, 512),
+    "float32",
+    "float32",
+    lengths=(16,),
+    batch_problems=2,
+    probe_tokens=4,
+    logprob_prompts=8,
+    logprob_tokens=16,
+    speed_batches=(1, 4, 8),
+    speed_tokens=16,
+    single_prompts=2,
+    longest=MicroBatch(32, 48 + 16, 32 * 16),
+    budgets=(("loop", 300.0), ("logprobs", 150.0), ("speed", 150.0)),
+    budget_s=900.0,
+)
 MODES = {"cuda": CUDA, "cpu": CPU}
 
 
@@ -201,11 +236,22 @@ def llama_config(shape: gm.Shape, tok):
     """A Llama config of `shape` (Llama-3.2-1B's RoPE, norm and tied embeddings) with the tokenizer's specials."""
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                       num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                       num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim, max_position_embeddings=CONTEXT,
-                       rope_parameters=dict(ROPE), rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=None,
-                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return LlamaConfig(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=CONTEXT,
+        rope_parameters=dict(ROPE),
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
 
 
 def ensure_model(mode: Mode, work: Path) -> ModelInfo:
@@ -244,11 +290,20 @@ def policy_config(mode: Mode, model_dir: str, dtype: str, answer: int):
     from binac_core.foundation.config import load_config
 
     preset = load_config(PRESET)
-    return load_config(PRESET, {
-        "model.hub_id": model_dir, "model.dtype": dtype, "task.benchmark": "synthetic", "task.n_train": 256,
-        "generation.backend": "hf", "generation.max_new_tokens": answer,
-        "generation.feedback_max_new_tokens": max(1, answer // 2), "train.batch_problems": mode.batch_problems,
-        "train.critic_kl_coef": preset.train.kl_coef})
+    return load_config(
+        PRESET,
+        {
+            "model.hub_id": model_dir,
+            "model.dtype": dtype,
+            "task.benchmark": "synthetic",
+            "task.n_train": 256,
+            "generation.backend": "hf",
+            "generation.max_new_tokens": answer,
+            "generation.feedback_max_new_tokens": max(1, answer // 2),
+            "train.batch_problems": mode.batch_problems,
+            "train.critic_kl_coef": preset.train.kl_coef,
+        },
+    )
 
 
 DEVIATIONS = (
@@ -270,8 +325,9 @@ def largest_micro_batch(samples, size: int) -> MicroBatch:
     best = MicroBatch(0, 0, 0)
     for i in range(0, len(kept), size):
         chunk = kept[i : i + size]
-        mb = MicroBatch(len(chunk), max(len(s.prompt_ids) + len(s.token_ids) for s in chunk),
-                        sum(len(s.token_ids) for s in chunk))
+        mb = MicroBatch(
+            len(chunk), max(len(s.prompt_ids) + len(s.token_ids) for s in chunk), sum(len(s.token_ids) for s in chunk)
+        )
         if mb.sequences * mb.length > best.sequences * best.length:
             best = mb
     return best
@@ -341,8 +397,11 @@ class TimedBackend:
         stage = self.rec.stages.get(params.seed, "other generation")
         tokens = sum(len(g.token_ids) for g in gens)
         self.rec.add(stage, seconds)
-        self.rec.generations.append(GenerationStat(stage, len(prompts), tokens, round(seconds, 4),
-                                                   round(tokens / seconds, 1) if seconds > 0 else math.nan))
+        self.rec.generations.append(
+            GenerationStat(
+                stage, len(prompts), tokens, round(seconds, 4), round(tokens / seconds, 1) if seconds > 0 else math.nan
+            )
+        )
         return gens
 
 
@@ -365,8 +424,20 @@ def timed_update(rec: Recorder, update_adapter: Callable) -> Callable:
         peak = torch.cuda.max_memory_allocated() if rec.cuda else None
         reserved = torch.cuda.max_memory_reserved() if rec.cuda else None
         rec.add(f"{adapter.name} update", seconds)
-        rec.updates.append(UpdateStat(adapter.name, round(seconds, 3), mb, peak, reserved, before, upd.loss, upd.kl,
-                                      upd.tokens, upd.skipped_steps))
+        rec.updates.append(
+            UpdateStat(
+                adapter.name,
+                round(seconds, 3),
+                mb,
+                peak,
+                reserved,
+                before,
+                upd.loss,
+                upd.kl,
+                upd.tokens,
+                upd.skipped_steps,
+            )
+        )
         return upd
 
     return run
@@ -391,9 +462,11 @@ def instrumented(rec: Recorder) -> Iterator[None]:
     generation is timed by `TimedBackend`. The loop itself is unchanged."""
     from binac_core.rl import loop
 
-    with mock.patch.object(loop, "update_adapter", timed_update(rec, loop.update_adapter)), \
-            mock.patch.object(loop, "score_with_errors", timed(rec, "score", loop.score_with_errors)), \
-            mock.patch.object(loop, "critic_reward", timed(rec, "critic reward", loop.critic_reward)):
+    with (
+        mock.patch.object(loop, "update_adapter", timed_update(rec, loop.update_adapter)),
+        mock.patch.object(loop, "score_with_errors", timed(rec, "score", loop.score_with_errors)),
+        mock.patch.object(loop, "critic_reward", timed(rec, "critic reward", loop.critic_reward)),
+    ):
         yield
 
 
@@ -415,9 +488,17 @@ def run_iteration(method: str, policy, backend, cfg, rows, actor, critic, cuda: 
 
 def predicted_memory(info: ModelInfo, cfg, mb: MicroBatch, per_token: int) -> dict:
     """`gpu_memory.trainer_parts` for this micro-batch (bytes by part, and their total)."""
-    parts = gm.trainer_parts(info.shape, cfg.lora.rank, mb.sequences, mb.length, mb.completion_tokens,
-                             e=_bytes(cfg.model.dtype), checkpointing=cfg.train.activation_checkpointing,
-                             dtype=cfg.model.dtype, per_token=per_token)
+    parts = gm.trainer_parts(
+        info.shape,
+        cfg.lora.rank,
+        mb.sequences,
+        mb.length,
+        mb.completion_tokens,
+        e=_bytes(cfg.model.dtype),
+        checkpointing=cfg.train.activation_checkpointing,
+        dtype=cfg.model.dtype,
+        per_token=per_token,
+    )
     return {**parts, "total": sum(parts.values())}
 
 
@@ -430,19 +511,30 @@ def iteration_summary(method: str, res, rec: Recorder, wall: float, info: ModelI
     phases = dict(rec.seconds)
     phases["other"] = round(max(0.0, wall - sum(phases.values())), 4)
     updates = [update_summary(u, info, cfg, per_token, rec.cuda) for u in rec.updates]
-    return {"method": method, "wall_s": round(wall, 3), "phases_s": phases,
-            "generation": [asdict(g) for g in rec.generations], "updates": updates,
-            "rewards": {"first_mean": _mean(res.first_rewards.rewards),
-                        "refined_mean": _mean(res.refined_rewards and res.refined_rewards.rewards),
-                        "critic_mean": _mean(res.critic_rewards)}}
+    return {
+        "method": method,
+        "wall_s": round(wall, 3),
+        "phases_s": phases,
+        "generation": [asdict(g) for g in rec.generations],
+        "updates": updates,
+        "rewards": {
+            "first_mean": _mean(res.first_rewards.rewards),
+            "refined_mean": _mean(res.refined_rewards and res.refined_rewards.rewards),
+            "critic_mean": _mean(res.critic_rewards),
+        },
+    }
 
 
 def update_summary(u: UpdateStat, info: ModelInfo, cfg, per_token: int, cuda: bool) -> dict:
     """An update's statistics beside `gpu_memory`'s count for its largest micro-batch."""
     predicted = predicted_memory(info, cfg, u.micro_batch, per_token)
     ratio = u.peak_bytes / predicted["total"] if u.peak_bytes else None
-    return {**asdict(u), "predicted_bytes": predicted, "measured_over_predicted": ratio,
-            "peak_note": None if cuda else "not measured on CPU (CUDA memory statistics only)"}
+    return {
+        **asdict(u),
+        "predicted_bytes": predicted,
+        "measured_over_predicted": ratio,
+        "peak_note": None if cuda else "not measured on CPU (CUDA memory statistics only)",
+    }
 
 
 def longest_update(setup: LoopSetup, mode: Mode, cuda: bool) -> dict:
@@ -461,8 +553,9 @@ def longest_update(setup: LoopSetup, mode: Mode, cuda: bool) -> dict:
     samples = [Sample(row[: mb.length - answer], row[mb.length - answer :], [0.0] * answer, 0.0) for row in ids]
     rec = Recorder(cuda, {})
     before = policy.adapter_state("actor")
-    timed_update(rec, update_adapter)(policy, policy.hold("actor"), samples,
-                                      UpdateSettings.of(setup.cfg, "actor", passes=1), None)
+    timed_update(rec, update_adapter)(
+        policy, policy.hold("actor"), samples, UpdateSettings.of(setup.cfg, "actor", passes=1), None
+    )
     set_peft_model_state_dict(policy.model, before, adapter_name="actor")
     policy.optimizers.pop("actor", None)
     return update_summary(rec.updates[0], setup.info, setup.cfg, setup.per_token, cuda)
@@ -497,8 +590,9 @@ def choose_length(lengths: tuple[int, ...], step_s: float, left_s: float) -> Len
         need = STEPS_PER_ANSWER * n * step_s * SAFETY
         if need <= 0.75 * left_s:
             why = "the preset's" if n == lengths[0] else f"the longest that fits (the preset's {lengths[0]} does not)"
-            return LengthChoice(n, max(1, n // 2), step_s, left_s,
-                                f"{why}: ~{need:.0f} s of decoding estimated, {left_s:.0f} s left")
+            return LengthChoice(
+                n, max(1, n // 2), step_s, left_s, f"{why}: ~{need:.0f} s of decoding estimated, {left_s:.0f} s left"
+            )
     n = lengths[-1]
     return LengthChoice(n, max(1, n // 2), step_s, left_s, f"none fits in {left_s:.0f} s: the shortest")
 
@@ -552,8 +646,15 @@ def setup_loop(ctx: PartContext, state: dict, save: Callable[[], None]) -> LoopS
     state["saved_bytes_per_token_and_layer"] = per_token
     state["phase"] = "longest update"
     save()
-    attempt(state, "longest update", lambda: state.update(
-        longest_update=longest_update(LoopSetup(info, policy, backend, cfg, rows, per_token), mode, ctx.device == "cuda")))
+    attempt(
+        state,
+        "longest update",
+        lambda: state.update(
+            longest_update=longest_update(
+                LoopSetup(info, policy, backend, cfg, rows, per_token), mode, ctx.device == "cuda"
+            )
+        ),
+    )
     state["phase"] = "probe"
     save()
     step_s = probe_step(backend, rows, policy.hold("actor"), mode, cfg)
@@ -574,10 +675,19 @@ def part_loop(ctx: PartContext, state: dict, save: Callable[[], None]) -> None:
         save()
 
         def one(method=method, actor=actor):
-            res, rec, wall = run_iteration(method, setup.policy, setup.backend, setup.cfg, setup.rows, actor,
-                                           critic if method == "binac" else None, ctx.device == "cuda")
-            state["iterations"].append(iteration_summary(method, res, rec, wall, setup.info, setup.cfg,
-                                                         setup.per_token))
+            res, rec, wall = run_iteration(
+                method,
+                setup.policy,
+                setup.backend,
+                setup.cfg,
+                setup.rows,
+                actor,
+                critic if method == "binac" else None,
+                ctx.device == "cuda",
+            )
+            state["iterations"].append(
+                iteration_summary(method, res, rec, wall, setup.info, setup.cfg, setup.per_token)
+            )
             return res.actor
 
         actor = attempt(state, method, one) or actor
@@ -601,14 +711,29 @@ def loop_settings(cfg) -> dict:
     """The loop's settings as run, and where they depart from the preset's (`DEVIATIONS`)."""
     t, g = cfg.train, cfg.generation
     return {
-        "preset": PRESET, "dtype": cfg.model.dtype, "backend": g.backend, "batch_problems": t.batch_problems,
-        "group_size": t.group_size, "critic_group_size": t.critic_group_size, "max_new_tokens": g.max_new_tokens,
-        "feedback_max_new_tokens": g.feedback_max_new_tokens, "generation_batch_size": g.batch_size,
-        "micro_batch_size": t.micro_batch_size, "activation_checkpointing": t.activation_checkpointing,
+        "preset": PRESET,
+        "dtype": cfg.model.dtype,
+        "backend": g.backend,
+        "batch_problems": t.batch_problems,
+        "group_size": t.group_size,
+        "critic_group_size": t.critic_group_size,
+        "max_new_tokens": g.max_new_tokens,
+        "feedback_max_new_tokens": g.feedback_max_new_tokens,
+        "generation_batch_size": g.batch_size,
+        "micro_batch_size": t.micro_batch_size,
+        "activation_checkpointing": t.activation_checkpointing,
         "lora": {"rank": cfg.lora.rank, "alpha": cfg.lora.alpha, "target_modules": list(cfg.lora.target_modules)},
-        "kl_coef": t.kl_coef, "critic_kl_coef": t.critic_kl_coef,
-        "deviations": [d.format(batch=t.batch_problems, attempts=t.batch_problems * t.group_size,
-                                micro_batch=t.micro_batch_size, kl=t.critic_kl_coef) for d in DEVIATIONS],
+        "kl_coef": t.kl_coef,
+        "critic_kl_coef": t.critic_kl_coef,
+        "deviations": [
+            d.format(
+                batch=t.batch_problems,
+                attempts=t.batch_problems * t.group_size,
+                micro_batch=t.micro_batch_size,
+                kl=t.critic_kl_coef,
+            )
+            for d in DEVIATIONS
+        ],
     }
 
 
@@ -637,9 +762,17 @@ def judged_row(label: str, sampler: str, dtype: str, policy, gens, adapter, temp
     stats = compare_logprobs(trainer, [list(g.logprobs) for g in gens])
     effect = mean_abs_difference(trainer, base)
     reasons = judge(stats, tolerance_for(dtype), effect)
-    return {"label": label, "sampler": sampler, "dtype": dtype, "temperature": temperature, **stats,
-            "adapter_effect_mean_abs": effect, "tolerance": asdict(tolerance_for(dtype)), "ok": not reasons,
-            "reasons": reasons}
+    return {
+        "label": label,
+        "sampler": sampler,
+        "dtype": dtype,
+        "temperature": temperature,
+        **stats,
+        "adapter_effect_mean_abs": effect,
+        "tolerance": asdict(tolerance_for(dtype)),
+        "ok": not reasons,
+        "reasons": reasons,
+    }
 
 
 def load_policy(info: ModelInfo, mode: Mode, dtype: str):
@@ -671,8 +804,12 @@ def float32_checks(ctx: PartContext, state: dict, info: ModelInfo, msgs):
     mode = ctx.mode
     policy = load_policy(info, mode, "float32")
     sampler = HFBackend(policy, batch_size=len(msgs))
-    made = gc.make_adapters(policy, ctx.work / "adapters", [sampler.render(m, mode.logprob_tokens) for m in msgs],
-                            gc.Settings(recompute_batch=len(msgs)))
+    made = gc.make_adapters(
+        policy,
+        ctx.work / "adapters",
+        [sampler.render(m, mode.logprob_tokens) for m in msgs],
+        gc.Settings(recompute_batch=len(msgs)),
+    )
     actor = made.pop("refs")["actor"]
     state["adapter"] = made
     state["decode_loop_supported"] = decode.supports(policy.model)
@@ -700,7 +837,8 @@ def half_row(ctx: PartContext, state: dict, info: ModelInfo, msgs, actor) -> Non
     dtype = ctx.mode.half_dtype
     policy = load_policy(info, ctx.mode, dtype)
     gens = HFBackend(policy, len(msgs), lean=False).generate(
-        msgs, actor, SamplingParams(ctx.mode.logprob_tokens, 1.0, 1.0, seed=0))
+        msgs, actor, SamplingParams(ctx.mode.logprob_tokens, 1.0, 1.0, seed=0)
+    )
     state["rows"].append(judged_row(f"generate T=1 ({dtype})", "generate", dtype, policy, gens, actor, 1.0))
 
 
@@ -740,9 +878,17 @@ def speed_rows(policy, sampler: str, dtype: str, mode: Mode, msgs, adapter) -> l
         t0 = time.perf_counter()
         tokens = sum(len(g.token_ids) for call in calls for g in backend.generate(call, adapter, params))
         seconds = time.perf_counter() - t0
-        rows.append({"sampler": sampler, "dtype": dtype, "batch": batch, "prompts": sum(len(c) for c in calls),
-                     "tokens": tokens, "seconds": round(seconds, 4),
-                     "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None})
+        rows.append(
+            {
+                "sampler": sampler,
+                "dtype": dtype,
+                "batch": batch,
+                "prompts": sum(len(c) for c in calls),
+                "tokens": tokens,
+                "seconds": round(seconds, 4),
+                "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
+            }
+        )
     return rows
 
 
@@ -781,8 +927,9 @@ def attempt(state: dict, where: str, check: Callable[[], object]):
     try:
         return check()
     except Exception as exc:  # noqa: BLE001 - recorded, with where it happened
-        state.setdefault("errors", []).append({"where": where, "error": error_text(where, exc),
-                                               "traceback": traceback.format_exc()})
+        state.setdefault("errors", []).append(
+            {"where": where, "error": error_text(where, exc), "traceback": traceback.format_exc()}
+        )
         return None
 
 
@@ -811,8 +958,12 @@ def environment() -> dict:
         env["cuda_available"] = torch.cuda.is_available()
         if env["cuda_available"]:
             props = torch.cuda.get_device_properties(0)
-            env.update(device=props.name, device_memory_bytes=props.total_memory, cuda=torch.version.cuda,
-                       tf32_matmul=torch.backends.cuda.matmul.allow_tf32)
+            env.update(
+                device=props.name,
+                device_memory_bytes=props.total_memory,
+                cuda=torch.version.cuda,
+                tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
+            )
     except Exception as exc:  # noqa: BLE001
         env["cuda_available"] = f"unknown ({type(exc).__name__})"
     return env
@@ -863,8 +1014,9 @@ GRACE_S = 5.0
 """Past its budget, how long a part may take to exit before its process group is stopped."""
 
 
-def run_part(cmd: list[str], result: Path, budget_s: float, log: Path, grace_s: float = GRACE_S,
-             env: dict | None = None) -> dict:
+def run_part(
+    cmd: list[str], result: Path, budget_s: float, log: Path, grace_s: float = GRACE_S, env: dict | None = None
+) -> dict:
     """`cmd` (a part's child) in a process group of its own, with `env` added to the environment, stopped after
     `budget_s` + `grace_s`; returns the result it wrote at `result`, completed with its exit status, or with a
     timeout or a crash as its error."""
@@ -873,8 +1025,14 @@ def run_part(cmd: list[str], result: Path, budget_s: float, log: Path, grace_s: 
     t0 = time.perf_counter()
     timed_out = False
     with open(log, "w") as fh:
-        proc = start_in_group(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-                              env={**os.environ, **OFFLINE_ENV, **(env or {})})
+        proc = start_in_group(
+            cmd,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            env={**os.environ, **OFFLINE_ENV, **(env or {})},
+        )
         try:
             proc.wait(timeout=budget_s + grace_s)
         except subprocess.TimeoutExpired:
@@ -886,8 +1044,10 @@ def run_part(cmd: list[str], result: Path, budget_s: float, log: Path, grace_s: 
     if timed_out and state.get("status") not in FINAL:
         state.update(status="error", error=f"timed out after {budget_s:.0f} s in phase {state.get('phase')}")
     elif state.get("status") not in FINAL:
-        state.update(status="error", error=f"the child exited with status {proc.returncode} in phase "
-                                           f"{state.get('phase')} (see {log})")
+        state.update(
+            status="error",
+            error=f"the child exited with status {proc.returncode} in phase {state.get('phase')} (see {log})",
+        )
     return state
 
 
@@ -899,8 +1059,20 @@ def _read(path: Path) -> dict:
 
 
 def child_command(args, part: str, deadline: float) -> list[str]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--part", part, "--out", str(args.out), "--device",
-           args.device, "--work", str(args.work), "--deadline", f"{deadline:.3f}"]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--part",
+        part,
+        "--out",
+        str(args.out),
+        "--device",
+        args.device,
+        "--work",
+        str(args.work),
+        "--deadline",
+        f"{deadline:.3f}",
+    ]
     return cmd + (["--inject-failure", args.inject_failure] if args.inject_failure else [])
 
 
@@ -917,8 +1089,13 @@ def run_parts(args, mode: Mode, results: dict, report: Callable[[], None]) -> No
         results["running"] = part
         report()
         hidden = {"CUDA_VISIBLE_DEVICES": ""} if mode.name == "cpu" else {}  # --cpu: the CPU even beside a GPU
-        state = run_part(child_command(args, part, time.time() + budget), args.out / part / "result.json", budget,
-                         args.out / part / "log.txt", env=hidden)
+        state = run_part(
+            child_command(args, part, time.time() + budget),
+            args.out / part / "result.json",
+            budget,
+            args.out / part / "log.txt",
+            env=hidden,
+        )
         results.pop("running")
         results["parts"][part] = state
         say(f"{part}: {state.get('status')}" + (f" ({state['error']})" if state.get("error") else ""))
@@ -932,8 +1109,10 @@ def cuda_problem() -> str | None:
 
         if torch.cuda.is_available():
             return None
-        return f"no CUDA device (torch.cuda.is_available() is False, torch {torch.__version__}): run it on a CUDA " \
-               "machine, or pass --cpu for the CPU mode"
+        return (
+            f"no CUDA device (torch.cuda.is_available() is False, torch {torch.__version__}): run it on a CUDA "
+            "machine, or pass --cpu for the CPU mode"
+        )
     except Exception as exc:  # noqa: BLE001
         return f"no CUDA device (torch: {type(exc).__name__}: {exc}): pass --cpu for the CPU mode"
 
@@ -941,12 +1120,17 @@ def cuda_problem() -> str | None:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", required=True, help="folder for results.json, results.md and each part's folder")
-    p.add_argument("--device", choices=tuple(MODES), default="cuda",
-                   help="cuda (default): the Llama-3.2-1B shape; cpu: a tiny shape (seconds a part)")
+    p.add_argument(
+        "--device",
+        choices=tuple(MODES),
+        default="cuda",
+        help="cuda (default): the Llama-3.2-1B shape; cpu: a tiny shape (seconds a part)",
+    )
     p.add_argument("--cpu", dest="device", action="store_const", const="cpu", help="the same as --device cpu")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, in order (default {','.join(PARTS)})")
-    p.add_argument("--work", help="where the model and adapters go (default: the temporary folder on CUDA, "
-                                  "OUT/work on CPU)")
+    p.add_argument(
+        "--work", help="where the model and adapters go (default: the temporary folder on CUDA, OUT/work on CPU)"
+    )
     p.add_argument("--budget-s", type=float, help="the whole check's limit (default 290 on CUDA, 900 on CPU)")
     p.add_argument("--inject-failure", choices=PARTS, help="make this part raise once its checks ran (tests)")
     p.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
@@ -971,8 +1155,15 @@ def main(argv=None) -> int:
         return child_main(args)
     args.out.mkdir(parents=True, exist_ok=True)
     mode = MODES[args.device]
-    results: dict = {"status": "running", "exit_code": None, "mode": mode.name, "parts_asked": args.parts,
-                     "started": time.strftime("%Y-%m-%d %H:%M:%S"), "budget_s": args.budget_s, "parts": {}}
+    results: dict = {
+        "status": "running",
+        "exit_code": None,
+        "mode": mode.name,
+        "parts_asked": args.parts,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "budget_s": args.budget_s,
+        "parts": {},
+    }
 
     def report() -> None:
         write_json(args.out / "results.json", results)
@@ -1010,11 +1201,15 @@ def summary_lines(results: dict) -> list[str]:
     updates += [("longest", loop["longest_update"])] if loop.get("longest_update") else []
     for method, u in updates:
         mb = u["micro_batch"]
-        out.append(f"  {method} {u['adapter']} update, {mb['sequences']} x {mb['length']} tokens: peak "
-                   f"{_gib(u['peak_bytes'])} GiB, counted {_gib(u['predicted_bytes']['total'])} GiB")
+        out.append(
+            f"  {method} {u['adapter']} update, {mb['sequences']} x {mb['length']} tokens: peak "
+            f"{_gib(u['peak_bytes'])} GiB, counted {_gib(u['predicted_bytes']['total'])} GiB"
+        )
     for r in parts.get("logprobs", {}).get("rows", []):
-        out.append(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['label']}: mean {_fmt(r['mean_abs'])}, max "
-                   f"{_fmt(r['max_abs'])} over {r['tokens']} tokens" + ("" if r["ok"] else f" ({'; '.join(r['reasons'])})"))
+        out.append(
+            f"  {'ok  ' if r['ok'] else 'FAIL'} {r['label']}: mean {_fmt(r['mean_abs'])}, max "
+            f"{_fmt(r['max_abs'])} over {r['tokens']} tokens" + ("" if r["ok"] else f" ({'; '.join(r['reasons'])})")
+        )
     for r in parts.get("speed", {}).get("rows", []):
         out.append(f"  {r['sampler']} {r['dtype']} batch {r['batch']}: {_fmt(r['tokens_per_s'], 4)} tokens/s")
     return out
@@ -1041,9 +1236,13 @@ def _gib(value) -> str:
 
 def render_markdown(results: dict) -> str:
     """results.md: the status, then each part's tables."""
-    lines = ["# device_check: the training loop on the accelerator", "",
-             f"**Status: {results.get('status')}** (exit {results.get('exit_code')}); mode {results.get('mode')}, "
-             f"started {results.get('started')}", ""]
+    lines = [
+        "# device_check: the training loop on the accelerator",
+        "",
+        f"**Status: {results.get('status')}** (exit {results.get('exit_code')}); mode {results.get('mode')}, "
+        f"started {results.get('started')}",
+        "",
+    ]
     if results.get("message"):
         lines += [results["message"], ""]
     env = next((p["environment"] for p in results.get("parts", {}).values() if p.get("environment")), None)
@@ -1062,58 +1261,90 @@ def _loop_lines(part: dict) -> list[str]:
     s, choice, model = part.get("settings"), part.get("length_choice"), part.get("model")
     if model:
         sh = model["shape"]
-        lines += [f"Model: random weights, {sh['params']:,} parameters (hidden {sh['hidden']}, {sh['layers']} "
-                  f"layers, vocabulary {sh['vocab']}; the project tokenizer's {model['tokenizer_ids']} ids a "
-                  f"subset).", ""]
+        lines += [
+            f"Model: random weights, {sh['params']:,} parameters (hidden {sh['hidden']}, {sh['layers']} "
+            f"layers, vocabulary {sh['vocab']}; the project tokenizer's {model['tokenizer_ids']} ids a "
+            f"subset).",
+            "",
+        ]
     if s:
-        lines += [f"Settings: `{s['preset']}`, {s['dtype']}, backend {s['backend']}, {s['batch_problems']} problems "
-                  f"x {s['group_size']} attempts x {s['critic_group_size']} feedbacks, answers {s['max_new_tokens']}"
-                  f" / feedback {s['feedback_max_new_tokens']} tokens, micro-batch {s['micro_batch_size']}, "
-                  f"activation checkpointing {s['activation_checkpointing']}, LoRA r {s['lora']['rank']}.", ""]
+        lines += [
+            f"Settings: `{s['preset']}`, {s['dtype']}, backend {s['backend']}, {s['batch_problems']} problems "
+            f"x {s['group_size']} attempts x {s['critic_group_size']} feedbacks, answers {s['max_new_tokens']}"
+            f" / feedback {s['feedback_max_new_tokens']} tokens, micro-batch {s['micro_batch_size']}, "
+            f"activation checkpointing {s['activation_checkpointing']}, LoRA r {s['lora']['rank']}.",
+            "",
+        ]
         lines += [f"- {d}" for d in s["deviations"]] + [""]
     if choice:
-        lines += [f"Answer length {choice['answer']}: {choice['reason']} (decode step "
-                  f"{_fmt(choice['decode_step_s'] * 1000)} ms).", ""]
+        lines += [
+            f"Answer length {choice['answer']}: {choice['reason']} (decode step "
+            f"{_fmt(choice['decode_step_s'] * 1000)} ms).",
+            "",
+        ]
     for it in part.get("iterations", []):
-        lines += [f"### {it['method']} ({_fmt(it['wall_s'])} s)", "",
-                  "Seconds per phase: " + ", ".join(f"{k} {_fmt(v)}" for k, v in it["phases_s"].items()), "",
-                  "| generation stage | prompts | tokens | s | tokens/s |", "|---|---|---|---|---|"]
-        lines += [f"| {g['stage']} | {g['prompts']} | {g['tokens']} | {_fmt(g['seconds'])} | "
-                  f"{_fmt(g['tokens_per_s'], 4)} |" for g in it["generation"]]
+        lines += [
+            f"### {it['method']} ({_fmt(it['wall_s'])} s)",
+            "",
+            "Seconds per phase: " + ", ".join(f"{k} {_fmt(v)}" for k, v in it["phases_s"].items()),
+            "",
+            "| generation stage | prompts | tokens | s | tokens/s |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {g['stage']} | {g['prompts']} | {g['tokens']} | {_fmt(g['seconds'])} | {_fmt(g['tokens_per_s'], 4)} |"
+            for g in it["generation"]
+        ]
         lines += [""] + _update_table(it["updates"]) + [""]
     if part.get("longest_update"):
-        lines += ["### One actor update at the longest micro-batch of docs/gpu.md's memory table (random tokens)", "",
-                  *_update_table([part["longest_update"]]), ""]
+        lines += [
+            "### One actor update at the longest micro-batch of docs/gpu.md's memory table (random tokens)",
+            "",
+            *_update_table([part["longest_update"]]),
+            "",
+        ]
     return lines
 
 
 def _update_table(updates: list[dict]) -> list[str]:
-    lines = ["| update | s | micro-batch (seqs x length) | peak GiB | reserved GiB | predicted GiB | measured / "
-             "predicted | skipped steps |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| update | s | micro-batch (seqs x length) | peak GiB | reserved GiB | predicted GiB | measured / "
+        "predicted | skipped steps |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for u in updates:
         mb = u["micro_batch"]
         peak = _gib(u["peak_bytes"]) if u["peak_bytes"] is not None else u["peak_note"]
-        lines.append(f"| {u['adapter']} | {_fmt(u['seconds'])} | {mb['sequences']} x {mb['length']} | {peak} | "
-                     f"{_gib(u['peak_reserved_bytes'])} | {_gib(u['predicted_bytes']['total'])} | "
-                     f"{_fmt(u['measured_over_predicted'])} | {_fmt(u['skipped_steps'])} |")
+        lines.append(
+            f"| {u['adapter']} | {_fmt(u['seconds'])} | {mb['sequences']} x {mb['length']} | {peak} | "
+            f"{_gib(u['peak_reserved_bytes'])} | {_gib(u['predicted_bytes']['total'])} | "
+            f"{_fmt(u['measured_over_predicted'])} | {_fmt(u['skipped_steps'])} |"
+        )
     return lines
 
 
 def _logprob_lines(part: dict) -> list[str]:
     lines = []
     if part.get("rows"):
-        lines += ["| row | dtype | tokens | mean | p99 | max | worst seq mean | adapter effect | ok |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| row | dtype | tokens | mean | p99 | max | worst seq mean | adapter effect | ok |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in part["rows"]:
             verdict = "yes" if r["ok"] else "NO: " + "; ".join(r["reasons"]).replace("|", "\\|")
-            lines.append(f"| {r['label']} | {r['dtype']} | {r['tokens']} | {_fmt(r['mean_abs'])} | "
-                         f"{_fmt(r['p99_abs'])} | {_fmt(r['max_abs'])} | {_fmt(r['seq_mean_abs_max'])} | "
-                         f"{_fmt(r['adapter_effect_mean_abs'])} | {verdict} |")
+            lines.append(
+                f"| {r['label']} | {r['dtype']} | {r['tokens']} | {_fmt(r['mean_abs'])} | "
+                f"{_fmt(r['p99_abs'])} | {_fmt(r['max_abs'])} | {_fmt(r['seq_mean_abs_max'])} | "
+                f"{_fmt(r['adapter_effect_mean_abs'])} | {verdict} |"
+            )
         lines.append("")
     g = part.get("greedy_agreement")
     if g:
-        lines += [f"Greedy, decode loop vs generate (float32): {_fmt(g['identical'])} identical, common prefix "
-                  f"{_fmt(g['mean_prefix_fraction'])} of the length (not gated).", ""]
+        lines += [
+            f"Greedy, decode loop vs generate (float32): {_fmt(g['identical'])} identical, common prefix "
+            f"{_fmt(g['mean_prefix_fraction'])} of the length (not gated).",
+            "",
+        ]
     return lines
 
 
@@ -1121,8 +1352,11 @@ def _speed_lines(part: dict) -> list[str]:
     if not part.get("rows"):
         return []
     lines = ["| sampler | dtype | batch | tokens | s | tokens/s |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['sampler']} | {r['dtype']} | {r['batch']} | {r['tokens']} | {_fmt(r['seconds'])} | "
-              f"{_fmt(r['tokens_per_s'], 4)} |" for r in part["rows"]]
+    lines += [
+        f"| {r['sampler']} | {r['dtype']} | {r['batch']} | {r['tokens']} | {_fmt(r['seconds'])} | "
+        f"{_fmt(r['tokens_per_s'], 4)} |"
+        for r in part["rows"]
+    ]
     return lines + ["", part.get("note", ""), ""]
 
 

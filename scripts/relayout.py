@@ -49,9 +49,9 @@ MOVES = {
 """Old `<package>.<module>` under binac_core -> new."""
 PACKAGE_DOC = {
     "foundation": "What every floor of the library uses: the typed config, stage files, statistics, the workspace, "
-                  "fault points, code provenance. It imports no other binac_core folder.",
+    "fault points, code provenance. It imports no other binac_core folder.",
     "studies": "Studies: the study file and its run plans, regimes, preconditions and gates, verdict rules, the "
-               "pilot rule, the study report.",
+    "pilot rule, the study report.",
 }
 TEST_MOVES = {
     "runs/test_config_reference": "foundation",
@@ -73,8 +73,11 @@ _DOTTED = re.compile(r"\bbinac_core([./])(" + _OLD + r")(?![\w])")
 _BARE_PATH = re.compile(r"(?<![\w/.])(" + "|".join(re.escape(m.replace(".", "/")) for m in MOVES) + r")\.py\b")
 _TEST_PATH = re.compile(r"\btests/(" + "|".join(re.escape(t) for t in TEST_MOVES) + r")\.py\b")
 _TEST_DOTTED = re.compile(r"\btests\.(" + "|".join(re.escape(t).replace("/", r"\.") for t in TEST_MOVES) + r")\b")
-_FROM_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from binac_core\.(?P<package>\w+) import (?P<names>\w+(?: as \w+)?"
-                          r"(?:, \w+(?: as \w+)?)*)$", re.MULTILINE)
+_FROM_IMPORT = re.compile(
+    r"^(?P<indent>[ \t]*)from binac_core\.(?P<package>\w+) import (?P<names>\w+(?: as \w+)?"
+    r"(?:, \w+(?: as \w+)?)*)$",
+    re.MULTILINE,
+)
 
 
 def _new(old: str, sep: str) -> str:
@@ -111,8 +114,9 @@ def _split_from_import(match: re.Match) -> str:
         module = name.split(" as ")[0].strip()
         target = MOVES.get(f"{package}.{module}", f"{package}.{module}").rpartition(".")[0]
         groups.setdefault(target, []).append(name)
-    return "\n".join(f"{indent}from binac_core.{target} import {', '.join(names)}"
-                     for target, names in sorted(groups.items()))
+    return "\n".join(
+        f"{indent}from binac_core.{target} import {', '.join(names)}" for target, names in sorted(groups.items())
+    )
 
 
 def rewrite(text: str, path: Path) -> str:
@@ -126,8 +130,11 @@ def rewrite(text: str, path: Path) -> str:
 
 
 def main() -> int:
-    root = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                               check=True).stdout.strip())
+    root = Path(
+        subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     move_modules(root)
     files = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
     changed = 0

@@ -113,16 +113,28 @@ def read_pid(name: str) -> int | None:
 
 def spawn(name: str, argv: list[str], env: dict) -> subprocess.Popen:
     log = open(state_dir() / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     (state_dir() / f"{name}.pid").write_text(f"{proc.pid} {start_time(proc.pid)}\n")
     return proc
 
 
 def spawn_worker(name: str, env: dict) -> subprocess.Popen:
     """A process worker on the pool taking `BINAC_WORKER_LIMIT` (default 1) flow runs at a time."""
-    argv = [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process", "--name",
-            f"binac-{os.getpid()}-{name.rsplit('-', 1)[1]}", "--limit", os.environ.get("BINAC_WORKER_LIMIT", "1")]
+    argv = [
+        str(BIN / "prefect"),
+        "worker",
+        "start",
+        "--pool",
+        POOL,
+        "--type",
+        "process",
+        "--name",
+        f"binac-{os.getpid()}-{name.rsplit('-', 1)[1]}",
+        "--limit",
+        os.environ.get("BINAC_WORKER_LIMIT", "1"),
+    ]
     return spawn(name, argv, env)
 
 
@@ -152,18 +164,27 @@ def run_env(prefect_port: int, mlflow_port: int) -> dict:
     h = home()
     env = dict(os.environ)
     env.update(
-        BINAC_HOME=str(h), BINAC_REPO=str(REPO), PWD=str(REPO), PREFECT_HOME=str(state_dir() / "prefect-home"),
-        PREFECT_API_URL=f"http://{HOST}:{prefect_port}/api", MLFLOW_UI=f"http://{HOST}:{mlflow_port}",
-        PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(h / "prefect"), PREFECT_LOCAL_STORAGE_PATH=str(h / "prefect"),
+        BINAC_HOME=str(h),
+        BINAC_REPO=str(REPO),
+        PWD=str(REPO),
+        PREFECT_HOME=str(state_dir() / "prefect-home"),
+        PREFECT_API_URL=f"http://{HOST}:{prefect_port}/api",
+        MLFLOW_UI=f"http://{HOST}:{mlflow_port}",
+        PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(h / "prefect"),
+        PREFECT_LOCAL_STORAGE_PATH=str(h / "prefect"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
     )
     # A run's log holds the progress lines the flows write (flows/reporting.py), not one "Finished in state
     # Completed()" per task: task runs log warnings and errors only.
-    for key, value in (("PREFECT_WORKER_QUERY_SECONDS", "2"), ("HF_HUB_OFFLINE", "1"),
-                       ("TOKENIZERS_PARALLELISM", "false"), ("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "WARNING"),
-                       # the server streams runs' logs to `prefect deployment run ... --watch` (off by default)
-                       ("PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED", "true"),
-                       ("PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED", "true")):
+    for key, value in (
+        ("PREFECT_WORKER_QUERY_SECONDS", "2"),
+        ("HF_HUB_OFFLINE", "1"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+        ("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "WARNING"),
+        # the server streams runs' logs to `prefect deployment run ... --watch` (off by default)
+        ("PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED", "true"),
+        ("PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED", "true"),
+    ):
         env.setdefault(key, value)
     return env
 
@@ -187,24 +208,52 @@ def start() -> int:
 
     experiment = tracking.experiment_id(tracking.client(Workspace(h)), Workspace(h))  # its UI link is printed
     try:
-        server = spawn("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", HOST, "--port",
-                                          str(pp)], env)
+        server = spawn(
+            "prefect-server", [str(BIN / "prefect"), "server", "start", "--host", HOST, "--port", str(pp)], env
+        )
         # The same stores local runs use; artifacts of runs live where their experiment says
         # (file://$BINAC_HOME/mlartifacts/<experiment>, binac_core/store/tracking.py), under this root.
-        mlflow = spawn("mlflow", [str(BIN / "mlflow"), "server", "--host", HOST, "--port", str(mp), "--workers", "1",
-                                  "--backend-store-uri", f"sqlite:///{h / 'mlflow.db'}",
-                                  "--default-artifact-root", (h / "mlartifacts").as_uri()],
-                       # no GenAI job runner (seven extra processes): nothing here uses MLflow server jobs
-                       {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env})
+        mlflow = spawn(
+            "mlflow",
+            [
+                str(BIN / "mlflow"),
+                "server",
+                "--host",
+                HOST,
+                "--port",
+                str(mp),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                f"sqlite:///{h / 'mlflow.db'}",
+                "--default-artifact-root",
+                (h / "mlartifacts").as_uri(),
+            ],
+            # no GenAI job runner (seven extra processes): nothing here uses MLflow server jobs
+            {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env},
+        )
         wait_until("prefect server", lambda: http_ok(f"http://{HOST}:{pp}/api/health"), [server])
-        subprocess.run([str(BIN / "prefect"), "--no-prompt", "work-pool", "create", "--type", "process",
-                        "--overwrite", POOL], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(BIN / "prefect"), "--no-prompt", "work-pool", "create", "--type", "process", "--overwrite", POOL],
+            cwd=REPO,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         workers = [spawn_worker(name, env) for name in worker_names()]
-        subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--all"], cwd=REPO, env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(BIN / "prefect"), "--no-prompt", "deploy", "--all"],
+            cwd=REPO,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         filt = f"http://{HOST}:{pp}/api/work_pools/{POOL}/workers/filter"
-        wait_until("prefect workers", lambda: len(json.loads(http_ok(filt, b"{}") or b"[]")) >= len(workers),
-                   [server, *workers])
+        wait_until(
+            "prefect workers",
+            lambda: len(json.loads(http_ok(filt, b"{}") or b"[]")) >= len(workers),
+            [server, *workers],
+        )
         wait_until("mlflow server", lambda: http_ok(f"http://{HOST}:{mp}/health"), [mlflow])
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -215,8 +264,10 @@ def start() -> int:
     print(f"MLflow UI       {tracking.ui_link(f'http://{HOST}:{mp}', experiment)}   (store {h / 'mlflow.db'})")
     print(f"Work pool {POOL}, {len(workers)} workers and deployments ready; pids and logs in {state_dir()}")
     print("Run a comparison:")
-    print(f"  PREFECT_API_URL={env['PREFECT_API_URL']} {BIN / 'prefect'} deployment run 'compare/micro' "
-          "--param seeds='[0]' --watch")
+    print(
+        f"  PREFECT_API_URL={env['PREFECT_API_URL']} {BIN / 'prefect'} deployment run 'compare/micro' "
+        "--param seeds='[0]' --watch"
+    )
     print(f"  (or `source {state_dir() / 'env.sh'}` once, then `prefect deployment run ...`)")
     print("Stop everything: make stop")
     return 0
@@ -225,9 +276,14 @@ def start() -> int:
 def write_env_sh(h: Path, prefect_port: int, mlflow_port: int) -> None:
     """`env.sh`, for `source`: the servers' addresses, and the project's environment first on PATH, so that
     `prefect deployment run ...` works in a fresh shell without activating `.venv` first."""
-    lines = [f"export BINAC_HOME={shlex.quote(str(h))}", f"export PREFECT_API_URL=http://{HOST}:{prefect_port}/api",
-             f"export BINAC_PREFECT_PORT={prefect_port}", f"export BINAC_MLFLOW_PORT={mlflow_port}",
-             f"export MLFLOW_UI=http://{HOST}:{mlflow_port}", f'export PATH={shlex.quote(str(BIN))}:"$PATH"']
+    lines = [
+        f"export BINAC_HOME={shlex.quote(str(h))}",
+        f"export PREFECT_API_URL=http://{HOST}:{prefect_port}/api",
+        f"export BINAC_PREFECT_PORT={prefect_port}",
+        f"export BINAC_MLFLOW_PORT={mlflow_port}",
+        f"export MLFLOW_UI=http://{HOST}:{mlflow_port}",
+        f'export PATH={shlex.quote(str(BIN))}:"$PATH"',
+    ]
     (state_dir() / "env.sh").write_text("\n".join(lines) + "\n")
 
 
@@ -258,7 +314,9 @@ def stop() -> int:
         pid = read_pid(name)
         if pid is not None:
             signal_group(pid, signal.SIGTERM)
-            if name.startswith("prefect-worker"):  # the worker treats the first SIGTERM as "finish up"; a second one stops it
+            if name.startswith(
+                "prefect-worker"
+            ):  # the worker treats the first SIGTERM as "finish up"; a second one stops it
                 time.sleep(1)
                 signal_group(pid, signal.SIGTERM)
             if not wait_gone(pid, 30):

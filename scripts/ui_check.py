@@ -39,9 +39,17 @@ from serve import free_port, http_ok  # noqa: E402
 from binac_core.store.tracking import ui_link  # noqa: E402
 
 DOCS = REPO / "docs"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-         "--window-size=1400,900"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--window-size=1400,900",
+]
 
 
 def store_home() -> Path:
@@ -60,8 +68,12 @@ def comparison(home: Path) -> tuple[str, str, str, dict[str, str]] | None:
     exp = c.get_experiment_by_name("binac")
     if exp is None:
         return None
-    parents = c.search_runs([exp.experiment_id], "tags.method = 'compare' and attributes.status = 'FINISHED'",
-                            order_by=["attributes.start_time DESC"], max_results=1)
+    parents = c.search_runs(
+        [exp.experiment_id],
+        "tags.method = 'compare' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not parents:
         return None
     pid = parents[0].info.run_id
@@ -76,8 +88,7 @@ def chromium() -> str:
     if os.geteuid() == 0 and shutil.which("apt-get"):
         print("installing chromium with apt-get ...")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], env=env, check=True, stdout=subprocess.DEVNULL)
         found = shutil.which("chromium")
     if not found:
         sys.exit("error: chromium not found (Debian: apt-get install chromium)")
@@ -93,9 +104,12 @@ class Browser:
         from websockets.sync.client import connect
 
         self.profile = tempfile.mkdtemp(prefix="binac-chromium-")
-        self.proc = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-                                      "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [binary, *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         port_file, t0 = Path(self.profile) / "DevToolsActivePort", time.time()
         while not port_file.exists() or not port_file.read_text().strip():
             if self.proc.poll() is not None or time.time() - t0 > 60:
@@ -130,8 +144,9 @@ class Browser:
             time.sleep(0.5)
 
     def click(self, selector: str) -> None:
-        self.call("Runtime.evaluate", expression=f"document.querySelectorAll({json.dumps(selector)})"
-                                                 ".forEach(e => e.click())")
+        self.call(
+            "Runtime.evaluate", expression=f"document.querySelectorAll({json.dumps(selector)}).forEach(e => e.click())"
+        )
 
     def open(self, url: str, must_show: list[str]) -> str:
         """Open `url` and wait until it shows `must_show`, without any click; returns the page's text."""
@@ -142,13 +157,24 @@ class Browser:
     def scroll_to(self, text: str) -> None:
         """Scroll the first element whose own text is `text` to the top (the chart view draws a section's charts
         only once it is on screen)."""
-        self.call("Runtime.evaluate", expression=(
-            "(() => { const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT); let n;"
-            f" while ((n = w.nextNode())) if (n.textContent.trim() === {json.dumps(text)})"
-            " { n.parentElement.scrollIntoView({block: 'start'}); return true; } return false; })()"))
+        self.call(
+            "Runtime.evaluate",
+            expression=(
+                "(() => { const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT); let n;"
+                f" while ((n = w.nextNode())) if (n.textContent.trim() === {json.dumps(text)})"
+                " { n.parentElement.scrollIntoView({block: 'start'}); return true; } return false; })()"
+            ),
+        )
 
-    def shot(self, url: str, must_show: list[str], out: Path, first: list[str] = (), click: str | None = None,
-             scroll_to: str | None = None):
+    def shot(
+        self,
+        url: str,
+        must_show: list[str],
+        out: Path,
+        first: list[str] = (),
+        click: str | None = None,
+        scroll_to: str | None = None,
+    ):
         """Open `url`; once it shows `first`, click every element matching `click` and scroll `scroll_to` to the
         top; once it shows `must_show`, close the assistant panel and save the screenshot."""
         self.call("Page.navigate", url=url)
@@ -176,14 +202,24 @@ class Browser:
 
 CLOSE_ASSISTANT = '[data-component-id="mlflow.assistant.chat_panel.close"]'
 EXPAND_RUN = '[data-component-id$="runnamecellrenderer.tsx_46"]'  # the +/- before a parent run's name
-SMALL_COMPARISON = ["compare", "--preset", "micro", "--methods", "grpo,fixed_critic,binac", "--seeds", "0,1",
-                    "--steps", "6"]
+SMALL_COMPARISON = [
+    "compare",
+    "--preset",
+    "micro",
+    "--methods",
+    "grpo,fixed_critic,binac",
+    "--seeds",
+    "0,1",
+    "--steps",
+    "6",
+]
 
 
 def rest(base: str, path: str, body: dict | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{base}/api/2.0/mlflow/{path}", data=data,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{base}/api/2.0/mlflow/{path}", data=data, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.load(r)
 
@@ -202,10 +238,25 @@ def serve_mlflow(home: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
-         "--default-artifact-root", (home / "mlartifacts").as_uri()],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{home / 'mlflow.db'}",
+            "--default-artifact-root",
+            (home / "mlartifacts").as_uri(),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     base, t0 = f"http://127.0.0.1:{port}", time.time()
     while not http_ok(f"{base}/health"):
         if server.poll() is not None or time.time() - t0 > 600:
@@ -245,9 +296,14 @@ def check(home: Path, out: Path) -> dict:
         browser.open(ui_link(base, exp), [parent_name, "Runs"])
         # 2. Chart view with the comparison expanded: one line per child run, the equal-budget chart among them.
         key = "eval_at_samples/acc_single"
-        browser.shot(f"{base}/#/experiments/{exp}/runs?compareRunsMode=CHART&workflowType=machine_learning",
-                     [*names, key], out / "mlflow-compare.png", first=[parent_name], click=EXPAND_RUN,
-                     scroll_to="eval_at_samples")
+        browser.shot(
+            f"{base}/#/experiments/{exp}/runs?compareRunsMode=CHART&workflowType=machine_learning",
+            [*names, key],
+            out / "mlflow-compare.png",
+            first=[parent_name],
+            click=EXPAND_RUN,
+            scroll_to="eval_at_samples",
+        )
         points = chart_points(base, children, key)
         if len({tuple(p) for p in points.values()}) != 1:
             raise RuntimeError(f"{key}: the methods' points are at different actor-sample counts: {points}")
@@ -256,14 +312,18 @@ def check(home: Path, out: Path) -> dict:
         shown = sorted(m for m in metrics if m.startswith("summary/") and m.endswith("/acc_single"))
         if not shown:
             raise RuntimeError(f"the parent run {parent_name} has no summary metrics")
-        browser.shot(ui_link(base, exp, parent), [parent_name, *shown],
-                     out / "mlflow-parent-run.png")
+        browser.shot(ui_link(base, exp, parent), [parent_name, *shown], out / "mlflow-parent-run.png")
     finally:
         if browser is not None:
             browser.close()
         stop_group(server)
-    return {"parent": parent_name, "children": names, "points": points, "parent_metrics": sorted(metrics),
-            "files": [out / "mlflow-compare.png", out / "mlflow-parent-run.png"]}
+    return {
+        "parent": parent_name,
+        "children": names,
+        "points": points,
+        "parent_metrics": sorted(metrics),
+        "files": [out / "mlflow-compare.png", out / "mlflow-parent-run.png"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,8 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: ui-check: {exc}", file=sys.stderr)
         return 1
     print(f"store {home}: comparison {seen['parent']} with child runs {', '.join(seen['children'])}")
-    print(f"eval_at_samples/acc_single points (actor samples), the same for every run: "
-          f"{next(iter(seen['points'].values()))}")
+    print(
+        f"eval_at_samples/acc_single points (actor samples), the same for every run: "
+        f"{next(iter(seen['points'].values()))}"
+    )
     return 0
 
 

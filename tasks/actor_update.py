@@ -16,8 +16,15 @@ from tasks._common import CACHED, config, loaded
 
 @task(name="update-actor", **CACHED)
 def update_actor(
-    cfg_d: dict, base: StageFile, seed: int, actor: AdapterRef, attempts: StageFile, first_rewards: StageFile,
-    out_dir: str, refined: StageFile | None = None, refined_rewards: StageFile | None = None,
+    cfg_d: dict,
+    base: StageFile,
+    seed: int,
+    actor: AdapterRef,
+    attempts: StageFile,
+    first_rewards: StageFile,
+    out_dir: str,
+    refined: StageFile | None = None,
+    refined_rewards: StageFile | None = None,
 ) -> AdapterUpdate:
     """`refined` and `refined_rewards` only for methods that train the actor's second turn."""
     cfg = config(cfg_d)

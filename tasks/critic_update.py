@@ -21,9 +21,16 @@ from tasks._common import CACHED, config, loaded
 
 @task(name="critic-reward", **CACHED)
 def reward_feedback(
-    cfg_d: dict, refined_rewards: StageFile, lookahead_rewards: StageFile | None, out_dir: str,
-    form: CriticRewardForm = CriticRewardForm.PENALTY, verdict_weight: float = 0.0, feedback: StageFile | None = None,
-    attempts: StageFile | None = None, first_rewards: StageFile | None = None, seed: int | None = None,
+    cfg_d: dict,
+    refined_rewards: StageFile,
+    lookahead_rewards: StageFile | None,
+    out_dir: str,
+    form: CriticRewardForm = CriticRewardForm.PENALTY,
+    verdict_weight: float = 0.0,
+    feedback: StageFile | None = None,
+    attempts: StageFile | None = None,
+    first_rewards: StageFile | None = None,
+    seed: int | None = None,
     step: int | None = None,
 ) -> StageFile:
     """The critic rewards of the step's feedbacks in the method's `form` (`critic_reward.critic_reward`); with
@@ -35,19 +42,29 @@ def reward_feedback(
         raise BinacError("train.critic_reward_shuffle needs the run's seed and step to permute the critic rewards")
     weighted = verdict_weight > 0
     rewards = composed_rewards(
-        form, read_json(refined_rewards), read_optional(lookahead_rewards), lam=cfg.train.lam,
-        alpha=cfg.train.alpha_shaping, verdict_weight=verdict_weight,
+        form,
+        read_json(refined_rewards),
+        read_optional(lookahead_rewards),
+        lam=cfg.train.lam,
+        alpha=cfg.train.alpha_shaping,
+        verdict_weight=verdict_weight,
         feedbacks=read_records(Feedback, feedback) if weighted else None,
         attempts=read_records(Attempt, attempts) if weighted else None,
         first_rewards=read_json(first_rewards) if weighted else None,
         syntax=benchmarks.get(cfg.task.benchmark).verdict_syntax,
-        shuffle_seed=shuffle_seed_of(cfg.train.critic_reward_shuffle, seed, step))
+        shuffle_seed=shuffle_seed_of(cfg.train.critic_reward_shuffle, seed, step),
+    )
     return write_json(Path(out_dir) / "critic.rewards.json", rewards)
 
 
 @task(name="update-critic", **CACHED)
 def update_critic(
-    cfg_d: dict, base: StageFile, seed: int, critic: AdapterRef, feedback: StageFile, critic_rewards: StageFile,
+    cfg_d: dict,
+    base: StageFile,
+    seed: int,
+    critic: AdapterRef,
+    feedback: StageFile,
+    critic_rewards: StageFile,
     out_dir: str,
 ) -> AdapterUpdate:
     cfg = config(cfg_d)

@@ -19,8 +19,14 @@ from tasks._common import CACHED, config, loaded
 
 @task(name="evaluate", **CACHED)
 def evaluate(
-    cfg_d: dict, base: StageFile, problems: StageFile, actor: AdapterRef | None, critic: AdapterRef | None,
-    seed: int, step: int, out_dir: str,
+    cfg_d: dict,
+    base: StageFile,
+    problems: StageFile,
+    actor: AdapterRef | None,
+    critic: AdapterRef | None,
+    seed: int,
+    step: int,
+    out_dir: str,
     protocols: tuple[EvalProtocol, ...] = (EvalProtocol.SINGLE, EvalProtocol.FEEDBACK, EvalProtocol.GATED),
     source: str = FeedbackSource.CRITIC_BASE.value,
 ) -> StageFile:
@@ -28,8 +34,18 @@ def evaluate(
     reads; a written source replaces the critic). It is an input of the cache key, and so is the protocol list
     (the `_exec` variants). Returns the `Evaluation`'s file."""
     _, backend = loaded(cfg_d, base, seed)
-    return evaluate_to_file(backend, config(cfg_d), read_json(problems), actor=actor, critic=critic, seed=seed,
-                            step=step, out_dir=out_dir, protocols=protocols, source=FeedbackSource.parse(source))
+    return evaluate_to_file(
+        backend,
+        config(cfg_d),
+        read_json(problems),
+        actor=actor,
+        critic=critic,
+        seed=seed,
+        step=step,
+        out_dir=out_dir,
+        protocols=protocols,
+        source=FeedbackSource.parse(source),
+    )
 
 
 @task(name="store-eval-exec", cache_policy=NO_CACHE)

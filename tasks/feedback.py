@@ -20,8 +20,16 @@ from tasks._common import CACHED, config, loaded
 
 @task(name="sample-feedback", **CACHED)
 def sample_feedback(
-    cfg_d: dict, base: StageFile, batch: StageFile, attempts: StageFile, source: str, critic: AdapterRef | None,
-    seed: int, step: int, out_dir: str, first_rewards: RewardsFile | None = None,
+    cfg_d: dict,
+    base: StageFile,
+    batch: StageFile,
+    attempts: StageFile,
+    source: str,
+    critic: AdapterRef | None,
+    seed: int,
+    step: int,
+    out_dir: str,
+    first_rewards: RewardsFile | None = None,
 ) -> GeneratedFile:
     """`source`: a `FeedbackSource` identifier (`FeedbackSource.parse`; a critic's: sampled with `critic`; else
     written). `first_rewards` (the attempts' rewards) names the execution results of code attempts, if any."""
@@ -32,8 +40,15 @@ def sample_feedback(
     problems = {r["id"]: r for r in read_json(batch)}
     t0 = time.time()
     out = sample(
-        backend, cfg.task.benchmark, problems, stage_io.read_records(stage_io.Attempt, attempts),
-        FeedbackSource.parse(source), critic, cfg.train.critic_group_size, params,
-        execution_results=stage_io.read_execution_results(first_rewards), verdict=cfg.critic.verdict,
+        backend,
+        cfg.task.benchmark,
+        problems,
+        stage_io.read_records(stage_io.Attempt, attempts),
+        FeedbackSource.parse(source),
+        critic,
+        cfg.train.critic_group_size,
+        params,
+        execution_results=stage_io.read_execution_results(first_rewards),
+        verdict=cfg.critic.verdict,
     )
     return stage_io.write_generated(Path(out_dir) / "feedback.json", out, t0)

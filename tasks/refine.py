@@ -23,8 +23,16 @@ from tasks._common import CACHED, config, loaded
 
 @task(name="refine", **CACHED)
 def refine(
-    cfg_d: dict, base: StageFile, batch: StageFile, attempts: StageFile, feedback: StageFile, actor: AdapterRef,
-    seed: int, step: int, out_dir: str, name: str = "refined",
+    cfg_d: dict,
+    base: StageFile,
+    batch: StageFile,
+    attempts: StageFile,
+    feedback: StageFile,
+    actor: AdapterRef,
+    seed: int,
+    step: int,
+    out_dir: str,
+    name: str = "refined",
 ) -> GeneratedFile:
     """`name` separates the refinements under the current actor θ from the look-ahead ones under θ⁺."""
     cfg = config(cfg_d)
@@ -33,6 +41,13 @@ def refine(
     params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, stage_seed(seed, step, name))
     problems = {r["id"]: r for r in read_json(batch)}
     t0 = time.time()
-    out = generate_refinements(backend, cfg.task.benchmark, problems, read_records(Attempt, attempts),
-                               read_records(Feedback, feedback), actor, params)
+    out = generate_refinements(
+        backend,
+        cfg.task.benchmark,
+        problems,
+        read_records(Attempt, attempts),
+        read_records(Feedback, feedback),
+        actor,
+        params,
+    )
     return write_generated(Path(out_dir) / f"{name}.json", out, t0)

@@ -17,5 +17,12 @@ def measure_base_at(cfg_d: dict, base: StageFile, group_size: int, seed: int, bo
     (the regimes and gates are choices made before the main runs: never on the split results are reported on)."""
     cfg = config(cfg_d)
     _, backend = loaded(cfg_d, base, seed)
-    return measure_base(backend, load_problems(cfg, "val"), group_size=group_size, gen=cfg.generation, seed=seed,
-                        bounds=bounds, benchmark=cfg.task.benchmark)
+    return measure_base(
+        backend,
+        load_problems(cfg, "val"),
+        group_size=group_size,
+        gen=cfg.generation,
+        seed=seed,
+        bounds=bounds,
+        benchmark=cfg.task.benchmark,
+    )

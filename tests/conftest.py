@@ -26,9 +26,15 @@ def binac_env(home: Path, prefect_home: Path) -> dict:
     """Environment for a `binac` subprocess with its own workspace, reporting to the session's Prefect server
     (without one, each process would start an ephemeral server of its own)."""
     env = dict(os.environ)
-    env.update(BINAC_HOME=str(home), PREFECT_HOME=str(prefect_home), HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
-               TOKENIZERS_PARALLELISM="false", BINAC_MODEL_CACHE=str(MODEL_CACHE))
+    env.update(
+        BINAC_HOME=str(home),
+        PREFECT_HOME=str(prefect_home),
+        HF_HUB_OFFLINE="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
+        TOKENIZERS_PARALLELISM="false",
+        BINAC_MODEL_CACHE=str(MODEL_CACHE),
+    )
     env.pop("PREFECT_API_URL", None)
     env.pop("MLFLOW_TRACKING_URI", None)
     if _PREFECT_API:
@@ -37,11 +43,13 @@ def binac_env(home: Path, prefect_home: Path) -> dict:
 
 
 def run_binac(args: list[str], env: dict, timeout: int = 1500, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"binac {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                             f"{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"binac {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
@@ -76,9 +84,23 @@ def prefect_home(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     with open(home / "server.log", "ab") as log:
-        server = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host",
-                                   "127.0.0.1", "--port", str(port)], cwd=REPO, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        server = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "prefect"),
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         deadline = time.time() + 600  # a hang guard only: a busy machine may take minutes
         while not _healthy(f"http://127.0.0.1:{port}/api/health"):
@@ -119,6 +141,7 @@ def micro_base(micro_compare) -> Path:
 
 
 # --- Shared by test_sql, test_reliability, test_deployment (issue 5) ---
+
 
 def home_with_micro_base(tmp_path_factory, name: str, micro_compare: dict) -> Path:
     """A fresh $BINAC_HOME whose runs skip pretraining: they find the micro base model that `micro_compare` built
@@ -175,8 +198,10 @@ def _prefect_settings_stay_in_their_test():
     os.environ.update(before)
 
 
-SYSTEM_TOOLS = {"bwrap": ("a working bubblewrap", "apt-get install bubblewrap"),
-                "chromium": ("Debian's chromium", "apt-get install chromium")}
+SYSTEM_TOOLS = {
+    "bwrap": ("a working bubblewrap", "apt-get install bubblewrap"),
+    "chromium": ("Debian's chromium", "apt-get install chromium"),
+}
 """The system tools some tests need (`@pytest.mark.needs_tool(name)`): what is needed, and its install command."""
 REQUIRE_SYSTEM_TOOLS = os.environ.get("BINAC_REQUIRE_SYSTEM_TOOLS") == "1"
 """CI's switch (.ci/run): a missing system tool fails its tests instead of skipping them, so CI runs everything."""

@@ -7,9 +7,16 @@ import re
 from conftest import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-REFERENCE = [REPO / "README.md", *(p for p in sorted((REPO / "docs").glob("*.md")) if not p.name.startswith("results-"))]
-CODE = sorted(p for folder in ("binac_core", "flows", "tasks", "sql") for p in (REPO / folder).rglob("*")
-              if p.suffix in (".py", ".sql", ".yaml") and "__pycache__" not in p.parts)
+REFERENCE = [
+    REPO / "README.md",
+    *(p for p in sorted((REPO / "docs").glob("*.md")) if not p.name.startswith("results-")),
+]
+CODE = sorted(
+    p
+    for folder in ("binac_core", "flows", "tasks", "sql")
+    for p in (REPO / folder).rglob("*")
+    if p.suffix in (".py", ".sql", ".yaml") and "__pycache__" not in p.parts
+)
 HISTORY = re.compile(r"issue [0-9]+|previous session", flags=re.I)
 """History lives in git and in the dated results pages (docs/results-*.md)."""
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -42,9 +49,12 @@ def test_every_relative_link_reaches_a_file_and_heading():
 
 def test_reference_pages_and_code_tell_no_project_history():
     assert len(REFERENCE) > 5 and len(CODE) > 50
-    hits = [f"{page.relative_to(REPO)}:{i}: {line.strip()}"
-            for page in [*REFERENCE, *CODE]
-            for i, line in enumerate(page.read_text().splitlines(), 1) if HISTORY.search(line)]
+    hits = [
+        f"{page.relative_to(REPO)}:{i}: {line.strip()}"
+        for page in [*REFERENCE, *CODE]
+        for i, line in enumerate(page.read_text().splitlines(), 1)
+        if HISTORY.search(line)
+    ]
     assert not hits, "\n".join(hits)
 
 

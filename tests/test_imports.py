@@ -94,8 +94,12 @@ def test_the_graph_reads_imports_inside_functions_and_the_packages_they_run(tmp_
     (tmp_path / "other.py").write_text("import pkg.sub\n")
     (tmp_path / "pkg" / "sub.py").write_text("from pkg import sibling\n")
     (tmp_path / "pkg" / "sibling.py").write_text("")
-    known = {"pkg": tmp_path / "pkg" / "__init__.py", "other": tmp_path / "other.py",
-             "pkg.sub": tmp_path / "pkg" / "sub.py", "pkg.sibling": tmp_path / "pkg" / "sibling.py"}
+    known = {
+        "pkg": tmp_path / "pkg" / "__init__.py",
+        "other": tmp_path / "other.py",
+        "pkg.sub": tmp_path / "pkg" / "sub.py",
+        "pkg.sibling": tmp_path / "pkg" / "sibling.py",
+    }
     graph = {name: _imports(path, name, known) for name, path in known.items()}
     assert graph == {"pkg": {"other"}, "other": {"pkg.sub", "pkg"}, "pkg.sub": {"pkg.sibling"}, "pkg.sibling": set()}
     assert cycles(graph) == [["other", "pkg"]]  # the old grading/__init__ -> benchmarks -> grading.code circle
@@ -145,7 +149,8 @@ def test_the_layer_check_sees_an_upward_import_inside_a_function_and_under_type_
 def test_no_import_runs_from_a_lower_floor_to_a_higher_one():
     order = layers()
     assert not upward_imports(import_graph(), order), "imports that run up: " + "; ".join(
-        upward_imports(import_graph(), order))
+        upward_imports(import_graph(), order)
+    )
 
 
 def test_every_library_folder_has_a_floor_and_the_package_marker_imports_nothing():

@@ -23,8 +23,13 @@ from binac_core.rl.kinds import (
 REPO = Path(__file__).resolve().parents[1]
 ROOTS = ("binac_core", "tasks", "flows", "bench", "scripts")
 KINDS_MODULE = Path("binac_core/rl/kinds.py")
-KIND_STRINGS = frozenset({*(m.value for kind in (FeedbackSource, CriticRewardForm, EvalProtocol) for m in kind),
-                          *STORED_LABELS, *FEEDBACK_SOURCE_LABELS.values()})
+KIND_STRINGS = frozenset(
+    {
+        *(m.value for kind in (FeedbackSource, CriticRewardForm, EvalProtocol) for m in kind),
+        *STORED_LABELS,
+        *FEEDBACK_SOURCE_LABELS.values(),
+    }
+)
 NOT_KINDS = {
     ("binac_core/model/stage_io.py", "'feedback' not in d"): "a ScoredBatch's JSON key",
     ("flows/study.py", "'oracle' not in measured[d]"): "a base measurement's key (the oracle's bound)",
@@ -53,7 +58,8 @@ def _strings(node: ast.AST):
 def _is_role(node: ast.AST) -> bool:
     """`node` is a variable or attribute named as a role (`ROLE_NAMES`: `role`, `row.role`)."""
     return (isinstance(node, ast.Name) and node.id in ROLE_NAMES) or (
-        isinstance(node, ast.Attribute) and node.attr in ROLE_NAMES)
+        isinstance(node, ast.Attribute) and node.attr in ROLE_NAMES
+    )
 
 
 def kind_comparisons(source: str) -> list[tuple[int, str]]:
@@ -74,7 +80,7 @@ def kind_comparisons(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_walk_flags_comparisons_with_a_kinds_string_and_nothing_else():
-    flagged = kind_comparisons('''
+    flagged = kind_comparisons("""
 if form == "penalty": pass
 if protocol in ("single", "gated"): pass
 if "critic (trained)" != label: pass
@@ -84,7 +90,7 @@ rows["feedback"] = f(protocol="single", source="oracle")
 if form == CriticRewardForm.PENALTY or name == "binac": pass
 if role == "critic" or row.role in ("actor", "critic"): pass
 if source == "critic" or adapter.name != "critic": pass
-''')
+""")
     assert [line for line, _ in flagged] == [2, 3, 4, 6, 10, 10]
 
 
@@ -95,8 +101,11 @@ def test_no_code_compares_with_a_kinds_string_outside_its_enum():
             rel = path.relative_to(REPO)
             if rel == KINDS_MODULE:
                 continue
-            found += [f"{rel}:{line}: {code}" for line, code in kind_comparisons(path.read_text())
-                      if (rel.as_posix(), code) not in NOT_KINDS]
+            found += [
+                f"{rel}:{line}: {code}"
+                for line, code in kind_comparisons(path.read_text())
+                if (rel.as_posix(), code) not in NOT_KINDS
+            ]
     assert not found, "compare with the enum members (binac_core/rl/kinds.py):\n" + "\n".join(found)
 
 
@@ -111,8 +120,15 @@ def test_identifiers_are_the_values_and_labels_live_in_one_mapping():
     assert set(FEEDBACK_SOURCE_LABELS) == set(FeedbackSource)
     assert FeedbackSource.CRITIC_BASE.label == "critic (base, frozen)"
     assert [f.value for f in CriticRewardForm] == ["r1", "penalty", "after"]
-    assert [p.value for p in EvalProtocol] == ["single", "single_greedy", "feedback", "gated", "feedback_exec",
-                                               "gated_exec", "feedback_frozen"]
+    assert [p.value for p in EvalProtocol] == [
+        "single",
+        "single_greedy",
+        "feedback",
+        "gated",
+        "feedback_exec",
+        "gated_exec",
+        "feedback_frozen",
+    ]
     # a member written anywhere is its identifier: shard names, tags, params and messages stay byte-identical
     assert f"eval-{EvalProtocol.FEEDBACK_FROZEN}" == "eval-feedback_frozen"
     assert str(FeedbackSource.FIXED) == "fixed" and json.dumps([CriticRewardForm.AFTER]) == '["after"]'
@@ -122,9 +138,12 @@ def test_a_stored_source_reads_back_from_its_identifier_or_a_stored_label():
     for source in FeedbackSource:
         assert FeedbackSource.parse(source.value) is source
     assert {label: FeedbackSource.parse(label) for label in STORED_LABELS} == {
-        "critic (trained)": FeedbackSource.CRITIC_TRAINED, "critic (base, frozen)": FeedbackSource.CRITIC_BASE,
-        "critic (adapter)": FeedbackSource.CRITIC_ADAPTER, "fixed instruction": FeedbackSource.FIXED,
-        "oracle (rule-based)": FeedbackSource.ORACLE}
+        "critic (trained)": FeedbackSource.CRITIC_TRAINED,
+        "critic (base, frozen)": FeedbackSource.CRITIC_BASE,
+        "critic (adapter)": FeedbackSource.CRITIC_ADAPTER,
+        "fixed instruction": FeedbackSource.FIXED,
+        "oracle (rule-based)": FeedbackSource.ORACLE,
+    }
     archived = json.loads(ARCHIVED_RUN)["tags"]["eval_feedback_source"]
     assert FeedbackSource.parse(archived) is FeedbackSource.CRITIC_TRAINED
     with pytest.raises(BinacError, match="unknown feedback source 'critic trained' .*critic_frozen"):
@@ -135,18 +154,35 @@ def test_an_evaluation_file_with_a_label_reads_back_and_is_written_with_the_iden
     from binac_core.reports.report import build_report
     from binac_core.rl.evaluation import Evaluation
 
-    attempt = {"problem_id": "p1", "sample_idx": 0, "prompt_text": "Q: 1+1", "prompt_ids": [3], "text": "A: 2",
-               "token_ids": [1], "logprobs": [0.0]}
-    stored = {"metrics": {"acc_single": 0.0}, "feedback_source": "fixed instruction",
-              "single": {"attempts": [attempt], "r0": [0.0]}}  # an evaluation file that holds the label
+    attempt = {
+        "problem_id": "p1",
+        "sample_idx": 0,
+        "prompt_text": "Q: 1+1",
+        "prompt_ids": [3],
+        "text": "A: 2",
+        "token_ids": [1],
+        "logprobs": [0.0],
+    }
+    stored = {
+        "metrics": {"acc_single": 0.0},
+        "feedback_source": "fixed instruction",
+        "single": {"attempts": [attempt], "r0": [0.0]},
+    }  # an evaluation file that holds the label
     result = Evaluation.from_json(stored)
     assert result.feedback_source is FeedbackSource.FIXED
     assert result.to_json()["feedback_source"] == "fixed"
     assert Evaluation.from_json(result.to_json()).feedback_source is FeedbackSource.FIXED
     ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25, "eval/acc_gated_k2": 0.5}
     runs = [{"method": "self_correct", "seed": 0, "samples_per_iteration": 4, "evals": {0: ev, 1: ev}}]
-    meta = {"preset": "p", "seeds": [0], "budget": 4, "steps": 1, "n_eval": 2, "eval_samples": 1,
-            "eval_temperature": 1.0}
+    meta = {
+        "preset": "p",
+        "seeds": [0],
+        "budget": 4,
+        "steps": 1,
+        "n_eval": 2,
+        "eval_samples": 1,
+        "eval_temperature": 1.0,
+    }
     text = build_report(runs, meta, tmp_path)["text"]
     assert f"| self_correct | {result.feedback_source.label} |" in text
     assert "| self_correct | fixed instruction |" in text

@@ -16,8 +16,9 @@ EOT = "<|eot_id|>"
 TEXTS = ["Solve: 7+5-3 A: 9", "Feedback: step 2 is wrong.", "1+2=3 then 3*4=12 A: 12", "Looks correct."] * 4
 
 
-def build_checkpoint(out: Path, hostile: bool = True, eos_logit: float = 0.0, max_positions: int = 128,
-                     seed: int = 0) -> Path:
+def build_checkpoint(
+    out: Path, hostile: bool = True, eos_logit: float = 0.0, max_positions: int = 128, seed: int = 0
+) -> Path:
     """Save tokenizer + model (+ a hostile generation config) into `out`. `eos_logit` > 0 adds about that much to
     the logits of both end-of-turn tokens at every position (a constant residual feature read by the LM head),
     so that samples end on either of them."""
@@ -25,10 +26,20 @@ def build_checkpoint(out: Path, hostile: bool = True, eos_logit: float = 0.0, ma
     tok.add_special_tokens({"additional_special_tokens": [IM_START, EOT]})
     im_end, eot = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids(EOT)
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=max_positions,
-                      initializer_range=0.2, bos_token_id=None, eos_token_id=im_end,
-                      pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=max_positions,
+        initializer_range=0.2,
+        bos_token_id=None,
+        eos_token_id=im_end,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg)
     if eos_logit:
         with torch.no_grad():
@@ -38,8 +49,16 @@ def build_checkpoint(out: Path, hostile: bool = True, eos_logit: float = 0.0, ma
             model.lm_head.weight[[im_end, eot], 0] = scale
     if hostile:
         model.generation_config = GenerationConfig(
-            do_sample=True, temperature=0.3, top_k=3, top_p=0.5, repetition_penalty=1.3, no_repeat_ngram_size=2,
-            min_new_tokens=4, eos_token_id=[im_end, eot], pad_token_id=tok.pad_token_id)
+            do_sample=True,
+            temperature=0.3,
+            top_k=3,
+            top_p=0.5,
+            repetition_penalty=1.3,
+            no_repeat_ngram_size=2,
+            min_new_tokens=4,
+            eos_token_id=[im_end, eot],
+            pad_token_id=tok.pad_token_id,
+        )
     else:
         model.generation_config = GenerationConfig(eos_token_id=im_end, pad_token_id=tok.pad_token_id)
     model.save_pretrained(out)

@@ -56,7 +56,12 @@ HUB_SOURCES = {
     "gsm8k": ("openai/gsm8k", "main"),
 }
 MATH_SUBJECTS = (
-    "algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory", "prealgebra",
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
     "precalculus",
 )
 Record = tuple[str, dict]  # (where: "file line N" or "hub-id row N", the raw record)
@@ -97,8 +102,13 @@ def _local_rows(name: str, split: str, folder: str) -> tuple[dict, ...]:
 
 
 def _build(name: str, split: str, source) -> tuple[dict, ...]:
-    build = {"math": _math_rows, "math500": _math_rows, "mbpp": _mbpp_rows,
-             "gpqa_diamond": _gpqa_rows, "gsm8k": _gsm8k_rows}[name]
+    build = {
+        "math": _math_rows,
+        "math500": _math_rows,
+        "mbpp": _mbpp_rows,
+        "gpqa_diamond": _gpqa_rows,
+        "gsm8k": _gsm8k_rows,
+    }[name]
     return tuple(build(source, split))
 
 
@@ -233,8 +243,11 @@ def _math_row(where: str, rec: dict) -> dict:
         raise BinacError(f"malformed row in {where} (id {uid}): no final answer (no \\boxed{{}} in the solution)")
     level = re.search(r"\d", str(rec.get("level", "")))
     return {
-        "id": uid, "question": rec["problem"], "answer": answer,
-        "subject": rec.get("subject") or rec.get("type") or "", "level": int(level.group()) if level else 0,
+        "id": uid,
+        "question": rec["problem"],
+        "answer": answer,
+        "subject": rec.get("subject") or rec.get("type") or "",
+        "level": int(level.group()) if level else 0,
     }
 
 
@@ -254,7 +267,10 @@ def _mbpp_row(rec: dict, task_id: int) -> dict:
     # The asserts are part of the task as MBPP poses it (lm-eval's prompt shows all three).
     question = rec["text"].strip() + " Your code should pass these tests:\n\n" + "\n".join(tests)
     return {
-        "id": str(task_id), "question": question, "answer": rec["code"], "tests": tests,
+        "id": str(task_id),
+        "question": question,
+        "answer": rec["code"],
+        "tests": tests,
         "setup": rec.get("test_setup_code") or "",
     }
 
@@ -262,8 +278,14 @@ def _mbpp_row(rec: dict, task_id: int) -> dict:
 def _gpqa_rows(source, split: str) -> list[dict]:
     rows = []
     for where, rec in source.gpqa_diamond():
-        fields = ("Record ID", "Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2",
-                  "Incorrect Answer 3")
+        fields = (
+            "Record ID",
+            "Question",
+            "Correct Answer",
+            "Incorrect Answer 1",
+            "Incorrect Answer 2",
+            "Incorrect Answer 3",
+        )
         _require(where, rec, fields, rec.get("Record ID"))
         rows.append(_gpqa_row(rec))
     return rows
@@ -287,8 +309,10 @@ def _gpqa_row(rec: dict) -> dict:
     # simple-evals' layout: the question, a blank line, then "A) ..." to "D) ..." on their own lines.
     lines = "\n".join(f"{letter}) {choice}" for letter, choice in zip(LETTERS, choices, strict=True))
     return {
-        "id": rec["Record ID"], "question": rec["Question"].strip() + "\n\n" + lines,
-        "answer": LETTERS[order.index(0)], "choices": choices,
+        "id": rec["Record ID"],
+        "question": rec["Question"].strip() + "\n\n" + lines,
+        "answer": LETTERS[order.index(0)],
+        "choices": choices,
     }
 
 
@@ -304,4 +328,3 @@ def _gsm8k_row(where: str, rec: dict, row_id: str) -> dict:
     # Gold numbers are written with thousands separators ("1,080"); the grader compares numbers.
     answer = rec["answer"].rsplit("####", 1)[1].strip().replace(",", "")
     return {"id": row_id, "question": rec["question"], "answer": answer}
-

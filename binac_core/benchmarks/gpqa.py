@@ -19,7 +19,9 @@ def actor_messages(row: dict) -> list[dict]:
 def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
     """The question (with its options) and the answer; there is no execution result to show. `verdict`: ask for
     a verdict line (`binac_core.benchmarks.prompts.critic_instruction`)."""
-    return user(f"{critic_instruction(CHOICE_CRITIC, verdict, 'answer')}\n\nQuestion:\n{row['question']}\n\nStudent answer:\n{attempt}\n\nReview:")
+    return user(
+        f"{critic_instruction(CHOICE_CRITIC, verdict, 'answer')}\n\nQuestion:\n{row['question']}\n\nStudent answer:\n{attempt}\n\nReview:"
+    )
 
 
 def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
@@ -31,7 +33,12 @@ def grade(row: dict, response: str) -> tuple[bool, None]:
 
 
 BENCHMARK = Benchmark(
-    name="gpqa_diamond", required_fields=("answer",), load_rows=partial(problem_rows, "gpqa_diamond"),
-    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
+    name="gpqa_diamond",
+    required_fields=("answer",),
+    load_rows=partial(problem_rows, "gpqa_diamond"),
+    actor_messages=actor_messages,
+    critic_messages=critic_messages,
+    refine_messages=refine_messages,
+    grade=grade,
     check_data=partial(load_benchmark, "gpqa_diamond"),
 )

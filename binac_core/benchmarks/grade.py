@@ -46,7 +46,9 @@ def grade_with_reason(benchmark: str, row: dict, response: str) -> tuple[float, 
     return 0.0, None
 
 
-def grade_batch(benchmark: str, rows: Sequence[dict], responses: Sequence[str], workers: int | None = None) -> list[float]:
+def grade_batch(
+    benchmark: str, rows: Sequence[dict], responses: Sequence[str], workers: int | None = None
+) -> list[float]:
     """`grade` over pairs, in threads (math-verify workers and sandboxes run in parallel); order kept."""
     return [score for score, _ in grade_batch_with_reasons(benchmark, rows, responses, workers)]
 

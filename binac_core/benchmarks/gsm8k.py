@@ -16,7 +16,12 @@ def grade(row: dict, response: str) -> tuple[bool, None]:
 
 
 BENCHMARK = Benchmark(
-    name="gsm8k", required_fields=("answer",), load_rows=partial(problem_rows, "gsm8k"),
-    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
+    name="gsm8k",
+    required_fields=("answer",),
+    load_rows=partial(problem_rows, "gsm8k"),
+    actor_messages=actor_messages,
+    critic_messages=critic_messages,
+    refine_messages=refine_messages,
+    grade=grade,
     check_data=partial(load_benchmark, "gsm8k"),
 )

@@ -22,7 +22,9 @@ def actor_messages(row: dict) -> list[dict]:
 def critic_messages(row: dict, attempt: str, execution_result: str | None = None, verdict: bool = False) -> list[dict]:
     """The problem and the attempt; there is no execution result to show. `verdict`: ask for
     a verdict line (`binac_core.benchmarks.prompts.critic_instruction`)."""
-    return user(f"{critic_instruction(MATH_CRITIC, verdict, 'attempt')}\n\nProblem:\n{row['question']}\n\nStudent attempt:\n{attempt}\n\nHints:")
+    return user(
+        f"{critic_instruction(MATH_CRITIC, verdict, 'attempt')}\n\nProblem:\n{row['question']}\n\nStudent attempt:\n{attempt}\n\nHints:"
+    )
 
 
 def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
@@ -34,12 +36,22 @@ def grade(row: dict, response: str) -> tuple[bool, None]:
 
 
 MATH = Benchmark(
-    name="math", required_fields=("answer",), load_rows=partial(problem_rows, "math"),
-    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
+    name="math",
+    required_fields=("answer",),
+    load_rows=partial(problem_rows, "math"),
+    actor_messages=actor_messages,
+    critic_messages=critic_messages,
+    refine_messages=refine_messages,
+    grade=grade,
     check_data=partial(load_benchmark, "math"),
 )
 MATH500 = Benchmark(
-    name="math500", required_fields=("answer",), load_rows=partial(problem_rows, "math500"),
-    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
+    name="math500",
+    required_fields=("answer",),
+    load_rows=partial(problem_rows, "math500"),
+    actor_messages=actor_messages,
+    critic_messages=critic_messages,
+    refine_messages=refine_messages,
+    grade=grade,
     check_data=partial(load_benchmark, "math500"),
 )

@@ -30,7 +30,14 @@ def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
 
 
 BENCHMARK = Benchmark(
-    name="mbpp", required_fields=("tests",), load_rows=partial(problem_rows, "mbpp"),
-    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages,
-    grade=verdict, critic_sees_execution=True, runs_code=True, check_data=partial(load_benchmark, "mbpp"),
+    name="mbpp",
+    required_fields=("tests",),
+    load_rows=partial(problem_rows, "mbpp"),
+    actor_messages=actor_messages,
+    critic_messages=critic_messages,
+    refine_messages=refine_messages,
+    grade=verdict,
+    critic_sees_execution=True,
+    runs_code=True,
+    check_data=partial(load_benchmark, "mbpp"),
 )

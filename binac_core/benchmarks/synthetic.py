@@ -51,8 +51,10 @@ CHECK_OK, CHECK_NO = "ok", "no"
 _OP_RE = re.compile(r"([+-])(\d)")
 _START_RE = re.compile(r"^(\d+)")
 _NAMED_RE = re.compile(r"Step (\d+) is wrong")
-VERDICT_SYNTAX = VerdictSyntax(correct=re.compile(re.escape(LOOKS_CORRECT)),
-                               incorrect=re.compile(rf"{_NAMED_RE.pattern}|{re.escape(CHECK_YOUR_WORK)}"))
+VERDICT_SYNTAX = VerdictSyntax(
+    correct=re.compile(re.escape(LOOKS_CORRECT)),
+    incorrect=re.compile(rf"{_NAMED_RE.pattern}|{re.escape(CHECK_YOUR_WORK)}"),
+)
 """The synthetic feedback's verdict (`binac_core.benchmarks.verdict`): `Looks correct.` is `correct`; a named step
 (`Step k is wrong.`) or `Check your work.` (the oracle's words for right steps under a wrong or missing answer)
 is `incorrect`; anything else, or both, is `none`. The critic prompt is unchanged by `critic.verdict`."""
@@ -194,8 +196,9 @@ def make_split(task_cfg, split: str) -> list[dict]:
     if split not in SPLITS:
         raise BinacError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
     if task_cfg.prompt_style == "instruct" and task_cfg.modulus != MOD:
-        raise BinacError(f"task.prompt_style instruct states the rules of modulus {MOD} only "
-                         f"(task.modulus is {task_cfg.modulus})")
+        raise BinacError(
+            f"task.prompt_style instruct states the rules of modulus {MOD} only (task.modulus is {task_cfg.modulus})"
+        )
     n = {"train": task_cfg.n_train, "eval": task_cfg.n_test, "val": task_cfg.n_val}[split]
     questions = sample_questions(task_cfg.data_seed, task_cfg.difficulty, split, n, task_cfg.modulus)
     rows = [make_row(q) for q in questions]
@@ -243,8 +246,7 @@ def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
     Repeating the question at the end gives the second answer the same prompt suffix as the first one, so a
     tiny model reuses what it learned for solving instead of having to find the question further back.
     """
-    again = (INSTRUCT_TASK.format(q=row["question"]) if row.get("style") == "instruct"
-             else f"Solve: {row['question']}")
+    again = INSTRUCT_TASK.format(q=row["question"]) if row.get("style") == "instruct" else f"Solve: {row['question']}"
     return actor_messages(row) + [
         {"role": "assistant", "content": attempt.strip()},
         {"role": "user", "content": f"Feedback: {feedback.strip()}\n{again}"},
@@ -330,8 +332,10 @@ def checked(attempt: str, width: int, flagged: int | None, verdict: str) -> str:
     first wrong step's number in one token it could not (docs/results-testbed.md)."""
     pieces = parse_steps(attempt, width)
     last = len(pieces) if flagged is None else min(flagged, len(pieces))
-    marks = [f"{p.text if isinstance(p, Step) else p} {CHECK_NO if k == flagged else CHECK_OK}"
-             for k, p in enumerate(pieces[:last], 1)]
+    marks = [
+        f"{p.text if isinstance(p, Step) else p} {CHECK_NO if k == flagged else CHECK_OK}"
+        for k, p in enumerate(pieces[:last], 1)
+    ]
     return (" ".join(marks) + ". " if marks else "") + verdict
 
 
@@ -364,9 +368,21 @@ def approves(feedback: str) -> bool:
 
 
 BENCHMARK = Benchmark(
-    name="synthetic", required_fields=("answer",), load_rows=make_split,
-    actor_messages=actor_messages, critic_messages=critic_messages, refine_messages=refine_messages, grade=grade,
-    oracle_feedback=oracle_feedback, verdict_syntax=VERDICT_SYNTAX,
-    feedback_analysis=FeedbackAnalysis(first_wrong_step=first_wrong_step, named_step=named_step, approves=approves,
-                                       approval=LOOKS_CORRECT, right_steps=locally_right_steps, critique=critique),
+    name="synthetic",
+    required_fields=("answer",),
+    load_rows=make_split,
+    actor_messages=actor_messages,
+    critic_messages=critic_messages,
+    refine_messages=refine_messages,
+    grade=grade,
+    oracle_feedback=oracle_feedback,
+    verdict_syntax=VERDICT_SYNTAX,
+    feedback_analysis=FeedbackAnalysis(
+        first_wrong_step=first_wrong_step,
+        named_step=named_step,
+        approves=approves,
+        approval=LOOKS_CORRECT,
+        right_steps=locally_right_steps,
+        critique=critique,
+    ),
 )

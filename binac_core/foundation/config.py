@@ -122,12 +122,13 @@ class TaskConfig(_Section):
     impossible to recompute without steps, so a tiny base learns to take it from the attempt (study2: the
     registered `copy` base re-solved instead, docs/results-study-v2.md)."""
 
-
     @model_validator(mode="after")
     def _carries_need_tens(self):
         if self.carry_error_rate > 0 and self.modulus != 100:
-            raise ValueError(f"task.carry_error_rate needs task.modulus 100 (a carry slip changes the tens digit; "
-                             f"task.modulus is {self.modulus})")
+            raise ValueError(
+                f"task.carry_error_rate needs task.modulus 100 (a carry slip changes the tens digit; "
+                f"task.modulus is {self.modulus})"
+            )
         return self
 
 
@@ -328,8 +329,11 @@ class Config(_Section):
         task = self.task.model_dump(mode="json", exclude={"n_train", "n_test", "n_val", "eval_split"})
         if self.task.pretrain_difficulties is not None:
             task.pop("difficulty")
-        blob = {"model": self.model.model_dump(mode="json"), "task": task,
-                "code": module_digest("binac_core.model.pretrain")}
+        blob = {
+            "model": self.model.model_dump(mode="json"),
+            "task": task,
+            "code": module_digest("binac_core.model.pretrain"),
+        }
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -364,8 +368,9 @@ def current_keys(mapping: dict, where: str, section: str = "") -> dict:
         new_key = new.partition(".")[2] if section else new
         if new_key in out and out[new_key] != value:
             (a, va), (b, vb) = sorted([(given[new_key], out[new_key]), (dotted, value)], key=lambda kv: kv[0] == new)
-            raise BinacError(f"{where}{a}={va!r} and {b}={vb!r} both given: {a} is the old name of {new}; "
-                             f"give {new} alone")
+            raise BinacError(
+                f"{where}{a}={va!r} and {b}={vb!r} both given: {a} is the old name of {new}; give {new} alone"
+            )
         out[new_key], given[new_key] = value, dotted
     for key in mapping:  # no conflict: the deprecation lines
         current_key(f"{section}.{key}" if section else str(key))
@@ -373,8 +378,11 @@ def current_keys(mapping: dict, where: str, section: str = "") -> dict:
 
 
 def _sections() -> dict[str, type[_Section]]:
-    return {name: f.annotation for name, f in Config.model_fields.items()
-            if isinstance(f.annotation, type) and issubclass(f.annotation, _Section)}
+    return {
+        name: f.annotation
+        for name, f in Config.model_fields.items()
+        if isinstance(f.annotation, type) and issubclass(f.annotation, _Section)
+    }
 
 
 def unknown_key(section: str, key: str | None = None, top_level: tuple[str, ...] = ()) -> str | None:
@@ -464,13 +472,16 @@ def check_generation(cfg: Config, preset: str = "") -> None:
     where = f"invalid config {preset}: " if preset else "invalid config: "
     g = cfg.generation
     if g.top_p != 1.0:
-        raise BinacError(f"{where}generation.top_p must be 1.0 (got {g.top_p}): the RL loss recomputes untruncated "
-                         "log-probs, so nucleus sampling would be off-policy")
+        raise BinacError(
+            f"{where}generation.top_p must be 1.0 (got {g.top_p}): the RL loss recomputes untruncated "
+            "log-probs, so nucleus sampling would be off-policy"
+        )
     context = known_context(cfg)
     if context is None:
         return
     for field in ("max_new_tokens", "feedback_max_new_tokens"):
         value = getattr(g, field)
         if value >= context:
-            raise BinacError(f"{where}generation.{field} ({value}) must be smaller than the model's context of "
-                             f"{context} tokens")
+            raise BinacError(
+                f"{where}generation.{field} ({value}) must be smaller than the model's context of {context} tokens"
+            )

@@ -39,29 +39,49 @@ def terminal(cfg: Config) -> str:
             lines += ["", f"[{section}]  {_section_doc(section)}"]
             last = section
         changed = f"   (default {default})" if value != default else ""
-        lines += [f"  {section}.{name} = {value}{changed}",
-                  *textwrap.wrap(doc, 112, initial_indent="      ", subsequent_indent="      ")]
+        lines += [
+            f"  {section}.{name} = {value}{changed}",
+            *textwrap.wrap(doc, 112, initial_indent="      ", subsequent_indent="      "),
+        ]
     return "\n".join(lines) + "\n"
 
 
 def markdown() -> str:
     """The reference of the defaults as a Markdown page: one table per section (field, default, what it does)."""
-    lines = ["# Configuration reference", "",
-             "Every field of the typed config (`binac_core/foundation/config.py`), its default and its docstring, generated "
-             "by `binac config --markdown` (`binac_core/foundation/config_reference.py`); a test keeps this page equal to "
-             "the source. A preset (`binac_core/presets/*.yaml`) sets some of them; `--set section.field=value` "
-             "overrides any; `binac config --preset P` prints a preset's values."]
+    lines = [
+        "# Configuration reference",
+        "",
+        "Every field of the typed config (`binac_core/foundation/config.py`), its default and its docstring, generated "
+        "by `binac config --markdown` (`binac_core/foundation/config_reference.py`); a test keeps this page equal to "
+        "the source. A preset (`binac_core/presets/*.yaml`) sets some of them; `--set section.field=value` "
+        "overrides any; `binac config --preset P` prints a preset's values.",
+    ]
     last = None
     for section, name, _, default, doc in rows():
         if section != last:
-            lines += ["", f"## `{section}`", "", _section_doc(section), "", "| field | default | what it does |",
-                      "| --- | --- | --- |"]
+            lines += [
+                "",
+                f"## `{section}`",
+                "",
+                _section_doc(section),
+                "",
+                "| field | default | what it does |",
+                "| --- | --- | --- |",
+            ]
             last = section
         escaped = doc.replace("|", "\\|")
         lines.append(f"| `{section}.{name}` | `{default}` | {escaped} |")
     if RENAMED:
-        lines += ["", "## Deprecated names", "", "Read as the field they name, with a deprecation line on stderr "
-                  "(`RENAMED` in `binac_core/foundation/config.py`).", "", "| name | read as |", "| --- | --- |"]
+        lines += [
+            "",
+            "## Deprecated names",
+            "",
+            "Read as the field they name, with a deprecation line on stderr "
+            "(`RENAMED` in `binac_core/foundation/config.py`).",
+            "",
+            "| name | read as |",
+            "| --- | --- |",
+        ]
         lines += [f"| `{old}` | `{new}` |" for old, (new, _) in RENAMED.items()]
     return "\n".join(lines) + "\n"
 

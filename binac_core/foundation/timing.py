@@ -8,8 +8,17 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-PHASES = ("sample", "feedback", "refine", "score", "actor_update", "lookahead", "critic_update", "evaluation",
-          "storage")
+PHASES = (
+    "sample",
+    "feedback",
+    "refine",
+    "score",
+    "actor_update",
+    "lookahead",
+    "critic_update",
+    "evaluation",
+    "storage",
+)
 """The phases of an iteration: the actor's attempts (`sample`), the critic's feedback, the refinements under θ,
 the verifier's and the critic's rewards (`score`), the actor's update, the refinements under θ⁺ and their rewards
 (`lookahead`), the critic's update, the held-out evaluation and the trajectory store's writes (`storage`)."""

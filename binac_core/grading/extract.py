@@ -18,7 +18,7 @@ def last_boxed(text: str) -> str | None:
     matches = list(_BOX_RE.finditer(text))
     if not matches:
         return None
-    rest = text[matches[-1].end():]
+    rest = text[matches[-1].end() :]
     if rest.startswith("{"):
         return _balanced(rest)
     if rest[:1] == " ":

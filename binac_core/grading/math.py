@@ -115,7 +115,10 @@ class _Worker:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "binac_core.grading.verify_worker", str(WORKER_MEMORY_BYTES)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            bufsize=0,
         )
         self._buffer = b""
         try:

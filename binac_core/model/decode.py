@@ -70,8 +70,13 @@ class LinearWeights:
                         w = w + m.get_delta_weight(name)
             weights.append(w)
             biases.append(base.bias)
-        bias = None if all(b is None for b in biases) else torch.cat(
-            [b if b is not None else w.new_zeros(w.shape[0]) for b, w in zip(biases, weights, strict=True)])
+        bias = (
+            None
+            if all(b is None for b in biases)
+            else torch.cat(
+                [b if b is not None else w.new_zeros(w.shape[0]) for b, w in zip(biases, weights, strict=True)]
+            )
+        )
         return LinearWeights(torch.cat(weights) if len(weights) > 1 else weights[0], bias)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -133,9 +138,14 @@ def llama_weights(model) -> LlamaWeights:
 
     def layer(block) -> LayerWeights:
         a, m = block.self_attn, block.mlp
-        return LayerWeights(block.input_layernorm.weight, LinearWeights.of(a.q_proj, a.k_proj, a.v_proj),
-                            LinearWeights.of(a.o_proj), block.post_attention_layernorm.weight,
-                            LinearWeights.of(m.gate_proj, m.up_proj), LinearWeights.of(m.down_proj))
+        return LayerWeights(
+            block.input_layernorm.weight,
+            LinearWeights.of(a.q_proj, a.k_proj, a.v_proj),
+            LinearWeights.of(a.o_proj),
+            block.post_attention_layernorm.weight,
+            LinearWeights.of(m.gate_proj, m.up_proj),
+            LinearWeights.of(m.down_proj),
+        )
 
     from transformers.activations import ACT2FN
 
@@ -143,9 +153,15 @@ def llama_weights(model) -> LlamaWeights:
     return LlamaWeights(
         embed=getattr(inner.embed_tokens, "base_layer", inner.embed_tokens).weight,
         layers=tuple(layer(b) for b in inner.layers[: cfg.num_hidden_layers]),
-        norm=inner.norm.weight, head=LinearWeights.of(base.lm_head).weight, eps=inner.norm.variance_epsilon,
-        heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
-        act=ACT2FN[cfg.hidden_act], rotary=inner.rotary_emb)
+        norm=inner.norm.weight,
+        head=LinearWeights.of(base.lm_head).weight,
+        eps=inner.norm.variance_epsilon,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        head_dim=head_dim,
+        act=ACT2FN[cfg.hidden_act],
+        rotary=inner.rotary_emb,
+    )
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -190,8 +206,9 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: tor
     return torch.matmul(weights.view(b, kvh, -1, n), values).view(b, h, n_q, d)
 
 
-def _attention(w: LlamaWeights, i: int, x: torch.Tensor, rope: tuple, cache: KVCache, start: int,
-               bias: torch.Tensor) -> torch.Tensor:
+def _attention(
+    w: LlamaWeights, i: int, x: torch.Tensor, rope: tuple, cache: KVCache, start: int, bias: torch.Tensor
+) -> torch.Tensor:
     """`LlamaAttention.forward` for the L new positions `start .. start + L - 1` of x [B, L, hidden]: their keys
     and values are written into the cache, and each query attends to the cached keys with `bias` [B, 1, L,
     start + L] (`_attend`)."""
@@ -206,8 +223,9 @@ def _attention(w: LlamaWeights, i: int, x: torch.Tensor, rope: tuple, cache: KVC
     return w.layers[i].o(out.transpose(1, 2).reshape(b, n, h * d))
 
 
-def forward(w: LlamaWeights, ids: torch.Tensor, rope: tuple, cache: KVCache, start: int,
-            bias: torch.Tensor) -> torch.Tensor:
+def forward(
+    w: LlamaWeights, ids: torch.Tensor, rope: tuple, cache: KVCache, start: int, bias: torch.Tensor
+) -> torch.Tensor:
     """Logits [B, V] of the last of the positions `start ..` holding `ids` [B, L] (`LlamaForCausalLM.forward`
     with `logits_to_keep=1`); the cache receives their keys and values."""
     x = F.embedding(ids, w.embed)
@@ -262,8 +280,15 @@ def _draw(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> tup
 
 
 @torch.no_grad()
-def sample(model, input_ids: torch.Tensor, keep: torch.Tensor, max_new_tokens: int, temperature: float,
-           eos_ids: list[int], gen: torch.Generator) -> Sampled:
+def sample(
+    model,
+    input_ids: torch.Tensor,
+    keep: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    eos_ids: list[int],
+    gen: torch.Generator,
+) -> Sampled:
     """Sample up to `max_new_tokens` tokens after each left-padded prompt row of `input_ids` [B, P] (`keep`: its
     attention mask), from the model with its adapter state of the moment (module docstring)."""
     w = llama_weights(model)

@@ -43,8 +43,16 @@ from binac_core.model import decode
 from binac_core.model.memory import return_freed_memory
 from binac_core.model.stage_io import AdapterRef
 
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<|eom_id|>", "<end_of_turn>",
-                      "<|end|>", "</s>")
+END_OF_TURN_TOKENS = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "</s>",
+)
 """End-of-turn/end-of-text tokens of common chat models (ChatML/Qwen/SmolLM, Llama 3, Gemma, Phi, Llama 2): any
 present in a tokenizer's vocabulary stops generation."""
 
@@ -150,8 +158,9 @@ class HFBackend:
         return_freed_memory()  # the batches' logits and KV caches: binac_core/model/memory.py
         return out
 
-    def _generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams, gen: torch.Generator,
-                      lean: bool = True) -> list[Generation]:
+    def _generate_ids(
+        self, prompt_ids: list[list[int]], params: SamplingParams, gen: torch.Generator, lean: bool = True
+    ) -> list[Generation]:
         """One batch: left-padded prompts, sampled by `binac_core.model.decode.sample` (`lean`) or transformers'
         `generate`, each seeded with one draw from the call's generator `gen`; completions cut after their first
         end-of-turn token and decoded."""
@@ -162,8 +171,9 @@ class HFBackend:
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
         if lean:
             own = torch.Generator(self.policy.device).manual_seed(seed)
-            res = decode.sample(self.policy.model, input_ids, mask, params.max_new_tokens, params.temperature,
-                                self.eos_ids, own)
+            res = decode.sample(
+                self.policy.model, input_ids, mask, params.max_new_tokens, params.temperature, self.eos_ids, own
+            )
             new, tok_logp = res.tokens.cpu(), res.logprobs.cpu()
         else:
             new, tok_logp = self._transformers_generate(input_ids, mask, params, pad, seed)
@@ -189,8 +199,9 @@ class HFBackend:
         try:
             with _private_global_rng():
                 torch.manual_seed(seed)  # transformers' sampler draws from the global torch RNG
-                res = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
-                                     logits_processor=[last])
+                res = model.generate(
+                    input_ids=input_ids, attention_mask=mask, generation_config=config, logits_processor=[last]
+                )
         finally:
             inner.generation_config = shipped
         new = res.sequences[:, input_ids.shape[1] :]
@@ -257,18 +268,42 @@ def neutral_generation_config(params: SamplingParams, pad: int, eos: list[int]):
 
     greedy = params.temperature == 0
     return GenerationConfig(
-        max_new_tokens=params.max_new_tokens, min_new_tokens=0,
-        do_sample=not greedy, num_beams=1, num_beam_groups=1,
+        max_new_tokens=params.max_new_tokens,
+        min_new_tokens=0,
+        do_sample=not greedy,
+        num_beams=1,
+        num_beam_groups=1,
         # sampling-only settings stay unset when greedy (no warper runs then; transformers warns about them)
         # T is applied by `_SampledLogprobs`, the last processor, so transformers' temperature warper stays off
-        temperature=None if greedy else 1.0, top_p=None if greedy else params.top_p,
-        top_k=None if greedy else 0, min_p=None, typical_p=None if greedy else 1.0,
-        epsilon_cutoff=None if greedy else 0.0, eta_cutoff=None if greedy else 0.0,
-        repetition_penalty=1.0, encoder_repetition_penalty=1.0, no_repeat_ngram_size=0,
-        encoder_no_repeat_ngram_size=0, length_penalty=1.0, bad_words_ids=None, sequence_bias=None,
-        suppress_tokens=None, begin_suppress_tokens=None, forced_bos_token_id=None, forced_eos_token_id=None,
-        exponential_decay_length_penalty=None, renormalize_logits=False, remove_invalid_values=False,
-        guidance_scale=None, watermarking_config=None, stop_strings=None,
-        pad_token_id=pad, eos_token_id=list(eos), bos_token_id=None,
-        output_scores=False, output_logits=False, return_dict_in_generate=True, use_cache=True,
+        temperature=None if greedy else 1.0,
+        top_p=None if greedy else params.top_p,
+        top_k=None if greedy else 0,
+        min_p=None,
+        typical_p=None if greedy else 1.0,
+        epsilon_cutoff=None if greedy else 0.0,
+        eta_cutoff=None if greedy else 0.0,
+        repetition_penalty=1.0,
+        encoder_repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        encoder_no_repeat_ngram_size=0,
+        length_penalty=1.0,
+        bad_words_ids=None,
+        sequence_bias=None,
+        suppress_tokens=None,
+        begin_suppress_tokens=None,
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+        exponential_decay_length_penalty=None,
+        renormalize_logits=False,
+        remove_invalid_values=False,
+        guidance_scale=None,
+        watermarking_config=None,
+        stop_strings=None,
+        pad_token_id=pad,
+        eos_token_id=list(eos),
+        bos_token_id=None,
+        output_scores=False,
+        output_logits=False,
+        return_dict_in_generate=True,
+        use_cache=True,
     )

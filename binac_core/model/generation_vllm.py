@@ -98,12 +98,18 @@ def engine_settings(base_dir: str | Path, cfg, max_model_len: int, cpu: bool) ->
     bind = None
     if cpu:
         bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or _core_list(
-            sorted(os.sched_getaffinity(0))[: compute_threads()])
+            sorted(os.sched_getaffinity(0))[: compute_threads()]
+        )
     return EngineSettings(
-        model=str(base_dir), dtype=cfg.model.dtype, max_lora_rank=max(cfg.lora.rank, 8),
-        max_model_len=max_model_len, cpu=cpu,
+        model=str(base_dir),
+        dtype=cfg.model.dtype,
+        max_lora_rank=max(cfg.lora.rank, 8),
+        max_model_len=max_model_len,
+        cpu=cpu,
         gpu_memory_utilization=None if cpu else gen.vllm_gpu_memory_utilization,
-        kv_cache_bytes=None if kv_gib is None else int(kv_gib * GIB), cpu_threads_bind=bind)
+        kv_cache_bytes=None if kv_gib is None else int(kv_gib * GIB),
+        cpu_threads_bind=bind,
+    )
 
 
 def _core_list(cores: list[int]) -> str:
@@ -113,8 +119,15 @@ def _core_list(cores: list[int]) -> str:
 def engine_kwargs(s: EngineSettings) -> dict:
     """`vllm.LLM(**kwargs)` for the settings (module docstring for each choice)."""
     kwargs = dict(
-        model=s.model, skip_tokenizer_init=True, enable_lora=True, max_lora_rank=s.max_lora_rank, max_loras=2,
-        dtype=s.dtype, seed=0, max_model_len=s.max_model_len, logprobs_mode="processed_logprobs",
+        model=s.model,
+        skip_tokenizer_init=True,
+        enable_lora=True,
+        max_lora_rank=s.max_lora_rank,
+        max_loras=2,
+        dtype=s.dtype,
+        seed=0,
+        max_model_len=s.max_model_len,
+        logprobs_mode="processed_logprobs",
         generation_config="vllm",
     )
     if s.gpu_memory_utilization is not None:
@@ -139,13 +152,13 @@ def check_runnable(cfg) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise BinacError("generation.backend=vllm: the installed vLLM is its GPU build and there is no CUDA "
-                             f"device ({hint})")
+            raise BinacError(
+                f"generation.backend=vllm: the installed vLLM is its GPU build and there is no CUDA device ({hint})"
+            )
     elif cfg.model.source == "tiny":
         from types import SimpleNamespace
 
-        check_cpu_head_size(SimpleNamespace(hidden_size=cfg.model.hidden_size,
-                                            num_attention_heads=cfg.model.num_heads))
+        check_cpu_head_size(SimpleNamespace(hidden_size=cfg.model.hidden_size, num_attention_heads=cfg.model.num_heads))
 
 
 def check_cpu_head_size(model_config) -> None:
@@ -156,9 +169,11 @@ def check_cpu_head_size(model_config) -> None:
     head = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
     sizes = CPUAttentionBackend.get_supported_head_sizes()
     if head not in sizes:
-        raise BinacError(f"generation.backend=vllm: vLLM's CPU attention has no kernel for this model's head size "
-                         f"{head} (supported: {', '.join(map(str, sizes))}); for a tiny model, fewer heads give a "
-                         f"larger head (model.num_heads), or use generation.backend=hf")
+        raise BinacError(
+            f"generation.backend=vllm: vLLM's CPU attention has no kernel for this model's head size "
+            f"{head} (supported: {', '.join(map(str, sizes))}); for a tiny model, fewer heads give a "
+            f"larger head (model.num_heads), or use generation.backend=hf"
+        )
 
 
 @dataclass
@@ -179,8 +194,10 @@ class Engine:
         if ref is None:
             return None
         if not ref.path:
-            raise BinacError(f"adapter {ref.name} {ref.digest} is held in memory only (`Policy.hold`): vLLM serves "
-                             "adapters from their folders")
+            raise BinacError(
+                f"adapter {ref.name} {ref.digest} is held in memory only (`Policy.hold`): vLLM serves "
+                "adapters from their folders"
+            )
         weights = Path(ref.path) / "adapter_model.safetensors"
         if not weights.is_file():
             raise BinacError(f"adapter {ref.name} missing: {weights} ({MISSING_HINT})")
@@ -256,13 +273,25 @@ class VLLMBackend:
         greedy = params.temperature == 0
         ids = [self.render(m, params.max_new_tokens) for m in prompts]
         sps = [
-            VSP(n=1, max_tokens=params.max_new_tokens, temperature=params.temperature,
-                top_p=1.0 if greedy else params.top_p, seed=params.seed + i, logprobs=0,
-                repetition_penalty=1.0, stop_token_ids=self.stop_ids, detokenize=False)
+            VSP(
+                n=1,
+                max_tokens=params.max_new_tokens,
+                temperature=params.temperature,
+                top_p=1.0 if greedy else params.top_p,
+                seed=params.seed + i,
+                logprobs=0,
+                repetition_penalty=1.0,
+                stop_token_ids=self.stop_ids,
+                detokenize=False,
+            )
             for i in range(len(prompts))
         ]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], sampling_params=sps,
-                                 lora_request=self.engine.lora(adapter), use_tqdm=False)
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in ids],
+            sampling_params=sps,
+            lora_request=self.engine.lora(adapter),
+            use_tqdm=False,
+        )
         result = []
         for p, o in zip(ids, outs, strict=True):
             c = o.outputs[0]

@@ -127,17 +127,22 @@ def judge(stats: dict, tol: Tolerance, adapter_effect: float | None = None) -> l
         reasons.append(f"{stats['length_mismatches']} sequence(s) with a log-prob count different from their tokens")
     if stats["nonfinite"]:
         reasons.append(f"{stats['nonfinite']} non-finite log-prob(s)")
-    for key, bound, what in (("mean_abs", tol.mean_abs, "mean |diff|"), ("p99_abs", tol.p99_abs, "p99 |diff|"),
-                             ("max_abs", tol.max_abs, "max |diff|"),
-                             ("seq_mean_abs_max", tol.seq_mean_abs, "worst sequence's mean |diff|")):
+    for key, bound, what in (
+        ("mean_abs", tol.mean_abs, "mean |diff|"),
+        ("p99_abs", tol.p99_abs, "p99 |diff|"),
+        ("max_abs", tol.max_abs, "max |diff|"),
+        ("seq_mean_abs_max", tol.seq_mean_abs, "worst sequence's mean |diff|"),
+    ):
         value = stats[key]
         if not value <= bound:  # nan fails too
             reasons.append(f"{what} {value:.3g} > {bound:g}")
     if adapter_effect is not None:
         need = tol.adapter_effect_factor * tol.mean_abs
         if not adapter_effect >= need:
-            reasons.append(f"inconclusive: the adapter moves the trainer's log-probs by only {adapter_effect:.3g} "
-                           f"a token (< {need:g}), so an adapter vLLM ignored could pass")
+            reasons.append(
+                f"inconclusive: the adapter moves the trainer's log-probs by only {adapter_effect:.3g} "
+                f"a token (< {need:g}), so an adapter vLLM ignored could pass"
+            )
     return reasons
 
 

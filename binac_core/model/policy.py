@@ -107,8 +107,10 @@ class Policy:
         if self.loaded.get(ref.name) == ref.digest:
             return
         if not ref.path:
-            raise BinacError(f"adapter {ref.name} {ref.digest} was held in memory only (`Policy.hold`) and another "
-                             "has been loaded since: no folder holds it")
+            raise BinacError(
+                f"adapter {ref.name} {ref.digest} was held in memory only (`Policy.hold`) and another "
+                "has been loaded since: no folder holds it"
+            )
         folder = Path(ref.path)
         if not (folder / "adapter_model.safetensors").is_file():
             raise BinacError(f"adapter {ref.name} missing: {folder / 'adapter_model.safetensors'} ({MISSING_HINT})")
@@ -156,8 +158,9 @@ class Policy:
     def _write_temp(self, name: str, folder: Path) -> Path:
         """The adapter's files in a fresh temporary folder beside `folder` (tempfile.mkdtemp: never shared)."""
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-{threading.get_ident()}-",
-                                    dir=folder.parent))
+        tmp = Path(
+            tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-{threading.get_ident()}-", dir=folder.parent)
+        )
         try:
             self._write_adapter(name, tmp)
             state = self.optimizers[name].state_dict() if name in self.optimizers else self.optimizer_states.get(name)
@@ -174,8 +177,11 @@ class Policy:
         [name])` writes for a LoRA adapter, loadable by `PeftModel.from_pretrained` and vLLM alike. Not written:
         peft's README model card, whose template rendering takes 60 % of a save at the tiny preset's size."""
         state = get_peft_model_state_dict(self.model, adapter_name=name)
-        save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"),
-                  metadata={"format": "pt"})
+        save_file(
+            {k: v.contiguous() for k, v in state.items()},
+            str(folder / "adapter_model.safetensors"),
+            metadata={"format": "pt"},
+        )
         config = copy.deepcopy(self.model.peft_config[name])
         config.inference_mode = True
         if config.base_model_name_or_path is None:

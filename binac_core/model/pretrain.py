@@ -45,13 +45,26 @@ def teacher_example(task, question: str, rng: random.Random) -> Conversation:
     if role == "solve":
         return syn.actor_messages(row) + [_assistant(solve)]
     feedback = teacher.teacher_critique(
-        question, solve, rng, task.critic_helpful_rate, task.critic_misleading_rate, task.critic_false_approval_rate,
+        question,
+        solve,
+        rng,
+        task.critic_helpful_rate,
+        task.critic_misleading_rate,
+        task.critic_false_approval_rate,
         task.critic_checks,
     )
     if role == "critique":
         return syn.critic_messages(row, solve) + [_assistant(feedback)]
-    refined = teacher.teacher_refine(question, solve, feedback, rng, task.step_error_rate, task.approval_refinement,
-                                     task.carry_error_rate, task.careful_after_hint)
+    refined = teacher.teacher_refine(
+        question,
+        solve,
+        feedback,
+        rng,
+        task.step_error_rate,
+        task.approval_refinement,
+        task.carry_error_rate,
+        task.careful_after_hint,
+    )
     return syn.refine_messages(row, solve, feedback) + [_assistant(refined)]
 
 
@@ -127,9 +140,7 @@ def make_model(cfg: Config, tok) -> torch.nn.Module:
     return model
 
 
-def batches(
-    data: list[tuple[list[int], list[int]]], batch_size: int, steps: int, rng: random.Random, pad_id: int
-):
+def batches(data: list[tuple[list[int], list[int]]], batch_size: int, steps: int, rng: random.Random, pad_id: int):
     """`steps` right-padded batches (input_ids, attention_mask, labels); epochs reshuffle.
 
     Within chunks of 16 batches, examples are sorted by length so that padding stays small; the batch order is
@@ -174,9 +185,7 @@ def lr_at(step: int, steps: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def train(
-    model, data, cfg: Config, log: Callable[[str], None], pad_id: int, device: str
-) -> list[tuple[int, float]]:
+def train(model, data, cfg: Config, log: Callable[[str], None], pad_id: int, device: str) -> list[tuple[int, float]]:
     """AdamW on the completion tokens; returns (step, mean loss since last log) every ~10 % of the steps."""
     m = cfg.model
     opt = torch.optim.AdamW(model.parameters(), lr=m.pretrain_lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -184,9 +193,7 @@ def train(
     every = max(1, m.pretrain_steps // 10)
     losses, window, t0 = [], [], time.monotonic()
     model.train()
-    for step, (ids, mask, labels) in enumerate(
-        batches(data, m.pretrain_batch_size, m.pretrain_steps, rng, pad_id)
-    ):
+    for step, (ids, mask, labels) in enumerate(batches(data, m.pretrain_batch_size, m.pretrain_steps, rng, pad_id)):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, m.pretrain_steps, m.pretrain_lr)
         ids, mask, labels = ids.to(device), mask.to(device), labels.to(device)
@@ -201,16 +208,12 @@ def train(
             window = []
             spent = time.monotonic() - t0
             eta = spent / (step + 1) * (m.pretrain_steps - step - 1)
-            log(
-                f"pretrain step {step + 1}/{m.pretrain_steps} loss {losses[-1][1]:.4f} ({spent:.0f}s, ETA {eta:.0f}s)"
-            )
+            log(f"pretrain step {step + 1}/{m.pretrain_steps} loss {losses[-1][1]:.4f} ({spent:.0f}s, ETA {eta:.0f}s)")
     model.eval()
     return losses
 
 
-def build_base_model(
-    cfg: Config, out_dir: Path, log: Callable[[str], None] = print, device: str = "cpu"
-) -> Path:
+def build_base_model(cfg: Config, out_dir: Path, log: Callable[[str], None] = print, device: str = "cpu") -> Path:
     """Build, pretrain and save the tiny base model into `out_dir` (replacing it); returns `out_dir`.
 
     `device` only changes where the training runs (the saved weights are on CPU, float32).
@@ -238,9 +241,7 @@ def build_base_model(
         "seconds": round(time.monotonic() - t0, 1),
     }
     _save_atomically(model, tok, meta, out_dir)
-    log(
-        f"pretrain: saved {out_dir} in {meta['seconds']}s (final loss {losses[-1][1] if losses else float('nan'):.4f})"
-    )
+    log(f"pretrain: saved {out_dir} in {meta['seconds']}s (final loss {losses[-1][1] if losses else float('nan'):.4f})")
     return out_dir
 
 

@@ -60,8 +60,14 @@ def _wrong_value(rng: random.Random, right: int, width: int) -> int:
     return rng.choice([d for d in range(10**width) if d != right])
 
 
-def _continue(value: int, ops: list[tuple[str, int]], rng: random.Random, error_rate: float,
-              width: int, carry_error_rate: float = 0.0) -> list[Step]:
+def _continue(
+    value: int,
+    ops: list[tuple[str, int]],
+    rng: random.Random,
+    error_rate: float,
+    width: int,
+    carry_error_rate: float = 0.0,
+) -> list[Step]:
     """Steps from `value` on; a carrying step slips (`carry_slip`) with prob `carry_error_rate`, otherwise each
     result is wrong with prob `error_rate`; later steps build on it. At `carry_error_rate` 0 it draws exactly the
     random numbers it drew before that option existed."""
@@ -85,8 +91,13 @@ def teacher_solve(question: str, rng: random.Random, error_rate: float, carry_er
 
 
 def teacher_critique(
-    question: str, attempt: str, rng: random.Random, helpful_rate: float, misleading_rate: float,
-    false_approval_rate: float = 0.0, checks: bool = False,
+    question: str,
+    attempt: str,
+    rng: random.Random,
+    helpful_rate: float,
+    misleading_rate: float,
+    false_approval_rate: float = 0.0,
+    checks: bool = False,
 ) -> str:
     """A mediocre critique of a teacher attempt: helpful, misleading or vague, in these proportions (the
     module's rules).
@@ -117,9 +128,16 @@ def teacher_critique(
     return rng.choice([SELF_CORRECT_FEEDBACK, CHECK_YOUR_WORK])
 
 
-def teacher_refine(question: str, attempt: str, feedback: str, rng: random.Random, error_rate: float,
-                   approval_refinement: str = "copy", carry_error_rate: float = 0.0,
-                   careful_after_hint: bool = False) -> str:
+def teacher_refine(
+    question: str,
+    attempt: str,
+    feedback: str,
+    rng: random.Random,
+    error_rate: float,
+    approval_refinement: str = "copy",
+    carry_error_rate: float = 0.0,
+    careful_after_hint: bool = False,
+) -> str:
     """The second answer a feedback-following student writes.
 
     `Looks correct.`: copy the attempt (`approval_refinement` `copy`), or only its answer line (`answer`: `A: 08`;

@@ -93,9 +93,11 @@ def convert(gguf: Path, out: Path) -> Path:
     settings.update(eos_token_id=tok.convert_tokens_to_ids(EOS), pad_token_id=tok.convert_tokens_to_ids(PAD))
     model = LlamaForCausalLM(LlamaConfig(**settings))
     model.load_state_dict(loaded.state_dict())
-    model.generation_config = GenerationConfig(bos_token_id=settings["bos_token_id"],
-                                               eos_token_id=[settings["eos_token_id"]],
-                                               pad_token_id=settings["pad_token_id"])
+    model.generation_config = GenerationConfig(
+        bos_token_id=settings["bos_token_id"],
+        eos_token_id=[settings["eos_token_id"]],
+        pad_token_id=settings["pad_token_id"],
+    )
     tok.eos_token, tok.pad_token, tok.padding_side = EOS, PAD, "left"
     tok.model_max_length = settings["max_position_embeddings"]
     tok.clean_up_tokenization_spaces = False  # a BPE decode must not move spaces (transformers warns otherwise)

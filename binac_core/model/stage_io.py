@@ -99,17 +99,26 @@ class ScoredBatch:
     def to_json(self) -> dict:
         out = {"attempts": [a.to_json() for a in self.attempts], "r0": self.first_rewards}
         if self.feedback is not None:
-            out.update({"feedback": [f.to_json() for f in self.feedback],
-                        "refined": [y.to_json() for y in self.refined], "r1": self.refined_rewards})
+            out.update(
+                {
+                    "feedback": [f.to_json() for f in self.feedback],
+                    "refined": [y.to_json() for y in self.refined],
+                    "r1": self.refined_rewards,
+                }
+            )
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> ScoredBatch:
         if "feedback" not in d:
             return cls([Attempt.from_json(a) for a in d["attempts"]], d["r0"])
-        return cls([Attempt.from_json(a) for a in d["attempts"]], d["r0"],
-                   [Feedback.from_json(f) for f in d["feedback"]], [Refinement.from_json(y) for y in d["refined"]],
-                   d["r1"])
+        return cls(
+            [Attempt.from_json(a) for a in d["attempts"]],
+            d["r0"],
+            [Feedback.from_json(f) for f in d["feedback"]],
+            [Refinement.from_json(y) for y in d["refined"]],
+            d["r1"],
+        )
 
 
 @dataclass(frozen=True)
@@ -178,11 +187,17 @@ def read_execution_results(file: RewardsFile | None) -> list[str | None] | None:
 
 
 def read_scored_batch(
-    attempts: StageFile, first_rewards: StageFile, feedback: StageFile | None = None,
-    refined: StageFile | None = None, refined_rewards: StageFile | None = None,
+    attempts: StageFile,
+    first_rewards: StageFile,
+    feedback: StageFile | None = None,
+    refined: StageFile | None = None,
+    refined_rewards: StageFile | None = None,
 ) -> ScoredBatch:
     """A `ScoredBatch` from the files of its stages (feedback, refined and refined_rewards all, or none)."""
     return ScoredBatch(
-        read_records(Attempt, attempts), read_json(first_rewards), read_optional_records(Feedback, feedback),
-        read_optional_records(Refinement, refined), None if refined_rewards is None else read_json(refined_rewards),
+        read_records(Attempt, attempts),
+        read_json(first_rewards),
+        read_optional_records(Feedback, feedback),
+        read_optional_records(Refinement, refined),
+        None if refined_rewards is None else read_json(refined_rewards),
     )

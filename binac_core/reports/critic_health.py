@@ -17,8 +17,15 @@ from binac_core.reports.measures import CRITIC_HEALTH, verdict_counts, verdict_m
 GAINS = ("gain_when_flagged", "gain_when_approved")
 """The two measures in reward points (r1 − r0), not shares."""
 
-HEADER = ("verdict accuracy", "balanced accuracy", "approves wrong", "flags right", "verdict missing",
-          "gain when flagged", "gain when approved")
+HEADER = (
+    "verdict accuracy",
+    "balanced accuracy",
+    "approves wrong",
+    "flags right",
+    "verdict missing",
+    "gain when flagged",
+    "gain when approved",
+)
 
 EXPLAINED = (
     "Critic health (binac_core/reports/measures.py), on the held-out `feedback` protocol's feedback, against the verifier "
@@ -67,8 +74,9 @@ def health_of_rows(rows: list[dict]) -> dict[str, str]:
     if values["balanced_accuracy"] is not None:
         (a_lo, a_hi) = wilson_interval(c.wrong[INCORRECT], c.wrong.total())
         (b_lo, b_hi) = wilson_interval(c.right[CORRECT], c.right.total())
-        cells["balanced_accuracy"] = (f"{100 * values['balanced_accuracy']:.1f} [{100 * (a_lo + b_lo) / 2:.1f}, "
-                                      f"{100 * (a_hi + b_hi) / 2:.1f}]")
+        cells["balanced_accuracy"] = (
+            f"{100 * values['balanced_accuracy']:.1f} [{100 * (a_lo + b_lo) / 2:.1f}, {100 * (a_hi + b_hi) / 2:.1f}]"
+        )
     for k, verdict in (("gain_when_flagged", INCORRECT), ("gain_when_approved", CORRECT)):
         n = len(c.gains.get(verdict, []))
         cells[k] = "–" if values[k] is None else f"{100 * values[k]:+.1f} (n={n})"
@@ -82,8 +90,11 @@ def stored_health(ws, run_id: str) -> dict[str, dict[str, str]]:
 
     con = storage.connect(ws)
     try:
-        df = con.execute("SELECT protocol, feedback_verdict, attempt_reward, refined_reward FROM trajectories "
-                         "WHERE run_id = ? AND split = 'eval' AND feedback_verdict IS NOT NULL", [run_id]).df()
+        df = con.execute(
+            "SELECT protocol, feedback_verdict, attempt_reward, refined_reward FROM trajectories "
+            "WHERE run_id = ? AND split = 'eval' AND feedback_verdict IS NOT NULL",
+            [run_id],
+        ).df()
     finally:
         con.close()
     rows = df.to_dict("records")

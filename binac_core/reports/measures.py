@@ -111,15 +111,22 @@ def critic_error_measures(rows: list[dict]) -> dict[str, float | None]:
         if r.get("feedback_approves") is not None:
             judged += 1
             approvals += bool(r["feedback_approves"])
-    return {"critic_hits_first_error": _share(hits, wrong), "critic_false_alarm": _share(alarms, right),
-            "critic_approves_wrong": _share(approvals, judged), "critic_approves_right": critic_approves_right(rows)}
+    return {
+        "critic_hits_first_error": _share(hits, wrong),
+        "critic_false_alarm": _share(alarms, right),
+        "critic_approves_wrong": _share(approvals, judged),
+        "critic_approves_right": critic_approves_right(rows),
+    }
 
 
 def critic_approves_right(rows: list[dict]) -> float | None:
     """Over feedback rows whose first attempt is right (`attempt_reward` > 0) and whose feedback was analysed
     (`feedback_approves` not None), the share that approves; None without such a row."""
-    judged = [bool(r["feedback_approves"]) for r in rows
-              if r.get("feedback_approves") is not None and (r.get("attempt_reward") or 0) > 0]
+    judged = [
+        bool(r["feedback_approves"])
+        for r in rows
+        if r.get("feedback_approves") is not None and (r.get("attempt_reward") or 0) > 0
+    ]
     return _share(sum(judged), len(judged))
 
 
@@ -154,8 +161,15 @@ def critic_signal_measures(rows: list[dict]) -> dict[str, float | None]:
     return out
 
 
-CRITIC_HEALTH = ("verdict_accuracy", "balanced_accuracy", "approves_wrong", "flags_right", "verdict_missing",
-                 "gain_when_flagged", "gain_when_approved")
+CRITIC_HEALTH = (
+    "verdict_accuracy",
+    "balanced_accuracy",
+    "approves_wrong",
+    "flags_right",
+    "verdict_missing",
+    "gain_when_flagged",
+    "gain_when_approved",
+)
 """The critic health measures, in the order the reports show them (module docstring)."""
 
 

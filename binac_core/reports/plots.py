@@ -8,13 +8,32 @@ import math
 
 from binac_core.foundation.stats import t_interval
 
-METHOD_ORDER = ("grpo", "self_correct", "fixed_critic", "critic_only", "binac", "binac_lam0", "binac_after",
-                "oracle_critic", "binac_disc")
+METHOD_ORDER = (
+    "grpo",
+    "self_correct",
+    "fixed_critic",
+    "critic_only",
+    "binac",
+    "binac_lam0",
+    "binac_after",
+    "oracle_critic",
+    "binac_disc",
+)
 """Reports list methods in this order: baselines first, then the learned critics, the oracle ceiling, and the
 option added after it (`binac_disc`, last so that every other method keeps its colour)."""
 
-_PALETTE = ("#1f77b4", "#8c564b", "#ff7f0e", "#7f7f7f", "#d62728", "#9467bd", "#e377c2", "#2ca02c", "#17becf",
-            "#bcbd22")
+_PALETTE = (
+    "#1f77b4",
+    "#8c564b",
+    "#ff7f0e",
+    "#7f7f7f",
+    "#d62728",
+    "#9467bd",
+    "#e377c2",
+    "#2ca02c",
+    "#17becf",
+    "#bcbd22",
+)
 
 
 def method_color(method: str) -> str:
@@ -22,7 +41,7 @@ def method_color(method: str) -> str:
     the palette, chosen by its characters (stable across runs and plots)."""
     if method in METHOD_ORDER:
         return _PALETTE[METHOD_ORDER.index(method)]
-    rest = _PALETTE[len(METHOD_ORDER):]
+    rest = _PALETTE[len(METHOD_ORDER) :]
     return rest[sum(map(ord, method)) % len(rest)]
 
 
@@ -31,8 +50,15 @@ def ordered(methods) -> list[str]:
     return [m for m in METHOD_ORDER if m in methods] + [m for m in methods if m not in METHOD_ORDER]
 
 
-def seed_band(ax, method: str, points: dict[int, list[float]], scale: float = 100.0, marker: str | None = "o",
-              label: str | None = None, linestyle: str = "-"):
+def seed_band(
+    ax,
+    method: str,
+    points: dict[int, list[float]],
+    scale: float = 100.0,
+    marker: str | None = "o",
+    label: str | None = None,
+    linestyle: str = "-",
+):
     """Draw `points` ({x: one fraction in [0, 1] per seed}) on `ax` in %: the mean line and its 95 % band, in the
     method's colour; the band is cut at 0 and 100 % (a t-interval over few seeds can reach past them). `label`
     (default: the method) and `linestyle` tell apart several curves of one method (a pilot's variants)."""

@@ -28,12 +28,20 @@ from binac_core.rl.methods import SPECS, FeedbackSource
 
 PROTOCOLS = [
     ("eval/acc_single", "single-turn (actor alone, at the evaluation temperature)"),
-    ("eval/acc_single_greedy", "single-turn, greedy (actor alone, one answer per problem at temperature 0: its most "
-                               "likely answer)"),
-    ("eval/acc_feedback", "with feedback (actor → feedback → actor; unassisted: the critic sees the problem and the "
-                          "attempt only, no verifier or execution result)"),
-    ("eval/acc_feedback_exec", "with execution-assisted feedback (code: the critic also sees the execution result of "
-                               "the graded tests, so it is told whether the answer passes; verifier-assisted)"),
+    (
+        "eval/acc_single_greedy",
+        "single-turn, greedy (actor alone, one answer per problem at temperature 0: its most likely answer)",
+    ),
+    (
+        "eval/acc_feedback",
+        "with feedback (actor → feedback → actor; unassisted: the critic sees the problem and the "
+        "attempt only, no verifier or execution result)",
+    ),
+    (
+        "eval/acc_feedback_exec",
+        "with execution-assisted feedback (code: the critic also sees the execution result of "
+        "the graded tests, so it is told whether the answer passes; verifier-assisted)",
+    ),
 ]
 SHOWN_WHERE_PRESENT = ("eval/acc_single_greedy", "eval/acc_feedback_exec")
 """Protocols of `PROTOCOLS` that only some benchmarks or settings evaluate: a column only where some run has them
@@ -75,9 +83,13 @@ def _protocols(runs: list[dict]) -> list[tuple[str, str]]:
     present = {k for r in runs for k in _final(r)}
     gated = sorted(k for k in present if k.startswith("eval/acc_gated"))
     return [(k, d) for k, d in PROTOCOLS if k in present or k not in SHOWN_WHERE_PRESENT] + [
-        (k, f"verifier-gated, up to {k.rsplit('k', 1)[-1]} rounds (oracle-assisted)"
-            + ("; critic shown the graded tests' execution result" if "_exec_" in k else "; unassisted critic"))
-        for k in gated]
+        (
+            k,
+            f"verifier-gated, up to {k.rsplit('k', 1)[-1]} rounds (oracle-assisted)"
+            + ("; critic shown the graded tests' execution result" if "_exec_" in k else "; unassisted critic"),
+        )
+        for k in gated
+    ]
 
 
 def _by_method(runs: list[dict]) -> dict[str, list[dict]]:
@@ -152,13 +164,18 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
         f"{meta['eval_temperature']}; accuracy is pass@1 (mean over problems of correct/samples), in %, "
         "mean ± 95 % t-interval over seeds (no interval with one seed); where a cell's seeds split (at least 2 "
         f"seeds whose values span {100 * SPLIT:g} points or more), its per-seed values follow in seed order."
-        + (" `acc_single_greedy`: one answer per problem at temperature 0, beside `acc_single` at temperature "
-           f"{meta['eval_temperature']}." if any(k == "eval/acc_single_greedy" for k, _ in protocols) else ""),
+        + (
+            " `acc_single_greedy`: one answer per problem at temperature 0, beside `acc_single` at temperature "
+            f"{meta['eval_temperature']}."
+            if any(k == "eval/acc_single_greedy" for k, _ in protocols)
+            else ""
+        ),
         "",
         sandbox_line(meta.get("grading_sandbox", "bwrap"), meta.get("isolation", [])),
         "",
         *_evaluation_points(meta),
-        "| method | feedback source | " + " | ".join(k.removeprefix("eval/") for k, _ in protocols)
+        "| method | feedback source | "
+        + " | ".join(k.removeprefix("eval/") for k, _ in protocols)
         + " | iterations | actor training samples | generated samples |",
         "| --- | --- | " + " | ".join("---" for _ in protocols) + " | --- | --- | --- |",
     ]
@@ -171,33 +188,50 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
             table[(m, key)] = vals
         iters = max(int(k) for k in rr[0]["evals"])
         source = SPECS[m].eval_feedback.label if m in SPECS else "–"
-        lines.append(f"| {m} | {source} | " + " | ".join(cells)
-                     + f" | {iters} | {_samples_used(rr[0])} | {_generated_used(rr[0]) or '–'} |")
-    lines += ["", "Protocols: " + "; ".join(f"`{k.removeprefix('eval/')}` = {d}" for k, d in protocols) + ".", "",
-              "Feedback source (each method is evaluated with the feedback it trains with): "
-              f"`{FeedbackSource.CRITIC_TRAINED.label}` = the method's own learned critic adapter; "
-              f"`{FeedbackSource.CRITIC_BASE.label}` = the initial critic "
-              "(the base model in the critic role), never updated (grpo trains no critic and is shown with this "
-              f"one, the fixed_critic's); `{FeedbackSource.FIXED.label}` = the self-correction text, no critic.", ""]
+        lines.append(
+            f"| {m} | {source} | "
+            + " | ".join(cells)
+            + f" | {iters} | {_samples_used(rr[0])} | {_generated_used(rr[0]) or '–'} |"
+        )
+    lines += [
+        "",
+        "Protocols: " + "; ".join(f"`{k.removeprefix('eval/')}` = {d}" for k, d in protocols) + ".",
+        "",
+        "Feedback source (each method is evaluated with the feedback it trains with): "
+        f"`{FeedbackSource.CRITIC_TRAINED.label}` = the method's own learned critic adapter; "
+        f"`{FeedbackSource.CRITIC_BASE.label}` = the initial critic "
+        "(the base model in the critic role), never updated (grpo trains no critic and is shown with this "
+        f"one, the fixed_critic's); `{FeedbackSource.FIXED.label}` = the self-correction text, no critic.",
+        "",
+    ]
     lines += _critic_health(by_method)
     target = _grpo_target(by_method)
     if target is not None:
-        lines += [f"Actor training samples to reach GRPO's final single-turn accuracy ({100 * target:.1f} %), per seed "
-                  "(– = not reached within the budget):", ""]
+        lines += [
+            f"Actor training samples to reach GRPO's final single-turn accuracy ({100 * target:.1f} %), per seed "
+            "(– = not reached within the budget):",
+            "",
+        ]
         for m, rr in by_method.items():
-            lines.append(f"- {m}: " + ", ".join("–" if s is None else str(s)
-                                                for s in (samples_to_reach(r, target) for r in rr)))
+            lines.append(
+                f"- {m}: " + ", ".join("–" if s is None else str(s) for s in (samples_to_reach(r, target) for r in rr))
+            )
         lines.append("")
     png = out_dir / "accuracy_vs_samples.png"
     _plot(by_method, png)
-    lines.append(f"![held-out single-turn accuracy vs iterations, actor training samples and generated samples]"
-                 f"({png.name})")
+    lines.append(
+        f"![held-out single-turn accuracy vs iterations, actor training samples and generated samples]({png.name})"
+    )
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
     html = out_dir / "report.html"
     html.write_text(render_html(text, out_dir, f"binac comparison ({meta['preset']})"))
-    return {"text": text, "files": [str(out_dir / "report.md"), str(html), str(png)], "table": table,
-            "metrics": summary_metrics(runs)}
+    return {
+        "text": text,
+        "files": [str(out_dir / "report.md"), str(html), str(png)],
+        "table": table,
+        "metrics": summary_metrics(runs),
+    }
 
 
 def sandbox_line(setting: str, used: list[str | None]) -> str:
@@ -205,23 +239,30 @@ def sandbox_line(setting: str, used: list[str | None]) -> str:
     grader actually isolated untrusted code with (their `grading.isolation` parameter; `none`: no code run)."""
     seen = sorted({u for u in used if u})
     actual = ", ".join(f"`{u}`" for u in seen) if seen else "not recorded"
-    return (f"Code sandbox: `grading.sandbox: {setting}` (bwrap = bubblewrap required; rlimits = the weaker "
-            f"fallback accepted; docs/sandbox.md); isolation used: {actual}.")
+    return (
+        f"Code sandbox: `grading.sandbox: {setting}` (bwrap = bubblewrap required; rlimits = the weaker "
+        f"fallback accepted; docs/sandbox.md); isolation used: {actual}."
+    )
 
 
 def _critic_health(by_method: dict[str, list[dict]]) -> list[str]:
     """The critic health table (`binac_core.reports.critic_health`): per method with a critic, at step 0 and at the final
     evaluation; nothing when no run has verdicts."""
+
     def at(rr: list[dict], step) -> Callable[[str], list[float]]:
         def values(measure: str) -> list[float]:
             evals = [{int(k): v for k, v in r["evals"].items()} for r in rr]
             found = [e[step if step is not None else max(e)].get(f"eval/critic/{measure}") for e in evals]
             return [v for v in found if v is not None]
+
         return values
 
-    rows = [(f"{m}, {label}", at(rr, step)) for m, rr in by_method.items()
-            if any("eval/critic/verdict_accuracy" in e for r in rr for e in r["evals"].values())
-            for label, step in (("step 0", 0), ("final", None))]
+    rows = [
+        (f"{m}, {label}", at(rr, step))
+        for m, rr in by_method.items()
+        if any("eval/critic/verdict_accuracy" in e for r in rr for e in r["evals"].values())
+        for label, step in (("step 0", 0), ("final", None))
+    ]
     if not rows:
         return []
     return ["**Critic health**, mean ± 95 % t-interval over seeds:", "", *health_table(rows), "", EXPLAINED, ""]
@@ -234,16 +275,22 @@ def _evaluation_points(meta: dict) -> list[str]:
     if shared is None:
         return []
     if shared:
-        return ["Every method that trains its actor was evaluated at the same actor training sample counts: 0, "
-                f"{', '.join(map(str, shared))} (multiples of the methods' actor training samples per iteration "
-                "that fit the budget), and after its last iteration; a method training no actor at evenly spaced "
-                "iterations.", ""]
+        return [
+            "Every method that trains its actor was evaluated at the same actor training sample counts: 0, "
+            f"{', '.join(map(str, shared))} (multiples of the methods' actor training samples per iteration "
+            "that fit the budget), and after its last iteration; a method training no actor at evenly spaced "
+            "iterations.",
+            "",
+        ]
     if not meta.get("common_samples"):
         return ["No method compared trains its actor: each was evaluated at evenly spaced iterations.", ""]
-    return ["The methods share no actor training sample count within this budget except 0 (their actor training "
-            f"samples per iteration have least common multiple {meta['common_samples']}); each was evaluated at "
-            f"evenly spaced iterations instead. A budget of a multiple of {meta['common_samples']} actor training "
-            "samples evaluates every method at the same counts.", ""]
+    return [
+        "The methods share no actor training sample count within this budget except 0 (their actor training "
+        f"samples per iteration have least common multiple {meta['common_samples']}); each was evaluated at "
+        f"evenly spaced iterations instead. A budget of a multiple of {meta['common_samples']} actor training "
+        "samples evaluates every method at the same counts.",
+        "",
+    ]
 
 
 def render_html(markdown_text: str, folder: Path, title: str) -> str:
@@ -255,11 +302,15 @@ def render_html(markdown_text: str, folder: Path, title: str) -> str:
     for png in folder.glob("*.png"):
         data = base64.b64encode(png.read_bytes()).decode()
         body = body.replace(f'src="{png.name}"', f'src="data:image/png;base64,{data}"')
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
-             "td:first-child,th:first-child{text-align:left}img{max-width:100%}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
-            f"</head><body>{body}</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+        "td:first-child,th:first-child{text-align:left}img{max-width:100%}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
+        f"</head><body>{body}</body></html>\n"
+    )
 
 
 def _plot(by_method: dict, png: Path) -> None:
@@ -273,8 +324,11 @@ def _plot(by_method: dict, png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), dpi=100)
-    panels = ((axes[0], False, "iteration"), (axes[1], True, "actor training samples"),
-              (axes[2], "generated", "generated samples"))
+    panels = (
+        (axes[0], False, "iteration"),
+        (axes[1], True, "actor training samples"),
+        (axes[2], "generated", "generated samples"),
+    )
     for ax, by_samples, xlabel in panels:
         for m, runs in by_method.items():
             if by_samples is True:

@@ -19,25 +19,34 @@ from binac_core.rl.kinds import EvalProtocol
 
 
 def train_metrics(
-    rows: list[dict], scored: ScoredBatch, *, critic_rewards: list[float] | None, critic_measures: bool,
+    rows: list[dict],
+    scored: ScoredBatch,
+    *,
+    critic_rewards: list[float] | None,
+    critic_measures: bool,
 ) -> dict:
     """train/reward_first, train/reward_refined, the advantage collapse and critic measures of
     `binac_core.reports.measures` (the critic health ones, `train/critic/*`, wherever the rows have verdicts;
     `critic_measures`: the synthetic task's first-error ones) of the step's stored `rows`; None values are left
     out."""
-    metrics = {"train/reward_first": mean(scored.first_rewards),
-               "train/zero_adv_frac": zero_adv_frac([a.problem_id for a in scored.attempts], scored.first_rewards)}
+    metrics = {
+        "train/reward_first": mean(scored.first_rewards),
+        "train/zero_adv_frac": zero_adv_frac([a.problem_id for a in scored.attempts], scored.first_rewards),
+    }
     if scored.feedback:
-        metrics.update({
-            "train/reward_refined": mean(r["refined_reward"] for r in rows),
-            "train/feedback_gain": mean(r["refined_reward"] - r["attempt_reward"] for r in rows),
-            "train/feedback_tokens": mean(r["feedback_tokens"] for r in rows),
-            "train/refine_zero_adv_frac": refine_zero_adv_frac(rows),
-        })
+        metrics.update(
+            {
+                "train/reward_refined": mean(r["refined_reward"] for r in rows),
+                "train/feedback_gain": mean(r["refined_reward"] - r["attempt_reward"] for r in rows),
+                "train/feedback_tokens": mean(r["feedback_tokens"] for r in rows),
+                "train/refine_zero_adv_frac": refine_zero_adv_frac(rows),
+            }
+        )
         if critic_rewards is not None:
             metrics["train/critic_reward"] = mean(critic_rewards)
             metrics["train/critic_signal_frac"] = critic_signal_frac(
-                [(f.problem_id, f.sample_idx) for f in scored.feedback], critic_rewards)
+                [(f.problem_id, f.sample_idx) for f in scored.feedback], critic_rewards
+            )
         metrics.update(health_metrics("train/critic/", rows))
         if critic_measures:
             metrics.update({f"train/{k}": v for k, v in critic_error_measures(rows).items()})

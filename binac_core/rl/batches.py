@@ -33,8 +33,10 @@ def attempt_samples(attempts: list[Attempt], first_rewards: list[float], scale: 
 def refinement_rewards(scored: ScoredBatch, alpha: float) -> list[float]:
     """The refinements' shaped rewards r1 + α·(r1 − r0), r0 that of the attempt each refines."""
     first = {(a.problem_id, a.sample_idx): r for a, r in zip(scored.attempts, scored.first_rewards, strict=True)}
-    return [r + alpha * (r - first[(y.problem_id, y.sample_idx)])
-            for y, r in zip(scored.refined, scored.refined_rewards, strict=True)]
+    return [
+        r + alpha * (r - first[(y.problem_id, y.sample_idx)])
+        for y, r in zip(scored.refined, scored.refined_rewards, strict=True)
+    ]
 
 
 def refinement_samples(refined: list[Refinement], shaped: list[float], scale: bool) -> list[Sample]:

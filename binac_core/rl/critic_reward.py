@@ -19,10 +19,18 @@ from binac_core.rl.losses import penalty_reward
 
 
 def critic_reward(
-    form: CriticRewardForm, refined_rewards: list[float], lookahead_rewards: list[float] | None, *, lam: float,
-    alpha: float, verdict_weight: float = 0.0, feedbacks: list[Feedback] | None = None,
-    attempts: list[Attempt] | None = None, first_rewards: list[float] | None = None,
-    syntax: VerdictSyntax | None = None, shuffle_seed: int | None = None,
+    form: CriticRewardForm,
+    refined_rewards: list[float],
+    lookahead_rewards: list[float] | None,
+    *,
+    lam: float,
+    alpha: float,
+    verdict_weight: float = 0.0,
+    feedbacks: list[Feedback] | None = None,
+    attempts: list[Attempt] | None = None,
+    first_rewards: list[float] | None = None,
+    syntax: VerdictSyntax | None = None,
+    shuffle_seed: int | None = None,
 ) -> list[float]:
     """The critic's reward per feedback in the method's `form`, from the rewards of the refinements under the actor
     θ (r1) and (`lookahead_rewards`, r1⁺) under the updated actor θ⁺: `R1` r1, `PENALTY` the value-penalty form
@@ -67,7 +75,10 @@ def shuffled(rewards: list[float], seed: int) -> list[float]:
 
 
 def verdict_bonus(
-    feedbacks: list[Feedback], attempts: list[Attempt], first_rewards: list[float], syntax: VerdictSyntax,
+    feedbacks: list[Feedback],
+    attempts: list[Attempt],
+    first_rewards: list[float],
+    syntax: VerdictSyntax,
     weight: float,
 ) -> list[float]:
     """Per feedback, `weight` × [its verdict (`binac_core.benchmarks.verdict.parse_verdict`) is the verifier's on the attempt
@@ -76,5 +87,6 @@ def verdict_bonus(
     the form's reward in `critic_reward`. Within an attempt's feedback group every feedback faces the same verifier verdict, so
     the bonus ranks a matching verdict above a wrong or missing one and nothing else."""
     first = {(a.problem_id, a.sample_idx): r for a, r in zip(attempts, first_rewards, strict=True)}
-    return [weight * verdict_matches(parse_verdict(f.text, syntax), first[(f.problem_id, f.sample_idx)])
-            for f in feedbacks]
+    return [
+        weight * verdict_matches(parse_verdict(f.text, syntax), first[(f.problem_id, f.sample_idx)]) for f in feedbacks
+    ]

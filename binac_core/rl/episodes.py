@@ -38,8 +38,12 @@ def sample_problems(rows: Sequence[dict], n: int, seed: int, step: int) -> list[
 
 
 def generate_attempts(
-    backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None,
-    group_size: int, params: SamplingParams,
+    backend: GenerationBackend,
+    benchmark: str,
+    problems: list[dict],
+    actor: AdapterRef | None,
+    group_size: int,
+    params: SamplingParams,
 ) -> list[Attempt]:
     bench = benchmarks.get(benchmark)
     msgs, keys = [], []
@@ -49,16 +53,30 @@ def generate_attempts(
             keys.append((row["id"], k))
     gens = backend.generate(msgs, actor, params)
     return [
-        Attempt(problem_id=pid, sample_idx=k, prompt_text=m[-1]["content"], prompt_ids=g.prompt_ids, text=g.text,
-                token_ids=g.token_ids, logprobs=g.logprobs)
+        Attempt(
+            problem_id=pid,
+            sample_idx=k,
+            prompt_text=m[-1]["content"],
+            prompt_ids=g.prompt_ids,
+            text=g.text,
+            token_ids=g.token_ids,
+            logprobs=g.logprobs,
+        )
         for (pid, k), m, g in zip(keys, msgs, gens, strict=True)
     ]
 
 
 def sample_feedback(
-    backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[Attempt],
-    source: FeedbackSource, critic: AdapterRef | None, per_attempt: int, params: SamplingParams,
-    execution_results: list[str | None] | None = None, verdict: bool = False,
+    backend: GenerationBackend,
+    benchmark: str,
+    problems: dict[str, dict],
+    attempts: list[Attempt],
+    source: FeedbackSource,
+    critic: AdapterRef | None,
+    per_attempt: int,
+    params: SamplingParams,
+    execution_results: list[str | None] | None = None,
+    verdict: bool = False,
 ) -> list[Feedback]:
     """`per_attempt` feedbacks for each attempt from `source`: sampled from the critic role (`critic`: its adapter,
     None for the base model) for a critic source, else written: the self-correction text (`FIXED`) or the
@@ -81,8 +99,15 @@ def sample_feedback(
             keys.append((a.problem_id, a.sample_idx, j))
     gens = backend.generate(msgs, critic, params)
     return [
-        Feedback(problem_id=p, sample_idx=s, feedback_idx=j, text=g.text, prompt_ids=g.prompt_ids,
-                 token_ids=g.token_ids, logprobs=g.logprobs)
+        Feedback(
+            problem_id=p,
+            sample_idx=s,
+            feedback_idx=j,
+            text=g.text,
+            prompt_ids=g.prompt_ids,
+            token_ids=g.token_ids,
+            logprobs=g.logprobs,
+        )
         for (p, s, j), g in zip(keys, gens, strict=True)
     ]
 
@@ -90,14 +115,29 @@ def sample_feedback(
 def written_feedback(attempts: list[Attempt], per_attempt: int, text_of) -> list[Feedback]:
     """`per_attempt` copies of the text `text_of(attempt)` for each attempt: feedback that is written, not sampled
     (it carries no tokens: nothing trains on it)."""
-    return [Feedback(problem_id=a.problem_id, sample_idx=a.sample_idx, feedback_idx=j, text=text_of(a),
-                     prompt_ids=[], token_ids=[], logprobs=[])
-            for a in attempts for j in range(per_attempt)]
+    return [
+        Feedback(
+            problem_id=a.problem_id,
+            sample_idx=a.sample_idx,
+            feedback_idx=j,
+            text=text_of(a),
+            prompt_ids=[],
+            token_ids=[],
+            logprobs=[],
+        )
+        for a in attempts
+        for j in range(per_attempt)
+    ]
 
 
 def generate_refinements(
-    backend: GenerationBackend, benchmark: str, problems: dict[str, dict], attempts: list[Attempt],
-    feedbacks: list[Feedback], actor: AdapterRef | None, params: SamplingParams,
+    backend: GenerationBackend,
+    benchmark: str,
+    problems: dict[str, dict],
+    attempts: list[Attempt],
+    feedbacks: list[Feedback],
+    actor: AdapterRef | None,
+    params: SamplingParams,
 ) -> list[Refinement]:
     bench = benchmarks.get(benchmark)
     by_key = {(a.problem_id, a.sample_idx): a for a in attempts}
@@ -107,8 +147,15 @@ def generate_refinements(
         msgs.append(bench.refine_messages(problems[f.problem_id], a.text, f.text))
     gens = backend.generate(msgs, actor, params)
     return [
-        Refinement(problem_id=f.problem_id, sample_idx=f.sample_idx, feedback_idx=f.feedback_idx,
-                   prompt_ids=g.prompt_ids, text=g.text, token_ids=g.token_ids, logprobs=g.logprobs)
+        Refinement(
+            problem_id=f.problem_id,
+            sample_idx=f.sample_idx,
+            feedback_idx=f.feedback_idx,
+            prompt_ids=g.prompt_ids,
+            text=g.text,
+            token_ids=g.token_ids,
+            logprobs=g.logprobs,
+        )
         for f, g in zip(feedbacks, gens, strict=True)
     ]
 
@@ -118,9 +165,7 @@ def score(benchmark: str, problems: dict[str, dict], answers: list[Attempt] | li
     return score_with_errors(benchmark, problems, answers).rewards
 
 
-def score_with_errors(
-    benchmark: str, problems: dict[str, dict], answers: list[Attempt] | list[Refinement]
-) -> Scores:
+def score_with_errors(benchmark: str, problems: dict[str, dict], answers: list[Attempt] | list[Refinement]) -> Scores:
     """`score`, and where the critic may see it (`critic_sees_execution`: code benchmarks) each answer's
     execution result as the critic is shown it (the sandbox's failure reason, or `All tests passed.`); both come
     from one sandbox run per answer. `execution_results` is None for other benchmarks."""

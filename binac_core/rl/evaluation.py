@@ -49,8 +49,13 @@ from binac_core.rl.episodes import (
 from binac_core.rl.kinds import EvalProtocol
 from binac_core.rl.methods import FeedbackSource
 
-SINGLE, GREEDY, FEEDBACK, GATED, FROZEN = (EvalProtocol.SINGLE, EvalProtocol.SINGLE_GREEDY, EvalProtocol.FEEDBACK,
-                                           EvalProtocol.GATED, EvalProtocol.FEEDBACK_FROZEN)
+SINGLE, GREEDY, FEEDBACK, GATED, FROZEN = (
+    EvalProtocol.SINGLE,
+    EvalProtocol.SINGLE_GREEDY,
+    EvalProtocol.FEEDBACK,
+    EvalProtocol.GATED,
+    EvalProtocol.FEEDBACK_FROZEN,
+)
 """The protocols this module names most (its docstring describes each)."""
 PROTOCOL_STAGES = {SINGLE: (SINGLE,), FEEDBACK: (SINGLE, FEEDBACK), GATED: (SINGLE, FEEDBACK, GATED)}
 """`binac evaluate --protocol`: the stages each one runs."""
@@ -71,8 +76,9 @@ def greedy_evaluated(eval_greedy: bool | None, benchmark: str) -> bool:
     return benchmark in GREEDY_BY_DEFAULT if eval_greedy is None else eval_greedy
 
 
-def training_protocols(benchmark: str, source: FeedbackSource, trains_critic: bool = False,
-                       greedy: bool = False) -> tuple[EvalProtocol, ...]:
+def training_protocols(
+    benchmark: str, source: FeedbackSource, trains_critic: bool = False, greedy: bool = False
+) -> tuple[EvalProtocol, ...]:
     """The protocols training evaluates: all of them, with the `_exec` variants where they exist (a code
     benchmark and a critic), `feedback_frozen` for a method that trains its critic, and `single_greedy` with
     `greedy` (`greedy_evaluated`)."""
@@ -81,8 +87,9 @@ def training_protocols(benchmark: str, source: FeedbackSource, trains_critic: bo
     return base + (EXEC_PROTOCOLS if exec_too else ()) + ((FROZEN,) if trains_critic else ())
 
 
-def check_protocols(benchmark: str, protocols: tuple[str, ...],
-                    source: FeedbackSource = FeedbackSource.CRITIC_BASE) -> None:
+def check_protocols(
+    benchmark: str, protocols: tuple[str, ...], source: FeedbackSource = FeedbackSource.CRITIC_BASE
+) -> None:
     known = tuple(EvalProtocol)
     bad = [p for p in protocols if p not in known]
     if bad:
@@ -90,8 +97,10 @@ def check_protocols(benchmark: str, protocols: tuple[str, ...],
     if set(EXEC_PROTOCOLS) & set(protocols):
         if not benchmarks.get(benchmark).critic_sees_execution:
             code = benchmarks.names(having=lambda b: b.critic_sees_execution)
-            raise BinacError(f"the execution-assisted protocols need a code benchmark ({', '.join(code)});"
-                             f" {benchmark!r} has no execution result to show the critic")
+            raise BinacError(
+                f"the execution-assisted protocols need a code benchmark ({', '.join(code)});"
+                f" {benchmark!r} has no execution result to show the critic"
+            )
         if not source.sampled:
             raise BinacError(f"the execution-assisted protocols need a critic; the {source.label} sees nothing")
 
@@ -100,8 +109,13 @@ FEEDBACK_CHOICES = ("critic", "fixed")
 """`binac evaluate --feedback`: a critic's (the base model's or `--critic-adapter`'s) or the fixed instruction."""
 
 
-def eval_stages(benchmark: str, protocol: str, critic_sees_execution: bool = False, feedback: str = "critic",
-                critic_source: FeedbackSource = FeedbackSource.CRITIC_BASE):
+def eval_stages(
+    benchmark: str,
+    protocol: str,
+    critic_sees_execution: bool = False,
+    feedback: str = "critic",
+    critic_source: FeedbackSource = FeedbackSource.CRITIC_BASE,
+):
     """`binac evaluate`'s choices as (stages to run, the reported protocol name, the feedback source: `FIXED` or a
     critic's, `critic_source`); validated before any compute. `critic_sees_execution` turns feedback/gated into
     feedback_exec/gated_exec."""
@@ -153,7 +167,8 @@ class Evaluation:
     def from_json(cls, d: dict) -> Evaluation:
         rounds = {
             p.value: [ScoredBatch.from_json(r) for r in d[p]] if p in GATED_PROTOCOLS else ScoredBatch.from_json(d[p])
-            for p in ROUND_PROTOCOLS if p in d
+            for p in ROUND_PROTOCOLS
+            if p in d
         }
         source = FeedbackSource.parse(d["feedback_source"])
         return cls(d["metrics"], source, ScoredBatch.from_json(d[SINGLE]), **rounds)
@@ -165,9 +180,20 @@ def read_evaluation(file: StageFile) -> Evaluation:
 
 
 def evaluate_protocols(
-    backend: GenerationBackend, benchmark: str, problems: list[dict], *, actor: AdapterRef | None,
-    critic: AdapterRef | None, samples: int, gen: dict, seed: int, step: int, protocols: tuple[EvalProtocol, ...],
-    gated_k: int = 2, source: FeedbackSource = FeedbackSource.CRITIC_BASE, verdict: bool = False,
+    backend: GenerationBackend,
+    benchmark: str,
+    problems: list[dict],
+    *,
+    actor: AdapterRef | None,
+    critic: AdapterRef | None,
+    samples: int,
+    gen: dict,
+    seed: int,
+    step: int,
+    protocols: tuple[EvalProtocol, ...],
+    gated_k: int = 2,
+    source: FeedbackSource = FeedbackSource.CRITIC_BASE,
+    verdict: bool = False,
 ) -> Evaluation:
     """The protocols asked for, on `samples` attempts per problem of `actor`, with feedback from `source` (a
     critic's: `critic`'s adapter, None for the base model); `verdict`: the critic is asked for a verdict line
@@ -183,12 +209,21 @@ def evaluate_protocols(
         """Round `rnd` on `scored`'s attempts: one feedback each (the critic shown `shown`, execution results, or
         nothing; with `frozen`, the base model's critic role instead of the method's source), the refinements and
         their scores; returns (the scored round, the refinements' execution results or None)."""
-        fb = sample_feedback(backend, benchmark, by_id, scored.attempts,
-                             FeedbackSource.CRITIC_BASE if frozen else source, None if frozen else critic, 1,
-                             params(f"z{rnd}", gen["feedback_max_new_tokens"]), execution_results=shown,
-                             verdict=verdict)
-        refined = generate_refinements(backend, benchmark, by_id, scored.attempts, fb, actor,
-                                       params(f"y{rnd}", gen["max_new_tokens"]))
+        fb = sample_feedback(
+            backend,
+            benchmark,
+            by_id,
+            scored.attempts,
+            FeedbackSource.CRITIC_BASE if frozen else source,
+            None if frozen else critic,
+            1,
+            params(f"z{rnd}", gen["feedback_max_new_tokens"]),
+            execution_results=shown,
+            verdict=verdict,
+        )
+        refined = generate_refinements(
+            backend, benchmark, by_id, scored.attempts, fb, actor, params(f"y{rnd}", gen["max_new_tokens"])
+        )
         scores = score_with_errors(benchmark, by_id, refined)
         done = replace(scored, feedback=fb, refined=refined, refined_rewards=scores.rewards)
         return done, scores.execution_results
@@ -212,15 +247,17 @@ def evaluate_protocols(
             metrics[f"acc_{feedback}"] = _mean(one.refined_rewards)
         if gated in protocols:
             rounds[gated], metrics[f"acc_{gated}_k{gated_k}"] = _gated(
-                one, results if show_exec else None, gated_k, feedback_round)
+                one, results if show_exec else None, gated_k, feedback_round
+            )
     if FROZEN in protocols:
         rounds[FROZEN], _ = feedback_round(single, None, "frozen", frozen=True)
         metrics[f"acc_{FROZEN}"] = _mean(rounds[FROZEN].refined_rewards)
     return Evaluation(metrics, source, single, **{p.value: r for p, r in rounds.items()})
 
 
-def _greedy(backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None, gen: dict,
-            seed: int) -> ScoredBatch:
+def _greedy(
+    backend: GenerationBackend, benchmark: str, problems: list[dict], actor: AdapterRef | None, gen: dict, seed: int
+) -> ScoredBatch:
     """One greedy answer (temperature 0) of `actor` per problem, scored. The seed is passed on but a greedy
     decode draws nothing from it."""
     params = SamplingParams(gen["max_new_tokens"], 0.0, gen["top_p"], seed)
@@ -237,8 +274,12 @@ def _gated(first: ScoredBatch, shown: list[str | None] | None, k: int, feedback_
     show_exec = shown is not None
     solved = {(a.problem_id, a.sample_idx): r > 0 for a, r in zip(first.attempts, first.first_rewards, strict=True)}
     failed = [i for i, a in enumerate(first.attempts) if not solved[(a.problem_id, a.sample_idx)]]
-    done = ScoredBatch(*([column[i] for i in failed] for column in (
-        first.attempts, first.first_rewards, first.feedback, first.refined, first.refined_rewards)))
+    done = ScoredBatch(
+        *(
+            [column[i] for i in failed]
+            for column in (first.attempts, first.first_rewards, first.feedback, first.refined, first.refined_rewards)
+        )
+    )
     results = [shown[i] for i in failed] if show_exec else None
     rounds, pending, pending_shown = [], None, None
     for rnd in range(1, k + 1):
@@ -255,6 +296,7 @@ def _gated(first: ScoredBatch, shown: list[str | None] | None, k: int, feedback_
         keep = [i for i, y in enumerate(done.refined) if not solved[(y.problem_id, y.sample_idx)]]
         pending = ScoredBatch(
             [replace(done.attempts[i], text=done.refined[i].text, token_ids=done.refined[i].token_ids) for i in keep],
-            [done.refined_rewards[i] for i in keep])
+            [done.refined_rewards[i] for i in keep],
+        )
         pending_shown = [results[i] for i in keep] if results is not None else None  # the errors of the answers kept
     return rounds, _mean([float(v) for v in solved.values()])

@@ -75,19 +75,35 @@ class Stages(Protocol):
     def score(self, at: StepContext, batch: Any, answers: Any, name: str) -> Any:
         """The verifier's rewards of `answers` (and code's execution results), stored as `name`."""
 
-    def feedback(self, at: StepContext, batch: Any, attempts: Any, first_rewards: Any, source: FeedbackSource,
-                 critic: AdapterRef | None) -> Any:
+    def feedback(
+        self,
+        at: StepContext,
+        batch: Any,
+        attempts: Any,
+        first_rewards: Any,
+        source: FeedbackSource,
+        critic: AdapterRef | None,
+    ) -> Any:
         """Feedback z on each attempt from `source` (sampled with `critic` when a critic writes it)."""
 
     def refine(self, at: StepContext, batch: Any, attempts: Any, feedback: Any, actor: AdapterRef, name: str) -> Any:
         """One refinement y1 per feedback under `actor`; `name`: refined (θ) or lookahead (θ⁺)."""
 
-    def update_actor(self, at: StepContext, actor: AdapterRef, attempts: Any, first_rewards: Any, refined: Any,
-                     refined_rewards: Any) -> AdapterUpdate:
+    def update_actor(
+        self, at: StepContext, actor: AdapterRef, attempts: Any, first_rewards: Any, refined: Any, refined_rewards: Any
+    ) -> AdapterUpdate:
         """θ → θ⁺ on the attempts and, where given, the refinements."""
 
-    def critic_reward(self, at: StepContext, spec: MethodSpec, refined_rewards: Any, lookahead_rewards: Any,
-                      feedback: Any, attempts: Any, first_rewards: Any) -> Any:
+    def critic_reward(
+        self,
+        at: StepContext,
+        spec: MethodSpec,
+        refined_rewards: Any,
+        lookahead_rewards: Any,
+        feedback: Any,
+        attempts: Any,
+        first_rewards: Any,
+    ) -> Any:
         """The critic's reward per feedback in the method's form."""
 
     def update_critic(self, at: StepContext, critic: AdapterRef, feedback: Any, critic_rewards: Any) -> AdapterUpdate:
@@ -136,8 +152,9 @@ class IterationResult:
         return None if self.critic_update is None else self.critic_update.loss
 
 
-def run_iteration(stages: Stages, cfg: Config, spec: MethodSpec, at: StepContext, actor: AdapterRef,
-                  critic: AdapterRef | None) -> IterationResult:
+def run_iteration(
+    stages: Stages, cfg: Config, spec: MethodSpec, at: StepContext, actor: AdapterRef, critic: AdapterRef | None
+) -> IterationResult:
     """One iteration of `spec`'s method at `at` from the adapters `actor` and `critic` (None only for a method
     without feedback, grpo), through `stages`."""
     timings: dict[str, float] = {}
@@ -149,8 +166,9 @@ def run_iteration(stages: Stages, cfg: Config, spec: MethodSpec, at: StepContext
         first = stages.score(at, batch, attempts, "attempts")
     if spec.feedback:
         with timed("feedback", timings):
-            feedback = stages.feedback(at, batch, attempts, first, spec.feedback,
-                                       critic if spec.feedback.sampled else None)
+            feedback = stages.feedback(
+                at, batch, attempts, first, spec.feedback, critic if spec.feedback.sampled else None
+            )
         with timed("refine", timings):
             refined = stages.refine(at, batch, attempts, feedback, actor, "refined")
         with timed("score", timings):
@@ -158,8 +176,9 @@ def run_iteration(stages: Stages, cfg: Config, spec: MethodSpec, at: StepContext
     if spec.train_actor:
         two = spec.actor_second_turn
         with timed("actor_update", timings):
-            actor_upd = stages.update_actor(at, actor, attempts, first, refined if two else None,
-                                            refined_rewards if two else None)
+            actor_upd = stages.update_actor(
+                at, actor, attempts, first, refined if two else None, refined_rewards if two else None
+            )
         actor = actor_upd.adapter
     if spec.feedback:
         if spec.lookahead:  # θ⁺ = the actor just updated on this batch
@@ -172,13 +191,35 @@ def run_iteration(stages: Stages, cfg: Config, spec: MethodSpec, at: StepContext
         with timed("critic_update", timings):
             critic_upd = stages.update_critic(at, critic, feedback, critic_rewards)
         critic = critic_upd.adapter
-    return IterationResult(batch, attempts, first, feedback, refined, refined_rewards, ahead, ahead_rewards,
-                           critic_rewards, actor_upd, critic_upd, actor, critic, timings)
+    return IterationResult(
+        batch,
+        attempts,
+        first,
+        feedback,
+        refined,
+        refined_rewards,
+        ahead,
+        ahead_rewards,
+        critic_rewards,
+        actor_upd,
+        critic_upd,
+        actor,
+        critic,
+        timings,
+    )
 
 
 def iteration(
-    policy, backend: GenerationBackend, cfg: Config, spec: MethodSpec, rows: Sequence[dict], seed: int, step: int,
-    actor: AdapterRef, critic: AdapterRef | None, folder: str | Path | None = None,
+    policy,
+    backend: GenerationBackend,
+    cfg: Config,
+    spec: MethodSpec,
+    rows: Sequence[dict],
+    seed: int,
+    step: int,
+    actor: AdapterRef,
+    critic: AdapterRef | None,
+    folder: str | Path | None = None,
 ) -> IterationResult:
     """`run_iteration` in memory (`LibraryStages`) at `step` of a run with `seed`, on problems drawn from `rows`
     (the train split); `folder`: where the updated adapters are saved (module docstring), None keeps them in
@@ -205,37 +246,67 @@ class LibraryStages:
     def rollouts(self, at, actor):
         t = self.cfg.train
         problems = [dict(r) for r in sample_problems(self.rows, t.batch_problems, at.seed, at.step)]
-        return problems, generate_attempts(self.backend, self.cfg.task.benchmark, problems, actor, t.group_size,
-                                           self._params(at, "attempts"))
+        return problems, generate_attempts(
+            self.backend, self.cfg.task.benchmark, problems, actor, t.group_size, self._params(at, "attempts")
+        )
 
     def score(self, at, batch: list[dict], answers, name: str) -> Scores:
         return score_with_errors(self.cfg.task.benchmark, _by_id(batch), answers)
 
     def feedback(self, at, batch, attempts: list[Attempt], first_rewards: Scores, source, critic) -> list[Feedback]:
         g = self.cfg.generation
-        return sample_feedback(self.backend, self.cfg.task.benchmark, _by_id(batch), attempts, source, critic,
-                               self.cfg.train.critic_group_size, self._params(at, "feedback", g.feedback_max_new_tokens),
-                               execution_results=first_rewards.execution_results, verdict=self.cfg.critic.verdict)
+        return sample_feedback(
+            self.backend,
+            self.cfg.task.benchmark,
+            _by_id(batch),
+            attempts,
+            source,
+            critic,
+            self.cfg.train.critic_group_size,
+            self._params(at, "feedback", g.feedback_max_new_tokens),
+            execution_results=first_rewards.execution_results,
+            verdict=self.cfg.critic.verdict,
+        )
 
     def refine(self, at, batch, attempts, feedback, actor, name: str) -> list[Refinement]:
-        return generate_refinements(self.backend, self.cfg.task.benchmark, _by_id(batch), attempts, feedback, actor,
-                                    self._params(at, name))
+        return generate_refinements(
+            self.backend, self.cfg.task.benchmark, _by_id(batch), attempts, feedback, actor, self._params(at, name)
+        )
 
     def update_actor(self, at, actor, attempts, first_rewards: Scores, refined, refined_rewards: Scores | None):
         t = self.cfg.train
-        scored = ScoredBatch(attempts, first_rewards.rewards, refined=refined,
-                             refined_rewards=None if refined_rewards is None else refined_rewards.rewards)
+        scored = ScoredBatch(
+            attempts,
+            first_rewards.rewards,
+            refined=refined,
+            refined_rewards=None if refined_rewards is None else refined_rewards.rewards,
+        )
         return self._update(at, actor, actor_samples(scored, t.scale_rewards, t.alpha_shaping))
 
-    def critic_reward(self, at, spec, refined_rewards: Scores, lookahead_rewards: Scores | None, feedback, attempts,
-                      first_rewards: Scores) -> list[float]:
+    def critic_reward(
+        self,
+        at,
+        spec,
+        refined_rewards: Scores,
+        lookahead_rewards: Scores | None,
+        feedback,
+        attempts,
+        first_rewards: Scores,
+    ) -> list[float]:
         t = self.cfg.train
-        return critic_reward(spec.critic_reward, refined_rewards.rewards,
-                             None if lookahead_rewards is None else lookahead_rewards.rewards, lam=t.lam,
-                             alpha=t.alpha_shaping, verdict_weight=spec.critic_verdict_weight(self.cfg),
-                             feedbacks=feedback, attempts=attempts, first_rewards=first_rewards.rewards,
-                             syntax=benchmarks.get(self.cfg.task.benchmark).verdict_syntax,
-                             shuffle_seed=shuffle_seed_of(t.critic_reward_shuffle, at.seed, at.step))
+        return critic_reward(
+            spec.critic_reward,
+            refined_rewards.rewards,
+            None if lookahead_rewards is None else lookahead_rewards.rewards,
+            lam=t.lam,
+            alpha=t.alpha_shaping,
+            verdict_weight=spec.critic_verdict_weight(self.cfg),
+            feedbacks=feedback,
+            attempts=attempts,
+            first_rewards=first_rewards.rewards,
+            syntax=benchmarks.get(self.cfg.task.benchmark).verdict_syntax,
+            shuffle_seed=shuffle_seed_of(t.critic_reward_shuffle, at.seed, at.step),
+        )
 
     def update_critic(self, at, critic, feedback, critic_rewards: list[float]):
         return self._update(at, critic, feedback_samples(feedback, critic_rewards, self.cfg.train.scale_rewards))

@@ -88,23 +88,29 @@ class MethodSpec:
         grpo = cfg.train.batch_problems * cfg.train.group_size
         per_iteration = self.actor_train_samples_per_iteration(cfg) or grpo
         if budget < per_iteration:
-            raise BinacError(f"an actor-sample budget of {budget} is less than one iteration of {self.name} "
-                             f"({per_iteration} actor training samples)")
+            raise BinacError(
+                f"an actor-sample budget of {budget} is less than one iteration of {self.name} "
+                f"({per_iteration} actor training samples)"
+            )
         return budget // per_iteration
+
 
 _CRITIC, _TRAINED = FeedbackSource.CRITIC_BASE, FeedbackSource.CRITIC_TRAINED
 _BILEVEL = {"feedback": _TRAINED, "actor_second_turn": True, "train_critic": True, "lookahead": True}
-SPECS = {spec.name: spec for spec in (
-    MethodSpec(name="grpo"),
-    MethodSpec(name="fixed_critic", feedback=_CRITIC, actor_second_turn=True),
-    MethodSpec(name="binac", **_BILEVEL, critic_reward=CriticRewardForm.PENALTY),
-    MethodSpec(name="binac_lam0", **{**_BILEVEL, "lookahead": False}, critic_reward=CriticRewardForm.R1),
-    MethodSpec(name="binac_after", **_BILEVEL, critic_reward=CriticRewardForm.AFTER),
-    MethodSpec(name="critic_only", feedback=_TRAINED, train_actor=False, train_critic=True),
-    MethodSpec(name="self_correct", feedback=FeedbackSource.FIXED, actor_second_turn=True),
-    MethodSpec(name="oracle_critic", feedback=FeedbackSource.ORACLE, actor_second_turn=True),
-    MethodSpec(name="binac_disc", **_BILEVEL, critic_reward=CriticRewardForm.PENALTY, verdict_weight=1.0),
-)}
+SPECS = {
+    spec.name: spec
+    for spec in (
+        MethodSpec(name="grpo"),
+        MethodSpec(name="fixed_critic", feedback=_CRITIC, actor_second_turn=True),
+        MethodSpec(name="binac", **_BILEVEL, critic_reward=CriticRewardForm.PENALTY),
+        MethodSpec(name="binac_lam0", **{**_BILEVEL, "lookahead": False}, critic_reward=CriticRewardForm.R1),
+        MethodSpec(name="binac_after", **_BILEVEL, critic_reward=CriticRewardForm.AFTER),
+        MethodSpec(name="critic_only", feedback=_TRAINED, train_actor=False, train_critic=True),
+        MethodSpec(name="self_correct", feedback=FeedbackSource.FIXED, actor_second_turn=True),
+        MethodSpec(name="oracle_critic", feedback=FeedbackSource.ORACLE, actor_second_turn=True),
+        MethodSpec(name="binac_disc", **_BILEVEL, critic_reward=CriticRewardForm.PENALTY, verdict_weight=1.0),
+    )
+}
 METHODS = tuple(SPECS)
 """Every method's name, in the order of the table in README / docs/algorithm.md: the one list config, CLI and
 tests read."""

@@ -84,11 +84,17 @@ class UpdateSettings:
         actor = role == "actor"
         if role not in ("actor", "critic"):
             raise ValueError(f"no update settings for an adapter named {role!r} (actor, critic)")
-        settings = cls(lr=t.actor_lr if actor else t.critic_lr, passes=t.t_low if actor else t.t_high,
-                       kl_coef=t.kl_coef if actor else t.critic_kl_coef,
-                       entropy_coef=t.entropy_coef if actor else t.critic_entropy_coef, clip_eps=t.clip_eps,
-                       max_grad_norm=t.max_grad_norm, micro_batch_size=t.micro_batch_size,
-                       activation_checkpointing=t.activation_checkpointing, temperature=cfg.generation.temperature)
+        settings = cls(
+            lr=t.actor_lr if actor else t.critic_lr,
+            passes=t.t_low if actor else t.t_high,
+            kl_coef=t.kl_coef if actor else t.critic_kl_coef,
+            entropy_coef=t.entropy_coef if actor else t.critic_entropy_coef,
+            clip_eps=t.clip_eps,
+            max_grad_norm=t.max_grad_norm,
+            micro_batch_size=t.micro_batch_size,
+            activation_checkpointing=t.activation_checkpointing,
+            temperature=cfg.generation.temperature,
+        )
         return replace(settings, **changes)
 
 
@@ -130,8 +136,14 @@ EntropyMode = Literal["value", "differentiable"]
 metric); `differentiable`, with one when gradients are on (an entropy term of the loss)."""
 
 
-def chunked_token_logprobs(hidden: torch.Tensor, head, targets: torch.Tensor, temperature: float,
-                           chunk: int = LOGPROB_CHUNK, entropy: EntropyMode | None = None):
+def chunked_token_logprobs(
+    hidden: torch.Tensor,
+    head,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk: int = LOGPROB_CHUNK,
+    entropy: EntropyMode | None = None,
+):
     """`token_logprobs(head(hidden), targets)` for hidden [N, H], computed `chunk` rows at a time (checkpointed
     when gradients are on and there is more than one chunk, so no chunk's logits outlive its own forward/backward;
     a single chunk's logits are the only ones anyway, and checkpointing it would only recompute the LM head).
@@ -183,8 +195,14 @@ def right_padded(samples: list[Sample], pad_id: int, model) -> tuple[torch.Tenso
     return ids.to(dev), attn.to(dev)
 
 
-def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: float, chunk: int = LOGPROB_CHUNK,
-                      entropy: EntropyMode | None = None):
+def sequence_logprobs(
+    model,
+    samples: list[Sample],
+    pad_id: int,
+    temperature: float,
+    chunk: int = LOGPROB_CHUNK,
+    entropy: EntropyMode | None = None,
+):
     """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T]); with
     `entropy` (`EntropyMode`), (logp, mask, entropy [B, T]): the next-token distribution's entropy at each
     completion token (`token_entropy`), 0 at padding.
@@ -196,8 +214,7 @@ def sequence_logprobs(model, samples: list[Sample], pad_id: int, temperature: fl
     hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, H]
     # Position p predicts token p + 1: a completion of n tokens after a prompt of m uses positions m-1 .. m+n-2.
     rows = torch.cat([torch.full((len(s.token_ids),), i, dtype=torch.long) for i, s in enumerate(samples)])
-    cols = torch.cat([torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.token_ids))
-                      for s in samples])
+    cols = torch.cat([torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.token_ids)) for s in samples])
     rows, cols = rows.to(dev), cols.to(dev)
     flat = chunked_token_logprobs(hidden[rows, cols], head, ids[rows, cols + 1], temperature, chunk, entropy)
     t_max = max(len(s.token_ids) for s in samples)
@@ -251,8 +268,9 @@ def zero_signal(samples: list[Sample], kl_coef: float, entropy_coef: float) -> b
     return kl_coef == 0 and entropy_coef == 0 and all(s.advantage == 0 for s in samples)
 
 
-def _batch_pass(policy, chunks: list[list[Sample]], refs: list, n_tokens: int, settings: UpdateSettings,
-                backward: bool) -> dict[str, float]:
+def _batch_pass(
+    policy, chunks: list[list[Sample]], refs: list, n_tokens: int, settings: UpdateSettings, backward: bool
+) -> dict[str, float]:
     """One pass over the batch's micro-batches: each one's loss (its share of the batch's token mean), back-propagated
     when `backward` (gradients accumulate, no optimizer step here); returns the summed loss and statistics."""
     pad, temp = policy.tokenizer.pad_token_id, settings.temperature
@@ -262,8 +280,18 @@ def _batch_pass(policy, chunks: list[list[Sample]], refs: list, n_tokens: int, s
         logp, mask, entropy = sequence_logprobs(policy.model, chunk, pad, temp, entropy=mode)
         old = _pad([s.logprobs for s in chunk], logp.shape[1])
         adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
-        loss, st = clipped_policy_loss(logp, old, adv, mask, settings.clip_eps, ref, settings.kl_coef,
-                                       n_tokens=n_tokens, entropy=entropy, entropy_coef=settings.entropy_coef)
+        loss, st = clipped_policy_loss(
+            logp,
+            old,
+            adv,
+            mask,
+            settings.clip_eps,
+            ref,
+            settings.kl_coef,
+            n_tokens=n_tokens,
+            entropy=entropy,
+            entropy_coef=settings.entropy_coef,
+        )
         if backward:
             loss.backward()
         total["loss"] += loss.item()
@@ -286,8 +314,7 @@ def policy_update(policy, name: str, samples: list[Sample], settings: UpdateSett
     passes, kl_coef = settings.passes, settings.kl_coef
     samples = [s for s in samples if s.token_ids]
     if not samples:
-        return {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "tokens": 0.0,
-                "skipped_steps": float(passes)}
+        return {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "tokens": 0.0, "skipped_steps": float(passes)}
     pad, temp = policy.tokenizer.pad_token_id, settings.temperature
     mb = settings.micro_batch_size
     chunks = [samples[i : i + mb] for i in range(0, len(samples), mb)]
@@ -318,16 +345,19 @@ def policy_update(policy, name: str, samples: list[Sample], settings: UpdateSett
     }
 
 
-def _train_passes(policy, name: str, chunks: list[list[Sample]], refs: list, n_tokens: int,
-                  settings: UpdateSettings) -> dict[str, float]:
+def _train_passes(
+    policy, name: str, chunks: list[list[Sample]], refs: list, n_tokens: int, settings: UpdateSettings
+) -> dict[str, float]:
     """`settings.passes` passes over the batch, each accumulating its gradient (`_batch_pass`), clipping its norm
     and taking one AdamW step; returns the statistics summed over the passes."""
     opt = policy.train_mode(name, settings.lr)
     params = policy.params(name)
     policy.model.eval()  # no dropout: the same distribution as sampling (module docstring)
     total = dict.fromkeys(("loss", "kl_sum", "clip_sum", "entropy_sum", "tokens"), 0.0)
-    with merged_lora_forward(policy.model), \
-            checkpointed_layers(policy.model, settings.activation_checkpointing):  # module docstring
+    with (
+        merged_lora_forward(policy.model),
+        checkpointed_layers(policy.model, settings.activation_checkpointing),
+    ):  # module docstring
         for _ in range(settings.passes):
             opt.zero_grad(set_to_none=True)
             for k, v in _batch_pass(policy, chunks, refs, n_tokens, settings, backward=True).items():
@@ -352,8 +382,9 @@ class AdapterUpdate:
     """Optimizer steps not taken, the batch having no signal (`policy_update`): 0 or the update's passes."""
 
 
-def update_adapter(policy, adapter: AdapterRef, samples: list[Sample], settings: UpdateSettings,
-                   folder: str | Path | None) -> AdapterUpdate:
+def update_adapter(
+    policy, adapter: AdapterRef, samples: list[Sample], settings: UpdateSettings, folder: str | Path | None
+) -> AdapterUpdate:
     """One update stage: `adapter` trained on `samples` (`policy_update`) and saved into `folder`; returns the
     new adapter's reference and the update's statistics. A failure mid-way leaves the in-memory adapter marked
     unsynced (`Policy.begin_update`), so the next stage reloads it from disk.

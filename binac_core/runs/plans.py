@@ -20,8 +20,10 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
     check_sandbox(bench, cfg)
     if spec.feedback is FeedbackSource.ORACLE and bench.oracle_feedback is None:
         oracles = benchmarks.names(having=lambda b: b.oracle_feedback is not None)
-        raise BinacError(f"method {method!r} needs a benchmark with an oracle critic ({', '.join(oracles)}; "
-                         f"benchmark is {cfg.task.benchmark!r})")
+        raise BinacError(
+            f"method {method!r} needs a benchmark with an oracle critic ({', '.join(oracles)}; "
+            f"benchmark is {cfg.task.benchmark!r})"
+        )
     if budget is None and (steps is None or steps < 1):
         raise BinacError(f"--steps must be a positive integer (got {steps})")
     if budget is not None and budget < 1:
@@ -81,9 +83,11 @@ def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, 
     short = {m: n for m, n in per_iteration.items() if n > budget}
     if short:
         fits = -(-max(per_iteration.values()) // grpo)  # ceil: the fewest grpo iterations covering every method
-        raise BinacError(f"--steps {steps} gives a budget of {budget} actor training samples, less than one "
-                         f"iteration of {', '.join(f'{m} ({n})' for m, n in short.items())}; the smallest budget "
-                         f"that fits every method is --steps {fits} ({fits * grpo} actor training samples)")
+        raise BinacError(
+            f"--steps {steps} gives a budget of {budget} actor training samples, less than one "
+            f"iteration of {', '.join(f'{m} ({n})' for m, n in short.items())}; the smallest budget "
+            f"that fits every method is --steps {fits} ({fits * grpo} actor training samples)"
+        )
     for m in methods:
         for s in seeds:
             plan(preset, m, None, s, overrides, budget)
@@ -99,8 +103,9 @@ def train_run_key(cfg, method: str, seed: int, iterations: int, parent_key: str,
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def plan_evaluate(benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature,
-                  max_new_tokens):
+def plan_evaluate(
+    benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature, max_new_tokens
+):
     """Validate before any compute; returns (config, {"actor": AdapterRef or None, "critic": ...})."""
     from binac_core import benchmarks
     from binac_core.rl.evaluation import PROTOCOL_STAGES
@@ -161,9 +166,17 @@ def shared_eval_samples(per_iteration: list[int], budget: int, points: int) -> l
     return shared
 
 
-def evaluation_steps(iterations: int, every: int, points: int | None, samples_per_iteration: int = 0,
-                     at_samples: int | None = None, shared_samples: list[int] | None = None, *,
-                     generated_per_iteration: int = 0, at_generated: int | None = None) -> set[int]:
+def evaluation_steps(
+    iterations: int,
+    every: int,
+    points: int | None,
+    samples_per_iteration: int = 0,
+    at_samples: int | None = None,
+    shared_samples: list[int] | None = None,
+    *,
+    generated_per_iteration: int = 0,
+    at_generated: int | None = None,
+) -> set[int]:
     """Iterations after which to evaluate: in a comparison, those that reach `shared_samples` (the actor training
     sample counts every compared method reaches exactly, `shared_eval_samples`), else `points` evenly spaced
     ones (so too for a method with 0 actor training samples per iteration); outside one, every `every`

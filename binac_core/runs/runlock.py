@@ -37,6 +37,7 @@ def lock_path(home: Path, key: str) -> Path:
 @contextlib.contextmanager
 def run_lock(home: Path, key: str, flow_run_id: str | None, wait_message=print):
     """Hold the run's lock while the body runs; waits (saying so once) while another process holds it."""
+
     def busy(owner: dict) -> None:
         wait_message(f"run {key} is being computed by another process ({owner}); waiting for it")
 
@@ -73,8 +74,7 @@ def _holding(path: Path, flow_run_id: str | None, busy=None, remove: bool = Fals
             if busy is not None:
                 busy(_read(path))
             fcntl.flock(fd, fcntl.LOCK_EX)
-        _write(fd, {"pid": os.getpid(), "host": socket.gethostname(), "flow_run_id": flow_run_id,
-                    "state": "running"})
+        _write(fd, {"pid": os.getpid(), "host": socket.gethostname(), "flow_run_id": flow_run_id, "state": "running"})
         try:
             yield
         finally:
@@ -95,8 +95,7 @@ class LockProbe:
     def dead(self, flow_run_id: str) -> bool:
         """The flow run took this lock (or claim) and died while holding it: nobody holds it, it never wrote
         `exited`."""
-        return (not self.held and self.owner.get("flow_run_id") == flow_run_id
-                and self.owner.get("state") == "running")
+        return not self.held and self.owner.get("flow_run_id") == flow_run_id and self.owner.get("state") == "running"
 
 
 def probe(home: Path, key: str) -> LockProbe:

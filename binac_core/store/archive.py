@@ -81,19 +81,29 @@ def export_run(ws: Workspace, c, run, folder: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        record = {"run_key": run.data.tags["binac.run_key"], "run_name": run.info.run_name,
-                  "status": run.info.status, "start_time": run.info.start_time, "end_time": run.info.end_time,
-                  "tags": {k: v for k, v in sorted(run.data.tags.items()) if k not in DROPPED_TAGS},
-                  "params": dict(sorted(run.data.params.items()))}
-        points = [(m.key, m.step, m.value, m.timestamp) for key in sorted(run.data.metrics)
-                  for m in c.get_metric_history(run.info.run_id, key)]
+        record = {
+            "run_key": run.data.tags["binac.run_key"],
+            "run_name": run.info.run_name,
+            "status": run.info.status,
+            "start_time": run.info.start_time,
+            "end_time": run.info.end_time,
+            "tags": {k: v for k, v in sorted(run.data.tags.items()) if k not in DROPPED_TAGS},
+            "params": dict(sorted(run.data.params.items())),
+        }
+        points = [
+            (m.key, m.step, m.value, m.timestamp)
+            for key in sorted(run.data.metrics)
+            for m in c.get_metric_history(run.info.run_id, key)
+        ]
         con = duckdb.connect()
         try:
             con.execute("CREATE TABLE metrics (key VARCHAR, step BIGINT, value DOUBLE, timestamp BIGINT)")
             if points:
                 con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", points)
-            con.execute(f"COPY (SELECT * FROM metrics ORDER BY key, step, timestamp) TO "
-                        f"{sql_string(tmp / 'metrics.parquet')} (FORMAT parquet, COMPRESSION zstd)")
+            con.execute(
+                f"COPY (SELECT * FROM metrics ORDER BY key, step, timestamp) TO "
+                f"{sql_string(tmp / 'metrics.parquet')} (FORMAT parquet, COMPRESSION zstd)"
+            )
             shards = ws.shards / run.info.run_id
             if any(shards.glob("*.parquet")):
                 con.execute(
@@ -101,7 +111,8 @@ def export_run(ws: Workspace, c, run, folder: Path) -> Path:
                     "regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS _shard, file_row_number AS _row "
                     f"FROM read_parquet({sql_string(shards / '*.parquet')}, union_by_name = true, filename = true, "
                     f"file_row_number = true) ORDER BY _shard, _row) TO {sql_string(tmp / 'trajectories.parquet')} "
-                    "(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 19)")
+                    "(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 19)"
+                )
         finally:
             con.close()
         (tmp / "run.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -139,14 +150,16 @@ def import_run(ws: Workspace, c, exp: str, folder: Path, parent_run_id: str) -> 
     run_id = c.create_run(exp, start_time=record["start_time"], tags=tags, run_name=record["run_name"]).info.run_id
     params = [Param(k, v) for k, v in record["params"].items()]
     for i in range(0, len(params), 100):
-        c.log_batch(run_id, params=params[i:i + 100])
+        c.log_batch(run_id, params=params[i : i + 100])
     con = duckdb.connect()
     try:
-        points = con.execute(f"SELECT key, step, value, timestamp FROM read_parquet("
-                             f"{sql_string(folder / 'metrics.parquet')}) ORDER BY key, step, timestamp").fetchall()
+        points = con.execute(
+            f"SELECT key, step, value, timestamp FROM read_parquet("
+            f"{sql_string(folder / 'metrics.parquet')}) ORDER BY key, step, timestamp"
+        ).fetchall()
         metrics = [Metric(k, v, ts, step) for k, step, v, ts in points]
         for i in range(0, len(metrics), BATCH):
-            c.log_batch(run_id, metrics=metrics[i:i + BATCH])
+            c.log_batch(run_id, metrics=metrics[i : i + BATCH])
         fault_point("restore:metrics", 0)
         if (folder / "trajectories.parquet").is_file():
             _write_shards(con, folder / "trajectories.parquet", ws.shards / run_id, run_id, parent_run_id)
@@ -167,7 +180,9 @@ def _write_shards(con, rows: Path, shards: Path, run_id: str, parent_run_id: str
             con.execute(
                 f"COPY (SELECT * EXCLUDE (_shard, _row) REPLACE ({sql_string(run_id)} AS run_id, "
                 f"CASE WHEN parent_run_id IS NULL THEN NULL ELSE {sql_string(parent_run_id)} END AS parent_run_id) "
-                f"FROM {source} WHERE _shard = ? ORDER BY _row) TO {sql_string(tmp)} (FORMAT parquet)", [name])
+                f"FROM {source} WHERE _shard = ? ORDER BY _row) TO {sql_string(tmp)} (FORMAT parquet)",
+                [name],
+            )
 
 
 def export_model(archive: Path, model: Path) -> bool:

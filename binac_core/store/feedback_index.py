@@ -33,8 +33,10 @@ from binac_core.foundation.files import atomic_path
 from binac_core.foundation.workspace import Workspace
 from binac_core.store import storage
 
-DOC_COLUMNS = ("run_id, method, seed, step, split, protocol, problem_id, sample_idx, feedback_idx, round, feedback, "
-               "attempt_reward, refined_reward, parent_run_id")
+DOC_COLUMNS = (
+    "run_id, method, seed, step, split, protocol, problem_id, sample_idx, feedback_idx, round, feedback, "
+    "attempt_reward, refined_reward, parent_run_id"
+)
 _FTS = "fts_main__binac_fts_probe"  # the schema of a one-row FTS index whose tokenizer and stop words are used
 
 
@@ -72,22 +74,26 @@ def build(con: duckdb.DuckDBPyConnection, ws: Workspace, shard: Path) -> tuple[P
         "CREATE OR REPLACE TEMP TABLE _binac_rows AS "
         f"SELECT {key} AS shard, file_row_number AS row, {DOC_COLUMNS} "
         f"FROM read_parquet([{storage.sql_string(shard)}, {storage.sql_string(schema)}], union_by_name = true, "
-        "file_row_number = true) WHERE feedback IS NOT NULL")
+        "file_row_number = true) WHERE feedback IS NOT NULL"
+    )
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _binac_terms AS "
         "WITH words AS (SELECT row, unnest(" + _FTS + ".tokenize(feedback)) AS w FROM _binac_rows) "
         f"SELECT row, stem(w, 'porter') AS term, count(*) AS tf FROM words "
-        f"WHERE w NOT IN (SELECT sw FROM {_FTS}.stopwords) AND w <> '' GROUP BY row, term")
+        f"WHERE w NOT IN (SELECT sw FROM {_FTS}.stopwords) AND w <> '' GROUP BY row, term"
+    )
     with atomic_path(docs) as tmp:
         con.execute(
             f"COPY (SELECT r.*, coalesce(l.len, 0)::BIGINT AS len FROM _binac_rows r "
             "LEFT JOIN (SELECT row, sum(tf)::BIGINT AS len FROM _binac_terms GROUP BY row) l USING (row) "
-            f"ORDER BY r.row) TO {storage.sql_string(tmp)} (FORMAT parquet)")
+            f"ORDER BY r.row) TO {storage.sql_string(tmp)} (FORMAT parquet)"
+        )
     with atomic_path(terms) as tmp:
         con.execute(
             "COPY (SELECT r.shard, t.row, t.term, t.tf, sum(t.tf) OVER (PARTITION BY t.row)::BIGINT AS len, "
             "r.method, r.split, r.parent_run_id FROM _binac_terms t JOIN _binac_rows r USING (row) "
-            f"ORDER BY t.term, t.row) TO {storage.sql_string(tmp)} (FORMAT parquet)")
+            f"ORDER BY t.term, t.row) TO {storage.sql_string(tmp)} (FORMAT parquet)"
+        )
     con.execute("DROP TABLE _binac_rows; DROP TABLE _binac_terms")
     return docs, terms
 

@@ -32,5 +32,11 @@ class RunIdentity:
 
     def columns(self) -> dict:
         """The identity columns of a stored row: run_id, method, preset, seed, benchmark, parent_run_id."""
-        return {"run_id": self.run_id, "method": self.method, "preset": self.preset, "seed": self.seed,
-                "benchmark": self.benchmark, "parent_run_id": self.parent_run_id}
+        return {
+            "run_id": self.run_id,
+            "method": self.method,
+            "preset": self.preset,
+            "seed": self.seed,
+            "benchmark": self.benchmark,
+            "parent_run_id": self.parent_run_id,
+        }

@@ -43,8 +43,10 @@ def connect(ws: Workspace) -> duckdb.DuckDBPyConnection:
     secrets and extension auto-installs off (both write files) and the configuration locked (`ALLOWED`)."""
     ext_dir = ws.home / "duckdb_extensions"
     ext_dir.mkdir(parents=True, exist_ok=True)
-    con = storage.connect(ws, {"extension_directory": str(ext_dir), "allow_persistent_secrets": False,
-                               "autoinstall_known_extensions": False})
+    con = storage.connect(
+        ws,
+        {"extension_directory": str(ext_dir), "allow_persistent_secrets": False, "autoinstall_known_extensions": False},
+    )
     try:
         con.execute("LOAD fts")
     except duckdb.Error:
@@ -82,6 +84,7 @@ def declared_params(sql: str) -> dict[str, str]:
 
 # --- parameter values ---
 
+
 def _number_kind(text: str) -> type | None:
     """int or float when `text` (a declared default) is a number of that kind, else None (a text parameter)."""
     for kind in (int, float):
@@ -112,8 +115,9 @@ def convert(name: str, value, default: str | None):
         return kind(text)
     except ValueError:
         what = "an integer" if kind is int else "a number"
-        raise BinacError(f"query parameter ${name}: could not convert {text!r} to {what} "
-                         f"(its default is {default})") from None
+        raise BinacError(
+            f"query parameter ${name}: could not convert {text!r} to {what} (its default is {default})"
+        ) from None
 
 
 # --- statements ---
@@ -154,6 +158,7 @@ def _first_lines(sql: str, stmts: list[tuple[str, set[str]]]) -> list[int]:
 
 # --- the comparison a query runs on ---
 
+
 @dataclass
 class Comparison:
     """The runs a query that uses `$comparison` ran on. `requested`: as given (`latest`, `all`, a parent run id or a
@@ -175,24 +180,30 @@ class Comparison:
         """One line naming the comparison and its rows, e.g. `comparison 1f..: preset micro, 8 runs, rows from
         2025-01-02 10:00:01 to 2025-01-02 10:04:10 UTC` (the header `binac sql` prints)."""
         if self.id == "all":
-            pooled = self.note or (f"every run in the store pooled: {_plural(self.comparisons, 'comparison')}, "
-                                   f"{_plural(self.standalone, 'standalone run')}")
+            pooled = self.note or (
+                f"every run in the store pooled: {_plural(self.comparisons, 'comparison')}, "
+                f"{_plural(self.standalone, 'standalone run')}"
+            )
             head = f"comparison all ({pooled})"
         else:
             head = f"comparison {self.id}" + (" (latest)" if self.requested == "latest" else "")
         if not self.runs:
             return f"{head}: no rows in the store"
         presets = f"preset{'s' if len(self.presets) > 1 else ''} {', '.join(self.presets)}"
-        return (f"{head}: {presets}, {_plural(self.runs, 'run')}, rows from {self.first:%Y-%m-%d %H:%M:%S} "
-                f"to {self.last:%Y-%m-%d %H:%M:%S} UTC")
+        return (
+            f"{head}: {presets}, {_plural(self.runs, 'run')}, rows from {self.first:%Y-%m-%d %H:%M:%S} "
+            f"to {self.last:%Y-%m-%d %H:%M:%S} UTC"
+        )
 
 
 def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-_STATS = ("list(DISTINCT preset ORDER BY preset), count(DISTINCT run_id), min(created_at), max(created_at), "
-          "count(DISTINCT parent_run_id), count(DISTINCT run_id) FILTER (WHERE parent_run_id IS NULL)")
+_STATS = (
+    "list(DISTINCT preset ORDER BY preset), count(DISTINCT run_id), min(created_at), max(created_at), "
+    "count(DISTINCT parent_run_id), count(DISTINCT run_id) FILTER (WHERE parent_run_id IS NULL)"
+)
 
 
 def comparisons(con: duckdb.DuckDBPyConnection) -> list[tuple]:
@@ -201,7 +212,8 @@ def comparisons(con: duckdb.DuckDBPyConnection) -> list[tuple]:
     return con.execute(
         "SELECT parent_run_id, list(DISTINCT preset ORDER BY preset), count(DISTINCT run_id), min(created_at), "
         "max(created_at) FROM trajectories WHERE parent_run_id IS NOT NULL GROUP BY parent_run_id "
-        "ORDER BY min(created_at) DESC, parent_run_id").fetchall()
+        "ORDER BY min(created_at) DESC, parent_run_id"
+    ).fetchall()
 
 
 def _everything(con: duckdb.DuckDBPyConnection, requested: str, note: str = "") -> Comparison:
@@ -227,30 +239,40 @@ def resolve_comparison(con: duckdb.DuckDBPyConnection, requested: str) -> Compar
         parent, presets, runs, first, last = matches[0]
         return Comparison(requested, parent, presets, runs, first, last)
     if len(matches) > 1:
-        raise BinacError(f"comparison {requested!r} is the start of {len(matches)} comparisons' ids: "
-                         f"{', '.join(c[0] for c in matches[:RECENT])}; give more of it")
+        raise BinacError(
+            f"comparison {requested!r} is the start of {len(matches)} comparisons' ids: "
+            f"{', '.join(c[0] for c in matches[:RECENT])}; give more of it"
+        )
     raise BinacError(_unknown_comparison(con, requested, known))
 
 
 def _unknown_comparison(con: duckdb.DuckDBPyConnection, requested: str, known: list[tuple]) -> str:
     """The one-line message for a comparison id the store does not have: what the id is instead (a run of a
     comparison, a standalone run) or the most recent comparisons to choose from."""
-    run = con.execute("SELECT any_value(parent_run_id) FROM trajectories WHERE run_id = ? GROUP BY run_id",
-                      [requested]).fetchone()
+    run = con.execute(
+        "SELECT any_value(parent_run_id) FROM trajectories WHERE run_id = ? GROUP BY run_id", [requested]
+    ).fetchone()
     if run and run[0]:
-        return (f"comparison {requested!r} is a run of comparison {run[0]}, not a comparison; "
-                f"use --param comparison={run[0]}")
+        return (
+            f"comparison {requested!r} is a run of comparison {run[0]}, not a comparison; "
+            f"use --param comparison={run[0]}"
+        )
     if run:
         return f"comparison {requested!r} is a standalone run (no parent run), not a comparison; use comparison=all"
     if not known:
-        return (f"comparison {requested!r} is not in the store, and no run in it belongs to a comparison; "
-                f"use comparison=all")
-    recent = "; ".join(f"{p} ({', '.join(presets)}, {_plural(n, 'run')}, started {first:%Y-%m-%d %H:%M:%S})"
-                       for p, presets, n, first, _ in known[:RECENT])
+        return (
+            f"comparison {requested!r} is not in the store, and no run in it belongs to a comparison; "
+            f"use comparison=all"
+        )
+    recent = "; ".join(
+        f"{p} ({', '.join(presets)}, {_plural(n, 'run')}, started {first:%Y-%m-%d %H:%M:%S})"
+        for p, presets, n, first, _ in known[:RECENT]
+    )
     return f"comparison {requested!r} is not in the store; the most recent: {recent} (or: latest, all)"
 
 
 # --- running ---
+
 
 @dataclass
 class Result:
@@ -305,8 +327,23 @@ def run(ws: Workspace, sql: str, params: dict | None = None):
     return execute(ws, sql, params).df
 
 
-ALLOWED = frozenset({"SELECT", "EXPLAIN", "CREATE", "INSERT", "UPDATE", "DELETE", "DROP", "ALTER", "PRAGMA",
-                     "PREPARE", "EXECUTE", "TRANSACTION", "VACUUM"})
+ALLOWED = frozenset(
+    {
+        "SELECT",
+        "EXPLAIN",
+        "CREATE",
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "DROP",
+        "ALTER",
+        "PRAGMA",
+        "PREPARE",
+        "EXECUTE",
+        "TRANSACTION",
+        "VACUUM",
+    }
+)
 """The statement kinds (DuckDB's `StatementType`) a query may run: they read the store's shards or act on the
 connection's private in-memory catalog (TEMP tables and macros, an FTS index), which lives and dies with the
 process. Every other kind could reach a file, an attached database or the configuration (COPY ... TO, EXPORT,
@@ -325,9 +362,11 @@ def check_statement(con: duckdb.DuckDBPyConnection, stmt: str, where: str = "") 
         return
     refused = [k for k in kinds if k not in ALLOWED]
     if refused:
-        raise BinacError(f"binac sql runs read-only over the store: a {refused[0]} statement could change files or "
-                         f"databases outside its private in-memory one, and is refused{where} (save a result with "
-                         "--out)")
+        raise BinacError(
+            f"binac sql runs read-only over the store: a {refused[0]} statement could change files or "
+            f"databases outside its private in-memory one, and is refused{where} (save a result with "
+            "--out)"
+        )
 
 
 def _run_statements(con: duckdb.DuckDBPyConnection, sql: str, stmts: list[tuple[str, set[str]]], bound: dict):
@@ -340,8 +379,11 @@ def _run_statements(con: duckdb.DuckDBPyConnection, sql: str, stmts: list[tuple[
         try:
             result = con.execute(stmt, used) if used else con.execute(stmt)
         except duckdb.Error as exc:
-            where = (f"\n(in statement {i + 1} of {len(stmts)}, from line {_first_lines(sql, stmts)[i]} of the query)"
-                     if len(stmts) > 1 else "")
+            where = (
+                f"\n(in statement {i + 1} of {len(stmts)}, from line {_first_lines(sql, stmts)[i]} of the query)"
+                if len(stmts) > 1
+                else ""
+            )
             raise sql_error(exc, used, where) from None
     return result.df() if result.description else None
 

@@ -26,30 +26,50 @@ def analysis_questions(benchmark: str, problems: list[dict] | None) -> dict[str,
 
 
 def store_train_step(
-    ws: Workspace, run: RunIdentity, step: int, scored: ScoredBatch, *, critic_rewards: list[float] | None = None,
+    ws: Workspace,
+    run: RunIdentity,
+    step: int,
+    scored: ScoredBatch,
+    *,
+    critic_rewards: list[float] | None = None,
     problems: list[dict] | None = None,
 ) -> list[dict]:
     """Write the iteration's rows and return them. `problems` (the batch) gives the synthetic task's first wrong
     steps."""
     questions = analysis_questions(run.benchmark, problems)
-    rows = trajectory_rows(run, step, scored, split="train", protocol="train", critic_rewards=critic_rewards,
-                           questions=questions, verdicts=method_spec(run.method).feedback is not FeedbackSource.FIXED)
+    rows = trajectory_rows(
+        run,
+        step,
+        scored,
+        split="train",
+        protocol="train",
+        critic_rewards=critic_rewards,
+        questions=questions,
+        verdicts=method_spec(run.method).feedback is not FeedbackSource.FIXED,
+    )
     storage.write_shard(ws, run.run_id, "train", step, rows)
     return rows
 
 
-def store_eval(ws: Workspace, run: RunIdentity, step: int, result: Evaluation,
-               problems: list[dict] | None = None) -> dict[EvalProtocol, list[dict]]:
+def store_eval(
+    ws: Workspace, run: RunIdentity, step: int, result: Evaluation, problems: list[dict] | None = None
+) -> dict[EvalProtocol, list[dict]]:
     """Write one shard per protocol evaluated (single, single_greedy, feedback, gated, feedback_frozen); return
     the rows stored, by protocol. `problems` (the held-out split) gives the synthetic task's first wrong steps."""
     questions, out = analysis_questions(run.benchmark, problems), {}
     verdicts = result.feedback_source is not FeedbackSource.FIXED
-    single, greedy, feedback, gated, frozen = (EvalProtocol.SINGLE, EvalProtocol.SINGLE_GREEDY, EvalProtocol.FEEDBACK,
-                                               EvalProtocol.GATED, EvalProtocol.FEEDBACK_FROZEN)
+    single, greedy, feedback, gated, frozen = (
+        EvalProtocol.SINGLE,
+        EvalProtocol.SINGLE_GREEDY,
+        EvalProtocol.FEEDBACK,
+        EvalProtocol.GATED,
+        EvalProtocol.FEEDBACK_FROZEN,
+    )
     out[single] = trajectory_rows(run, step, result.single, split="eval", protocol=single, questions=questions)
     if result.single_greedy is not None:
-        out[greedy] = trajectory_rows(run, step, result.single_greedy, split="eval", protocol=greedy,
-                                      questions=questions)
+        out[greedy] = trajectory_rows(
+            run, step, result.single_greedy, split="eval", protocol=greedy, questions=questions
+        )
     if result.feedback is not None:
         out[feedback] = _protocol_rows(run, step, feedback, result.rounds(feedback), questions, verdicts)
     if result.gated is not None:
@@ -75,12 +95,19 @@ def store_eval_exec(ws: Workspace, run: RunIdentity, step: int, result: Evaluati
     return n
 
 
-def _protocol_rows(run: RunIdentity, step: int, protocol: EvalProtocol, rounds: list[ScoredBatch],
-                   questions: dict[str, str] | None = None, verdicts: bool = True) -> list[dict]:
+def _protocol_rows(
+    run: RunIdentity,
+    step: int,
+    protocol: EvalProtocol,
+    rounds: list[ScoredBatch],
+    questions: dict[str, str] | None = None,
+    verdicts: bool = True,
+) -> list[dict]:
     """The held-out rows of a feedback protocol's rounds (one for `feedback`, up to K for `gated`); `verdicts`:
     False for a fixed instruction (`records.trajectory_rows`)."""
     rows = []
     for k, scored in enumerate(rounds, start=1):
-        rows += trajectory_rows(run, step, scored, split="eval", protocol=protocol, round_=k, questions=questions,
-                                verdicts=verdicts)
+        rows += trajectory_rows(
+            run, step, scored, split="eval", protocol=protocol, round_=k, questions=questions, verdicts=verdicts
+        )
     return rows

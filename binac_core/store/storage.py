@@ -90,8 +90,10 @@ def _write_rows(path: Path, rows: list[dict]) -> None:
                 con.register("new_rows", table)
                 con.execute(f"INSERT INTO trajectory_rows SELECT {', '.join(_quoted(c) for c in cols)} FROM new_rows")
             else:  # values Arrow cannot hold in one column (mixed kinds): row by row, as DuckDB casts each value
-                con.executemany(f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
-                                [[r[c] for c in cols] for r in rows])
+                con.executemany(
+                    f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
+                    [[r[c] for c in cols] for r in rows],
+                )
         with atomic_path(path) as tmp:
             con.execute(f"COPY trajectory_rows TO {sql_string(tmp)} (FORMAT parquet)")
     finally:
@@ -163,7 +165,9 @@ def ensure_schema_shard(ws: Workspace) -> Path:
 
 def view_sql(ws: Workspace) -> str:
     glob = (ws.shards / "*" / "*.parquet").as_posix()
-    return f"CREATE OR REPLACE VIEW trajectories AS SELECT * FROM read_parquet({sql_string(glob)}, union_by_name = true)"
+    return (
+        f"CREATE OR REPLACE VIEW trajectories AS SELECT * FROM read_parquet({sql_string(glob)}, union_by_name = true)"
+    )
 
 
 def sql_string(value) -> str:

@@ -58,8 +58,9 @@ def experiment_id(c: MlflowClient, ws: Workspace, name: str = EXPERIMENT) -> str
     exp = c.get_experiment_by_name(name)
     if exp is None:
         try:
-            return c.create_experiment(name, artifact_location=(ws.artifact_root / name).as_uri(),
-                                       tags={KIND_TAG: KIND})
+            return c.create_experiment(
+                name, artifact_location=(ws.artifact_root / name).as_uri(), tags={KIND_TAG: KIND}
+            )
         except mlflow.exceptions.MlflowException:  # created concurrently by another run
             exp = c.get_experiment_by_name(name)
     if KIND_TAG not in exp.tags:
@@ -68,8 +69,13 @@ def experiment_id(c: MlflowClient, ws: Workspace, name: str = EXPERIMENT) -> str
 
 
 def find_or_create_run(
-    ws: Workspace, run_key: str, run_name: str, tags: dict[str, str], params: dict[str, str],
-    parent_run_id: str | None = None, experiment: str = EXPERIMENT,
+    ws: Workspace,
+    run_key: str,
+    run_name: str,
+    tags: dict[str, str],
+    params: dict[str, str],
+    parent_run_id: str | None = None,
+    experiment: str = EXPERIMENT,
 ) -> str:
     c = client(ws)
     exp = experiment_id(c, ws, experiment)

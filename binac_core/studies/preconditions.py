@@ -124,8 +124,9 @@ def _difference(a_num, a_den, b_num, b_den):
     return a_num / a_den - b_num / b_den
 
 
-def measures(records: list[AttemptRecord], greedy_right: int, greedy_n: int, all_wrong: int, problems: int,
-             seed: int = 0) -> dict[str, Estimate]:
+def measures(
+    records: list[AttemptRecord], greedy_right: int, greedy_n: int, all_wrong: int, problems: int, seed: int = 0
+) -> dict[str, Estimate]:
     """Every precondition measure of the module docstring, from one record per first attempt, the greedy attempts'
     count of right answers and the count of problems whose G attempts are all wrong."""
     g2 = [r for r in records if not r.right and r.first_wrong_step is not None and r.has_other_step]
@@ -156,11 +157,17 @@ def measures(records: list[AttemptRecord], greedy_right: int, greedy_n: int, all
         "critic_over_chance": boot(stepped, [lambda r: hit(r) - chance[id(r)], one], _ratio),
         "critic_hits_of_oracle": boot(stepped, [hit, oracle_hit], _ratio),
         "approves_right": boot([r for r in records if r.right], [lambda r: float(r.critic_approves), one], _ratio),
-        "approves_wrong": boot([r for r in records if not r.right], [lambda r: float(r.critic_approves), one],
-                               _ratio),
-        "approval_gap": boot(records, [lambda r: float(r.right and r.critic_approves), lambda r: float(r.right),
-                                       lambda r: float(not r.right and r.critic_approves),
-                                       lambda r: float(not r.right)], _difference),
+        "approves_wrong": boot([r for r in records if not r.right], [lambda r: float(r.critic_approves), one], _ratio),
+        "approval_gap": boot(
+            records,
+            [
+                lambda r: float(r.right and r.critic_approves),
+                lambda r: float(r.right),
+                lambda r: float(not r.right and r.critic_approves),
+                lambda r: float(not r.right),
+            ],
+            _difference,
+        ),
         "oracle_over_verifier": boot(records, [lambda r: r.after_oracle - verifier_only(r), one], _ratio),
     }
     return out
@@ -171,8 +178,14 @@ def _repaired_chance(stepped: list[AttemptRecord]) -> dict[int, float]:
     rate of its feedback re-paired with every other attempt of the population, averaged exactly."""
     firsts = Counter(r.first_wrong_step for r in stepped)
     n = len(stepped)
-    return {id(r): ((firsts[r.critic_step] - (r.critic_step == r.first_wrong_step)) / (n - 1)
-                    if r.critic_step is not None and n > 1 else 0.0) for r in stepped}
+    return {
+        id(r): (
+            (firsts[r.critic_step] - (r.critic_step == r.first_wrong_step)) / (n - 1)
+            if r.critic_step is not None and n > 1
+            else 0.0
+        )
+        for r in stepped
+    }
 
 
 @dataclass(frozen=True)
@@ -197,20 +210,28 @@ class Gate:
 GATES = {
     "greedy_single_at_most": Gate("greedy_single", "at_most", "G1 (a capability gap): greedy single-turn accuracy"),
     "all_wrong_frac_at_least": Gate("all_wrong", "at_least", "G1 (a capability gap): all-wrong groups of G"),
-    "hint_gap_at_least": Gate("hint_gap", "at_least",
-                              "G2 (the actor uses the hint): fix rate after the first-error hint minus after "
-                              "another step's"),
-    "hint_over_self_correct_at_least": Gate("hint_over_self_correct", "at_least",
-                                            "G2 (the actor uses the hint): fix rate after the first-error hint "
-                                            "over after the self-correction instruction"),
-    "critic_over_chance_above": Gate("critic_over_chance", "above",
-                                     "G3 (critic skill): first-error hits minus the re-paired chance"),
-    "critic_hits_of_oracle_at_most": Gate("critic_hits_of_oracle", "at_most",
-                                          "G3 (room to grow): first-error hits over the oracle's"),
-    "approval_gap_above": Gate("approval_gap", "above",
-                               "G3 (critic skill): approval of right attempts minus of wrong ones"),
-    "oracle_over_verifier_at_least": Gate("oracle_over_verifier", "at_least",
-                                          "G4 (the hint carries value): oracle minus a verifier-only critic"),
+    "hint_gap_at_least": Gate(
+        "hint_gap",
+        "at_least",
+        "G2 (the actor uses the hint): fix rate after the first-error hint minus after another step's",
+    ),
+    "hint_over_self_correct_at_least": Gate(
+        "hint_over_self_correct",
+        "at_least",
+        "G2 (the actor uses the hint): fix rate after the first-error hint over after the self-correction instruction",
+    ),
+    "critic_over_chance_above": Gate(
+        "critic_over_chance", "above", "G3 (critic skill): first-error hits minus the re-paired chance"
+    ),
+    "critic_hits_of_oracle_at_most": Gate(
+        "critic_hits_of_oracle", "at_most", "G3 (room to grow): first-error hits over the oracle's"
+    ),
+    "approval_gap_above": Gate(
+        "approval_gap", "above", "G3 (critic skill): approval of right attempts minus of wrong ones"
+    ),
+    "oracle_over_verifier_at_least": Gate(
+        "oracle_over_verifier", "at_least", "G4 (the hint carries value): oracle minus a verifier-only critic"
+    ),
 }
 """The precondition gates a study file or `scripts/base_checks.py` can apply, by name; each reads one measure."""
 
@@ -222,8 +243,10 @@ def failures(regime: str, difficulty: int, measured: dict[str, dict], gates: dic
         gate = GATES[name]
         e = Estimate(**measured[gate.measure])
         if not gate.holds(e, threshold):
-            out.append(f"regime {regime} (difficulty {difficulty}): gate {name} {threshold:g} fails: {gate.label} "
-                       f"{_fmt(e.value)} [{_fmt(e.low)}, {_fmt(e.high)}] (its {gate.end} end is read)")
+            out.append(
+                f"regime {regime} (difficulty {difficulty}): gate {name} {threshold:g} fails: {gate.label} "
+                f"{_fmt(e.value)} [{_fmt(e.low)}, {_fmt(e.high)}] (its {gate.end} end is read)"
+            )
     return out
 
 

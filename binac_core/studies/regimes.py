@@ -47,8 +47,9 @@ from binac_core.studies import preconditions
 SOURCES = ("initial_critic", "oracle", "self_correct", "approve", "other_step")
 
 
-def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: int, bounds: bool = True,
-                 benchmark: str) -> dict:
+def measure_base(
+    backend, problems: list[dict], *, group_size: int, gen, seed: int, bounds: bool = True, benchmark: str
+) -> dict:
     """The rule's statistic and (with `bounds`) the feedback bounds of the base model on `problems` (rows of
     `benchmark`). `gen` is the config's `generation` section (temperature, answer and feedback budgets)."""
     difficulty = problems[0]["difficulty"]
@@ -60,36 +61,58 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
     by_id = {p["id"]: p for p in problems}
     attempts = generate_attempts(backend, benchmark, problems, None, group_size, params("y0", gen.max_new_tokens))
     first_rewards = score(benchmark, by_id, attempts)
-    greedy = generate_attempts(backend, benchmark, problems, None, 1,
-                               SamplingParams(gen.max_new_tokens, 0.0, 1.0, stage_seed(seed, "regime", difficulty,
-                                                                                        "greedy")))
+    greedy = generate_attempts(
+        backend,
+        benchmark,
+        problems,
+        None,
+        1,
+        SamplingParams(gen.max_new_tokens, 0.0, 1.0, stage_seed(seed, "regime", difficulty, "greedy")),
+    )
     greedy_rewards = score(benchmark, by_id, greedy)
-    out = {"difficulty": difficulty, "problems": len(problems), "group_size": group_size, "seed": seed,
-           "temperature": gen.temperature, "single": _mean(first_rewards), "greedy_single": _mean(greedy_rewards),
-           "greedy_right": int(sum(r > 0 for r in greedy_rewards)),
-           "all_wrong_frac": 1.0 - _share_of_groups_with_a_success(attempts, first_rewards),
-           "zero_adv_frac": zero_adv_frac([a.problem_id for a in attempts], first_rewards)}
+    out = {
+        "difficulty": difficulty,
+        "problems": len(problems),
+        "group_size": group_size,
+        "seed": seed,
+        "temperature": gen.temperature,
+        "single": _mean(first_rewards),
+        "greedy_single": _mean(greedy_rewards),
+        "greedy_right": int(sum(r > 0 for r in greedy_rewards)),
+        "all_wrong_frac": 1.0 - _share_of_groups_with_a_success(attempts, first_rewards),
+        "zero_adv_frac": zero_adv_frac([a.problem_id for a in attempts], first_rewards),
+    }
     if not bounds:
         return out
     feedbacks = {
-        "initial_critic": sample_feedback(backend, benchmark, by_id, attempts, FeedbackSource.CRITIC_BASE, None, 1,
-                                          params("z", gen.feedback_max_new_tokens)),
-        "oracle": sample_feedback(backend, benchmark, by_id, attempts, FeedbackSource.ORACLE, None, 1,
-                                  params("z", 1)),
-        "self_correct": sample_feedback(backend, benchmark, by_id, attempts, FeedbackSource.FIXED, None, 1,
-                                        params("z", 1)),
+        "initial_critic": sample_feedback(
+            backend,
+            benchmark,
+            by_id,
+            attempts,
+            FeedbackSource.CRITIC_BASE,
+            None,
+            1,
+            params("z", gen.feedback_max_new_tokens),
+        ),
+        "oracle": sample_feedback(backend, benchmark, by_id, attempts, FeedbackSource.ORACLE, None, 1, params("z", 1)),
+        "self_correct": sample_feedback(
+            backend, benchmark, by_id, attempts, FeedbackSource.FIXED, None, 1, params("z", 1)
+        ),
         "approve": written_feedback(attempts, 1, lambda a: _approval(bench.feedback_analysis, by_id, a)),
     }
     analysis = bench.feedback_analysis
     other_steps = _other_step_hints(analysis, by_id, attempts, stage_seed(seed, "regime", difficulty, "other"))
     if other_steps is not None:
         feedbacks["other_step"] = written_feedback(
-            attempts, 1, lambda a: other_steps[(a.problem_id, a.sample_idx)] or _approval(analysis, by_id, a))
+            attempts, 1, lambda a: other_steps[(a.problem_id, a.sample_idx)] or _approval(analysis, by_id, a)
+        )
     wrong_steps = [analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text) is not None for a in attempts]
     refined_by_source = {}
     for name, fb in feedbacks.items():
-        y1 = generate_refinements(backend, benchmark, by_id, attempts, fb, None,
-                                  params(f"y1-{name}", gen.max_new_tokens))
+        y1 = generate_refinements(
+            backend, benchmark, by_id, attempts, fb, None, params(f"y1-{name}", gen.max_new_tokens)
+        )
         refined_rewards = score(benchmark, by_id, y1)
         refined_by_source[name] = (y1, refined_rewards)
         pairs = list(zip(first_rewards, refined_rewards, strict=True))
@@ -105,19 +128,34 @@ def measure_base(backend, problems: list[dict], *, group_size: int, gen, seed: i
     out["critic_approved_wrong_n"] = sum(approved)
     right = [r for r, a in zip(rewards, approved, strict=True) if a]
     out["critic_approved_wrong_right"] = _mean(right) if right else None
-    out.update(critic_error_measures([
-        {"attempt_reward": r, "first_wrong_step": analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text),
-         "feedback_step": analysis.named_step(c.text), "feedback_approves": analysis.approves(c.text)}
-        for a, r, c in zip(attempts, first_rewards, critic, strict=True)]))
-    out["critic_agrees_with_oracle"] = _mean([
-        float(c.text.strip() == bench.oracle_feedback(by_id[a.problem_id], a.text))
-        for a, c in zip(attempts, critic, strict=True)])
+    out.update(
+        critic_error_measures(
+            [
+                {
+                    "attempt_reward": r,
+                    "first_wrong_step": analysis.first_wrong_step(by_id[a.problem_id]["question"], a.text),
+                    "feedback_step": analysis.named_step(c.text),
+                    "feedback_approves": analysis.approves(c.text),
+                }
+                for a, r, c in zip(attempts, first_rewards, critic, strict=True)
+            ]
+        )
+    )
+    out["critic_agrees_with_oracle"] = _mean(
+        [
+            float(c.text.strip() == bench.oracle_feedback(by_id[a.problem_id], a.text))
+            for a, c in zip(attempts, critic, strict=True)
+        ]
+    )
     if other_steps is not None:
-        records = _attempt_records(analysis, by_id, attempts, first_rewards, feedbacks, refined_by_source,
-                                   other_steps)
+        records = _attempt_records(analysis, by_id, attempts, first_rewards, feedbacks, refined_by_source, other_steps)
         all_wrong = round(out["all_wrong_frac"] * len(problems))
-        out["preconditions"] = {name: e.to_json() for name, e in preconditions.measures(
-            records, out["greedy_right"], len(greedy), all_wrong, len(problems), seed).items()}
+        out["preconditions"] = {
+            name: e.to_json()
+            for name, e in preconditions.measures(
+                records, out["greedy_right"], len(greedy), all_wrong, len(problems), seed
+            ).items()
+        }
     return out
 
 
@@ -142,8 +180,9 @@ def _other_step_hints(analysis, by_id: dict, attempts: list[Attempt], seed: int)
         question = by_id[a.problem_id]["question"]
         first = analysis.first_wrong_step(question, a.text)
         others = [k for k in analysis.right_steps(question, a.text) if k != first]
-        out[(a.problem_id, a.sample_idx)] = analysis.critique(by_id[a.problem_id], a.text, rng.choice(others)) \
-            if others else None
+        out[(a.problem_id, a.sample_idx)] = (
+            analysis.critique(by_id[a.problem_id], a.text, rng.choice(others)) if others else None
+        )
     return out
 
 
@@ -155,14 +194,21 @@ def _attempt_records(analysis, by_id, attempts, first_rewards, feedbacks, refine
         first = analysis.first_wrong_step(question, a.text)
         has_other = other_steps[(a.problem_id, a.sample_idx)] is not None
         critic = feedbacks["initial_critic"][i].text
-        records.append(preconditions.AttemptRecord(
-            problem_id=a.problem_id, right=first_rewards[i] > 0, first_wrong_step=first, has_other_step=has_other,
-            critic_step=analysis.named_step(critic), critic_approves=analysis.approves(critic),
-            oracle_step=analysis.named_step(feedbacks["oracle"][i].text),
-            after_oracle=refined_by_source["oracle"][1][i],
-            after_other_step=refined_by_source["other_step"][1][i] if has_other else None,
-            after_self_correct=refined_by_source["self_correct"][1][i],
-            after_approval=refined_by_source["approve"][1][i]))
+        records.append(
+            preconditions.AttemptRecord(
+                problem_id=a.problem_id,
+                right=first_rewards[i] > 0,
+                first_wrong_step=first,
+                has_other_step=has_other,
+                critic_step=analysis.named_step(critic),
+                critic_approves=analysis.approves(critic),
+                oracle_step=analysis.named_step(feedbacks["oracle"][i].text),
+                after_oracle=refined_by_source["oracle"][1][i],
+                after_other_step=refined_by_source["other_step"][1][i] if has_other else None,
+                after_self_correct=refined_by_source["self_correct"][1][i],
+                after_approval=refined_by_source["approve"][1][i],
+            )
+        )
     return records
 
 
@@ -170,10 +216,11 @@ def _shortcut(attempts: list[Attempt], wrong_steps: list[bool], approved: tuple[
     """The shortcut check over the attempts with a first wrong step, each refined after approval."""
     y1, rewards = approved
     idx = [i for i, w in enumerate(wrong_steps) if w]
-    return {"shortcut_n": len(idx),
-            "shortcut_right": _mean([rewards[i] for i in idx]) if idx else None,
-            "shortcut_copy": _mean([float(_same_answer(y1[i].text, attempts[i].text)) for i in idx]) if idx
-            else None}
+    return {
+        "shortcut_n": len(idx),
+        "shortcut_right": _mean([rewards[i] for i in idx]) if idx else None,
+        "shortcut_copy": _mean([float(_same_answer(y1[i].text, attempts[i].text)) for i in idx]) if idx else None,
+    }
 
 
 def _same_answer(refined: str, attempt: str) -> bool:

@@ -12,8 +12,10 @@ import statistics
 from binac_core.foundation.stats import per_seed, t_interval
 from binac_core.studies.pilot_rule import curve_area
 
-AXES = {"actor_train": ("actor training samples", "actor_train_per_iteration"),
-        "generated": ("generated samples", "generated_per_iteration")}
+AXES = {
+    "actor_train": ("actor training samples", "actor_train_per_iteration"),
+    "generated": ("generated samples", "generated_per_iteration"),
+}
 """Budget axis -> (its name in the report, the run dict's per-iteration count)."""
 
 
@@ -66,8 +68,9 @@ def values_at(runs: list[dict], name: str, at) -> dict[int, float]:
 
 
 def train_at(runs: list[dict], name: str, step: int) -> dict[int, float]:
-    return {r["seed"]: r["metrics"][f"train/{name}"][step] for r in runs
-            if step in r["metrics"].get(f"train/{name}", {})}
+    return {
+        r["seed"]: r["metrics"][f"train/{name}"][step] for r in runs if step in r["metrics"].get(f"train/{name}", {})
+    }
 
 
 def train_mean(runs: list[dict], name: str) -> dict[int, float]:
@@ -79,8 +82,9 @@ def train_mean(runs: list[dict], name: str) -> dict[int, float]:
     return out
 
 
-def seed_cell(values: dict[int, float], scale: float = 100.0, digits: int = 1, seeds: int | None = None,
-          sign: bool = False) -> str:
+def seed_cell(
+    values: dict[int, float], scale: float = 100.0, digits: int = 1, seeds: int | None = None, sign: bool = False
+) -> str:
     """mean ± 95 % t half-width over seeds (scaled); the seed count when it is not the study's; and the values
     seed by seed (in seed order) when the seeds split (`stats.seeds_split`: ≥ 2 seeds whose range is ≥ 20
     points), where a t-interval over a bimodal set would hide the modes."""

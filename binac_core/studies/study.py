@@ -56,17 +56,36 @@ from binac_core.runs.plans import check_sandbox
 from binac_core.studies.preconditions import GATES as PRECONDITION_GATES
 from binac_core.studies.preconditions import failures as precondition_failures
 
-KEYS = {"name", "preset", "design", "deployment", "iterations", "eval_every", "equal_samples_method", "methods",
-        "seeds", "regimes", "rule_measure", "overrides", "variants", "widen", "select", "select_rule",
-        "hypotheses", "gates"}
+KEYS = {
+    "name",
+    "preset",
+    "design",
+    "deployment",
+    "iterations",
+    "eval_every",
+    "equal_samples_method",
+    "methods",
+    "seeds",
+    "regimes",
+    "rule_measure",
+    "overrides",
+    "variants",
+    "widen",
+    "select",
+    "select_rule",
+    "hypotheses",
+    "gates",
+}
 SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
 GATES = {
     "shortcut_right_at_most": "the upper end of the 95 % Wilson interval of the shortcut check (the share of "
-                              "wrong-step attempts right after approval, binac_core/studies/regimes.py) is at most this",
+    "wrong-step attempts right after approval, binac_core/studies/regimes.py) is at most this",
     "oracle_gain_at_least": "the oracle's bound minus single-turn accuracy (one second turn after the oracle's "
-                            "feedback) is at least this",
-    **{name: f"{g.label}: the {g.end} end of its 95 % interval is {g.kind.replace('_', ' ')} this"
-       for name, g in PRECONDITION_GATES.items()},
+    "feedback) is at least this",
+    **{
+        name: f"{g.label}: the {g.end} end of its 95 % interval is {g.kind.replace('_', ' ')} this"
+        for name, g in PRECONDITION_GATES.items()
+    },
 }
 """The checks a study file's `gates` can ask of the base model at a chosen difficulty: two of the bounds, and the
 preconditions of binac_core/studies/preconditions.py (G1-G4)."""
@@ -161,13 +180,17 @@ class Study:
         `variants`, `select` and `gates` count only when set, and `select_rule` and `hypotheses` only when not the
         default, so a study that does not use them hashes as if the study format had no such keys; variants
         added under `widen` never count (`widened`)."""
-        first = {m: {v: ov for v, ov in named.items() if (m, v) not in self.widened}
-                 for m, named in self.variants.items()}
-        blob = {k: v for k, v in {**self.__dict__, "variants": first}.items()
-                if k not in ("path", "deployment", "design", "widened")
-                and not (k in ("variants", "select", "gates") and not v)
-                and not (k == "select_rule" and v == SelectRule.LAST_MEAN)
-                and not (k == "hypotheses" and v == HypothesisSet.SECOND_EDITION)}
+        first = {
+            m: {v: ov for v, ov in named.items() if (m, v) not in self.widened} for m, named in self.variants.items()
+        }
+        blob = {
+            k: v
+            for k, v in {**self.__dict__, "variants": first}.items()
+            if k not in ("path", "deployment", "design", "widened")
+            and not (k in ("variants", "select", "gates") and not v)
+            and not (k == "select_rule" and v == SelectRule.LAST_MEAN)
+            and not (k == "hypotheses" and v == HypothesisSet.SECOND_EDITION)
+        }
         return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
     def config(self, difficulty: int | None = None) -> Config:
@@ -225,11 +248,19 @@ def load_study(path: str | Path) -> Study:
         design = design_path.read_text()
     measure = raw.get("rule_measure") or {}
     study = Study(
-        name=str(raw["name"]), path=path, preset=str(raw["preset"]), design=design,
-        deployment=str(raw.get("deployment", "train/study")), iterations=raw["iterations"],
-        eval_every=raw.get("eval_every", 8), equal_samples_method=equal, methods=methods, seeds=seeds,
+        name=str(raw["name"]),
+        path=path,
+        preset=str(raw["preset"]),
+        design=design,
+        deployment=str(raw.get("deployment", "train/study")),
+        iterations=raw["iterations"],
+        eval_every=raw.get("eval_every", 8),
+        equal_samples_method=equal,
+        methods=methods,
+        seeds=seeds,
         regimes=tuple(_regime(path, n, r) for n, r in (raw["regimes"] or {}).items()),
-        group_size=int(measure.get("group_size", 8)), measure_seed=int(measure.get("seed", 0)),
+        group_size=int(measure.get("group_size", 8)),
+        measure_seed=int(measure.get("seed", 0)),
         overrides=current_keys(dict(raw.get("overrides") or {}), f"study file {path}: overrides: "),
         variants=_variants(path, raw.get("variants"), methods),  # both with old field names read as the new ones
     )
@@ -240,26 +271,35 @@ def load_study(path: str | Path) -> Study:
         clash = sorted(set(named) & set(study.variants[method]))
         if clash:
             raise BinacError(f"study file {path}: widen of {method!r}: variant {clash[0]!r} is already in variants")
-    study = replace(study, variants={m: {**named, **widen.get(m, {})} for m, named in study.variants.items()},
-                    widened=frozenset((m, v) for m, named in widen.items() for v in named))
-    study = replace(study, select=_select(path, raw.get("select"), study.variants),
-                    select_rule=_enum(path, "select_rule", SelectRule, raw.get("select_rule")),
-                    hypotheses=_enum(path, "hypotheses", HypothesisSet, raw.get("hypotheses")),
-                    gates=_gates(path, raw.get("gates"), tuple(r.name for r in study.regimes)))
+    study = replace(
+        study,
+        variants={m: {**named, **widen.get(m, {})} for m, named in study.variants.items()},
+        widened=frozenset((m, v) for m, named in widen.items() for v in named),
+    )
+    study = replace(
+        study,
+        select=_select(path, raw.get("select"), study.variants),
+        select_rule=_enum(path, "select_rule", SelectRule, raw.get("select_rule")),
+        hypotheses=_enum(path, "hypotheses", HypothesisSet, raw.get("hypotheses")),
+        gates=_gates(path, raw.get("gates"), tuple(r.name for r in study.regimes)),
+    )
     if not study.regimes:
         raise BinacError(f"study file {path}: no regimes")
     for named in study.variants.values():  # every variant must make a valid config
         for overrides in named.values():
             load_config(study.preset, {**study.overrides, **overrides})
     for regime in study.regimes:  # every difficulty the study can reach must make a valid config
-        for d in ([regime.difficulty] if regime.rule is None else range(regime.rule.search[0],
-                                                                         regime.rule.search[1] + 1)):
+        for d in (
+            [regime.difficulty] if regime.rule is None else range(regime.rule.search[0], regime.rule.search[1] + 1)
+        ):
             cfg = study.config(d)
             check_sandbox(benchmarks.get(cfg.task.benchmark), cfg)  # code benchmarks: no bwrap, no rlimits: one line
             if not _measures_regimes(benchmarks.get(cfg.task.benchmark)):
-                raise BinacError(f"study file {path}: regimes need a benchmark with an oracle critic and a "
-                                 f"first-error analysis ({', '.join(benchmarks.names(having=_measures_regimes))}; "
-                                 f"preset benchmark is {cfg.task.benchmark!r})")
+                raise BinacError(
+                    f"study file {path}: regimes need a benchmark with an oracle critic and a "
+                    f"first-error analysis ({', '.join(benchmarks.names(having=_measures_regimes))}; "
+                    f"preset benchmark is {cfg.task.benchmark!r})"
+                )
     return study
 
 
@@ -280,8 +320,9 @@ def _variants(path: Path, raw, methods: tuple[str, ...], key: str = "variants") 
             raise BinacError(f"study file {path}: {key} of {method!r}, which is not in methods")
         if not isinstance(named, dict) or not named or not all(isinstance(o, dict) for o in named.values()):
             raise BinacError(f"study file {path}: {key} of {method!r} must be {{name: {{field: value}}}}")
-        out[method] = {str(k): current_keys(dict(v), f"study file {path}: variant {k} of {method}: ")
-                       for k, v in named.items()}
+        out[method] = {
+            str(k): current_keys(dict(v), f"study file {path}: variant {k} of {method}: ") for k, v in named.items()
+        }
     return out
 
 
@@ -294,8 +335,10 @@ def _select(path: Path, raw, variants: dict) -> dict:
         if method not in variants:
             raise BinacError(f"study file {path}: select names {method!r}, which has no variants")
         if metric not in SELECT_METRICS:
-            raise BinacError(f"study file {path}: select of {method!r}: unknown metric {metric!r} "
-                             f"(known: {', '.join(SELECT_METRICS)})")
+            raise BinacError(
+                f"study file {path}: select of {method!r}: unknown metric {metric!r} "
+                f"(known: {', '.join(SELECT_METRICS)})"
+            )
     return {str(m): str(v) for m, v in raw.items()}
 
 
@@ -306,8 +349,9 @@ def _enum(path: Path, key: str, kind: type[Enum], raw) -> Enum:
     try:
         return kind(raw)
     except ValueError:
-        raise BinacError(f"study file {path}: {key}: unknown value {raw!r} "
-                         f"(known: {', '.join(m.value for m in kind)})") from None
+        raise BinacError(
+            f"study file {path}: {key}: unknown value {raw!r} (known: {', '.join(m.value for m in kind)})"
+        ) from None
 
 
 def _gates(path: Path, raw, regimes: tuple[str, ...]) -> dict:
@@ -319,8 +363,9 @@ def _gates(path: Path, raw, regimes: tuple[str, ...]) -> dict:
     if all(isinstance(v, dict) for v in raw.values()):
         for regime in raw:
             if regime != "all" and regime not in regimes:
-                raise BinacError(f"study file {path}: gates of {regime!r}, which is no regime (known: all, "
-                                 f"{', '.join(regimes)})")
+                raise BinacError(
+                    f"study file {path}: gates of {regime!r}, which is no regime (known: all, {', '.join(regimes)})"
+                )
         return {str(r): _gate_thresholds(path, v) for r, v in raw.items()}
     return _gate_thresholds(path, raw)
 
@@ -331,8 +376,10 @@ def _gate_thresholds(path: Path, raw: dict) -> dict:
             raise BinacError(f"study file {path}: unknown gate {name!r} (known: {', '.join(GATES)})")
         ratio = name == "hint_over_self_correct_at_least"
         if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= (1e9 if ratio else 1):
-            raise BinacError(f"study file {path}: gate {name} must be a {'ratio >= 0' if ratio else 'share in [0, 1]'}"
-                             f" (got {value!r})")
+            raise BinacError(
+                f"study file {path}: gate {name} must be a {'ratio >= 0' if ratio else 'share in [0, 1]'}"
+                f" (got {value!r})"
+            )
     return {str(k): float(v) for k, v in raw.items()}
 
 
@@ -358,16 +405,22 @@ def gate_failures(study: Study, measured: dict[int, dict], difficulties: dict[st
             right = round((m["shortcut_right"] or 0.0) * n)
             high = wilson_interval(right, n)[1]
             if high > limit:
-                out.append(f"regime {regime} (difficulty {d}): the shortcut check fails: {right} of {n} wrong-step "
-                           f"attempts are right after approval (95 % Wilson interval up to {100 * high:.1f} %, "
-                           f"gate shortcut_right_at_most {limit})")
+                out.append(
+                    f"regime {regime} (difficulty {d}): the shortcut check fails: {right} of {n} wrong-step "
+                    f"attempts are right after approval (95 % Wilson interval up to {100 * high:.1f} %, "
+                    f"gate shortcut_right_at_most {limit})"
+                )
         least = gates.pop("oracle_gain_at_least", None)
         if least is not None and m["oracle"] - m["single"] < least:
-            out.append(f"regime {regime} (difficulty {d}): the oracle's hint gains {100 * (m['oracle'] - m['single']):+.1f}"
-                       f" points over single-turn {100 * m['single']:.1f} % (gate oracle_gain_at_least {least})")
+            out.append(
+                f"regime {regime} (difficulty {d}): the oracle's hint gains {100 * (m['oracle'] - m['single']):+.1f}"
+                f" points over single-turn {100 * m['single']:.1f} % (gate oracle_gain_at_least {least})"
+            )
         if gates and "preconditions" not in m:
-            out.append(f"regime {regime} (difficulty {d}): gates {', '.join(gates)} need the precondition measures, "
-                       f"which benchmark {study.config().task.benchmark!r} cannot make")
+            out.append(
+                f"regime {regime} (difficulty {d}): gates {', '.join(gates)} need the precondition measures, "
+                f"which benchmark {study.config().task.benchmark!r} cannot make"
+            )
         elif gates:
             out += precondition_failures(regime, d, m["preconditions"], gates)
     return out
@@ -390,13 +443,17 @@ def choose_difficulties(study: Study, measured: dict[int, dict]) -> tuple[dict[s
         chosen = sparse_difficulty(searched, r.rule.value)
         if chosen is None:
             if r.rule.otherwise == "fail":
-                raise BinacError(f"regime {r.name!r}: no difficulty in {list(r.rule.search)} has an all-wrong "
-                                 f"share >= {r.rule.value} (widen the base's pretraining range)")
+                raise BinacError(
+                    f"regime {r.name!r}: no difficulty in {list(r.rule.search)} has an all-wrong "
+                    f"share >= {r.rule.value} (widen the base's pretraining range)"
+                )
             chosen = r.rule.search[1]
             shares = ", ".join(f"d{d} {m['all_wrong_frac']:.3f}" for d, m in sorted(searched.items()))
-            deviations.append(f"regime {r.name}: no difficulty in {r.rule.search[0]}-{r.rule.search[1]} meets the "
-                              f"rule (all-wrong share >= {r.rule.value}; measured {shares}); the hardest, "
-                              f"{chosen}, is used, as the design allows")
+            deviations.append(
+                f"regime {r.name}: no difficulty in {r.rule.search[0]}-{r.rule.search[1]} meets the "
+                f"rule (all-wrong share >= {r.rule.value}; measured {shares}); the hardest, "
+                f"{chosen}, is used, as the design allows"
+            )
         difficulties[r.name] = chosen
     return difficulties, deviations
 
@@ -420,8 +477,9 @@ def _regime(path: Path, name: str, raw: dict) -> Regime:
         lo, hi = (int(x) for x in rule["search"])
         value, otherwise = float(rule[kinds[0]]), rule.get("otherwise", "fail")
     except (KeyError, TypeError, ValueError, IndexError):
-        raise BinacError(f"study file {path}: regime {name!r}: rule needs one of {', '.join(RULE_KINDS)} and "
-                         "search: [lo, hi]") from None
+        raise BinacError(
+            f"study file {path}: regime {name!r}: rule needs one of {', '.join(RULE_KINDS)} and search: [lo, hi]"
+        ) from None
     if len(kinds) != 1 or not 1 <= lo <= hi or otherwise not in ("hardest", "fail") or not 0 < value <= 1:
         raise BinacError(f"study file {path}: regime {name!r}: bad rule {rule!r}")
     return Regime(name, None, Rule(kinds[0], value, (lo, hi), otherwise))
@@ -437,10 +495,14 @@ def grid(study: Study, difficulties: dict[str, int]) -> list[RunSpec]:
             d = difficulties[regime.name]
             for method in study.methods:
                 for variant, extra in (study.variants.get(method) or {"": {}}).items():
-                    overrides = {**study.overrides, **extra, "task.difficulty": d,
-                                 "train.eval_every": study.eval_every,
-                                 "train.eval_at_samples": totals["actor_train"],
-                                 "train.eval_at_generated": totals["generated"]}
+                    overrides = {
+                        **study.overrides,
+                        **extra,
+                        "task.difficulty": d,
+                        "train.eval_every": study.eval_every,
+                        "train.eval_at_samples": totals["actor_train"],
+                        "train.eval_at_generated": totals["generated"],
+                    }
                     runs.append(RunSpec(regime.name, d, method, seed, overrides, variant))
     return runs
 
@@ -449,5 +511,7 @@ def equal_budget_totals(study: Study) -> dict[str, int]:
     """`equal_samples_method`'s counts after all iterations on both budget axes (`binac_core.rl.methods`): its actor
     training samples (`actor_train`) and its generated samples (`generated`): the equal-budget points."""
     spec, cfg = method_spec(study.equal_samples_method), study.config()
-    return {"actor_train": spec.actor_train_samples_per_iteration(cfg) * study.iterations,
-            "generated": spec.generated_samples_per_iteration(cfg) * study.iterations}
+    return {
+        "actor_train": spec.actor_train_samples_per_iteration(cfg) * study.iterations,
+        "generated": spec.generated_samples_per_iteration(cfg) * study.iterations,
+    }

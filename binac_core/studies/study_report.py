@@ -83,8 +83,12 @@ TIE = 0.001
 """A pilot's means within this of the highest tie (0.1 point; the design)."""
 H6_MARGIN = 0.05
 """H6: an increase of binac's approves_wrong below this (5 points) still counts as "no higher" (the design)."""
-SOURCES = (("initial_critic", "initial critic"), ("oracle", "oracle"), ("self_correct", "fixed self-correction"),
-           ("approve", "approval"))
+SOURCES = (
+    ("initial_critic", "initial critic"),
+    ("oracle", "oracle"),
+    ("self_correct", "fixed self-correction"),
+    ("approve", "approval"),
+)
 FEEDBACK_RUNS = ("binac", "binac_lam0", "binac_after")
 """H4's three critic rewards, side by side."""
 HELD_OUT_CRITIC = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right")
@@ -92,16 +96,20 @@ HELD_OUT_CRITIC = ("critic_hits_first_error", "critic_false_alarm", "critic_appr
 frozen base critic."""
 
 
-def build_study_report(st, measured: dict, difficulties: dict, deviations: list[str], runs: list[dict],
-                       out_dir: Path) -> dict:
+def build_study_report(
+    st, measured: dict, difficulties: dict, deviations: list[str], runs: list[dict], out_dir: Path
+) -> dict:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     done = [r for r in runs if r["finished"]]
     totals = equal_budget_totals(st)
     lines = [f"# Study `{st.name}`: results", ""]
     if len(done) < len(runs):
-        lines += [f"**Partial: {len(done)} of {len(runs)} runs finished.** Every number below is over the finished "
-                  "runs only (the seed count is given per cell when it is not the study's).", ""]
+        lines += [
+            f"**Partial: {len(done)} of {len(runs)} runs finished.** Every number below is over the finished "
+            "runs only (the seed count is given per cell when it is not the study's).",
+            "",
+        ]
     lines += _protocol(st, totals, runs, len(done))
     lines += _regimes(st, measured, difficulties)
     files = []
@@ -111,17 +119,23 @@ def build_study_report(st, measured: dict, difficulties: dict, deviations: list[
         lines += _accuracy_table(st, rr, "(a) equal iterations (each run's last evaluation)", last_eval)
         for axis, (label, _) in AXES.items():
             part = "(b)" if axis == "actor_train" else "(c)"
-            lines += _accuracy_table(st, rr, f"{part} the equal-budget point on {label} ({totals[axis]} = "
-                                             f"{st.equal_samples_method}'s total)",
-                                     partial(point_step, axis=axis, total=totals[axis]), axis=axis)
+            lines += _accuracy_table(
+                st,
+                rr,
+                f"{part} the equal-budget point on {label} ({totals[axis]} = {st.equal_samples_method}'s total)",
+                partial(point_step, axis=axis, total=totals[axis]),
+                axis=axis,
+            )
         lines += _critic_tables(st, rr)
         lines += _gains(st, rr)
         png = out_dir / f"study-{regime.name}.png"
         if rr:
             _plot(st, rr, png, regime.name, totals)
             files.append(str(png))
-            lines += [f"![{regime.name}: accuracy on both budget axes, zero_adv_frac, held-out critic measures]"
-                      f"({png.name})", ""]
+            lines += [
+                f"![{regime.name}: accuracy on both budget axes, zero_adv_frac, held-out critic measures]({png.name})",
+                "",
+            ]
     if st.variants:
         lines += _pilot(st, done)
         lines += ["## Hypotheses", "", "Not tested in a pilot: its runs only choose the main study's settings.", ""]
@@ -131,14 +145,25 @@ def build_study_report(st, measured: dict, difficulties: dict, deviations: list[
         lines += _hypotheses(st, done, totals)
     else:  # a control or a partial grid: the second edition's hypotheses compare methods it does not run
         compared = ", ".join(sorted(HYPOTHESIS_METHODS))
-        lines += ["## Hypotheses", "", f"None tested: the pre-registered hypotheses compare {compared}, which this "
-                  "study does not all run; its endpoints are the change over training above.", ""]
+        lines += [
+            "## Hypotheses",
+            "",
+            f"None tested: the pre-registered hypotheses compare {compared}, which this "
+            "study does not all run; its endpoints are the change over training above.",
+            "",
+        ]
     lines += ["## Deviations recorded by the study itself", ""]
     lines += [f"- {d}" for d in deviations] or ["- none"]
     failed = [r for r in runs if not r["finished"]]
     if failed:
-        lines += ["", "Runs not finished: " + ", ".join(f"{r['regime']}/{_arm_name(r['method'], r.get('variant', ''))}"
-                                                        f"/s{r['seed']} ({r.get('state')})" for r in failed)]
+        lines += [
+            "",
+            "Runs not finished: "
+            + ", ".join(
+                f"{r['regime']}/{_arm_name(r['method'], r.get('variant', ''))}/s{r['seed']} ({r.get('state')})"
+                for r in failed
+            ),
+        ]
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
     return {"text": text, "files": [str(out_dir / "report.md"), *files]}
@@ -163,8 +188,10 @@ def _per_iteration(st, runs: list[dict], method: str) -> dict[str, int]:
         if r["method"] == method:
             return {axis: r[key] for axis, (_, key) in AXES.items()}
     spec, cfg = method_spec(method), st.config()
-    return {"actor_train": spec.actor_train_samples_per_iteration(cfg),
-            "generated": spec.generated_samples_per_iteration(cfg)}
+    return {
+        "actor_train": spec.actor_train_samples_per_iteration(cfg),
+        "generated": spec.generated_samples_per_iteration(cfg),
+    }
 
 
 def _pct(v) -> str:
@@ -179,7 +206,8 @@ def _protocol(st, totals: dict[str, int], runs: list[dict], done: int) -> list[s
     g, t = cfg.generation, cfg.train
     mu = t.lam * (1 + t.alpha_shaping)
     lines = [
-        "## Protocol", "",
+        "## Protocol",
+        "",
         f"Study file `{st.path.as_posix()}` (key `{st.key()}`), preset `{st.preset}`; {len(runs)} runs "
         f"({len(st.regimes)} regimes × {len(_arms(st))} method arms × seeds {', '.join(map(str, st.seeds))}), "
         f"{done} finished. Every run: {st.iterations} iterations of B = {t.batch_problems} problems × "
@@ -187,29 +215,40 @@ def _protocol(st, totals: dict[str, int], runs: list[dict], done: int) -> list[s
         f"turn. binac's critic reward: (1 + μ)·r1(θ) − μ·r1(θ⁺) with μ = train.lam·(1 + train.alpha_shaping) = "
         f"{t.lam:g}·(1 + {t.alpha_shaping:g}) = {mu:g}: this μ is the λ of the registered form (1 + λ)·r1(θ) − "
         f"λ·r1(θ⁺)."
-        + (" **Negative control**: each iteration's critic rewards are permuted at random across the batch's "
-           "feedbacks before the critic is trained on them (`train.critic_reward_shuffle`)."
-           if t.critic_reward_shuffle else "") +
-        f" Held-out evaluation: {cfg.task.n_test} "
+        + (
+            " **Negative control**: each iteration's critic rewards are permuted at random across the batch's "
+            "feedbacks before the critic is trained on them (`train.critic_reward_shuffle`)."
+            if t.critic_reward_shuffle
+            else ""
+        )
+        + f" Held-out evaluation: {cfg.task.n_test} "
         f"problems × {g.eval_samples} sample(s), temperature {g.eval_temperature}, at step 0, every "
         f"{st.eval_every} iterations and at the equal-budget points of both axes. Protocols: `acc_single` (actor "
         f"alone, at temperature {g.eval_temperature}), "
-        + (f"`{GREEDY_ACC}` (actor alone, one greedy answer per problem: temperature 0), "
-           if GREEDY_ACC in accuracy_columns(st) else "") +
-        "`acc_feedback` (one feedback from the method's own feedback source, then one refinement; "
+        + (
+            f"`{GREEDY_ACC}` (actor alone, one greedy answer per problem: temperature 0), "
+            if GREEDY_ACC in accuracy_columns(st)
+            else ""
+        )
+        + "`acc_feedback` (one feedback from the method's own feedback source, then one refinement; "
         "unassisted), `acc_gated_k2` (verifier-gated, up to 2 feedback rounds: oracle-assisted). Cells: mean ± 95 % "
         "t-interval over seeds, in % unless stated; where a cell's seeds split (at least 2 seeds whose values span "
-        f"{100 * SPLIT:g} points or more; {SPLIT:g} for critic_signal), its per-seed values follow in seed order.", "",
-        sandbox_line(cfg.grading.sandbox, [r.get("isolation") for r in runs]), "",
+        f"{100 * SPLIT:g} points or more; {SPLIT:g} for critic_signal), its per-seed values follow in seed order.",
+        "",
+        sandbox_line(cfg.grading.sandbox, [r.get("isolation") for r in runs]),
+        "",
         f"**Budget axes** (binac_core/rl/methods.py): *actor training samples*, the sequences the actor's loss is "
         f"computed on (never the look-ahead refinements), and *generated samples*, every sequence sampled from the "
         f"actor or the critic. The equal-budget totals are {st.equal_samples_method}'s after {st.iterations} "
         f"iterations: **{totals['actor_train']} actor training samples** and **{totals['generated']} generated "
         "samples**. A method's equal-budget point on an axis is its first iteration whose cumulative count reaches "
-        "the total (planned below; the tables give what each run reached).", "",
+        "the total (planned below; the tables give what each run reached).",
+        "",
         "| method | actor training samples / iteration | generated samples / iteration | after all iterations "
         "(actor training, generated) | equal-budget point, actor training: iteration (count) | equal-budget point, "
-        "generated: iteration (count) |", "| --- | --- | --- | --- | --- | --- |"]
+        "generated: iteration (count) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for m in dict.fromkeys(m for m, _ in _arms(st)):
         per = _per_iteration(st, runs, m)
         planned = []
@@ -218,10 +257,13 @@ def _protocol(st, totals: dict[str, int], runs: list[dict], done: int) -> list[s
                 planned.append("never (actor not trained)" if axis == "actor_train" else "never")
                 continue
             it = math.ceil(totals[axis] / per[axis])
-            planned.append(f"{it} ({it * per[axis]})" if it <= st.iterations else
-                           f"not within {st.iterations} iterations")
-        lines.append(f"| {m} | {per['actor_train']} | {per['generated']} | {per['actor_train'] * st.iterations}, "
-                     f"{per['generated'] * st.iterations} | {planned[0]} | {planned[1]} |")
+            planned.append(
+                f"{it} ({it * per[axis]})" if it <= st.iterations else f"not within {st.iterations} iterations"
+            )
+        lines.append(
+            f"| {m} | {per['actor_train']} | {per['generated']} | {per['actor_train'] * st.iterations}, "
+            f"{per['generated'] * st.iterations} | {planned[0]} | {planned[1]} |"
+        )
     return lines + [""]
 
 
@@ -229,8 +271,10 @@ def _rule_text(regime) -> str:
     if regime.rule is None:
         return "fixed in the study file"
     r = regime.rule
-    what = {"all_wrong_frac_at_least": "the smallest difficulty whose all-wrong share is at least",
-            "single_closest_to": "the difficulty whose single-turn accuracy is closest to"}.get(r.kind, r.kind)
+    what = {
+        "all_wrong_frac_at_least": "the smallest difficulty whose all-wrong share is at least",
+        "single_closest_to": "the difficulty whose single-turn accuracy is closest to",
+    }.get(r.kind, r.kind)
     extra = f", otherwise `{r.otherwise}`" if r.kind == "all_wrong_frac_at_least" else ""
     return f"rule `{r.kind}: {r.value:g}` ({what} {r.value:g}, searched {r.search[0]}–{r.search[1]}{extra})"
 
@@ -244,52 +288,96 @@ def _wilson_cell(share, n) -> str:
 
 
 def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
-    lines = ["## The regimes (base model only, before any RL run)", "",
-             f"Validation problems (the `val` split: never the held-out problems results are reported on), G = "
-             f"{st.group_size} first attempts each, measurement seed {st.measure_seed}, the base model without "
-             "adapters (binac_core/studies/regimes.py); greedy: one attempt per problem at temperature 0.", "",
-             "| difficulty | single-turn | greedy | all-wrong groups | zero_adv_frac |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "## The regimes (base model only, before any RL run)",
+        "",
+        f"Validation problems (the `val` split: never the held-out problems results are reported on), G = "
+        f"{st.group_size} first attempts each, measurement seed {st.measure_seed}, the base model without "
+        "adapters (binac_core/studies/regimes.py); greedy: one attempt per problem at temperature 0.",
+        "",
+        "| difficulty | single-turn | greedy | all-wrong groups | zero_adv_frac |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for d, m in sorted(measured.items()):
         zero = m.get("zero_adv_frac")
-        lines.append(f"| {d} | {_pct(m.get('single'))} | {_pct(m.get('greedy_single'))} | "
-                     f"{_num(m.get('all_wrong_frac'))} | {_num(zero)} |")
+        lines.append(
+            f"| {d} | {_pct(m.get('single'))} | {_pct(m.get('greedy_single'))} | "
+            f"{_num(m.get('all_wrong_frac'))} | {_num(zero)} |"
+        )
     by_name = {r.name: r for r in st.regimes}
     lines += ["", "Chosen:", ""]
-    lines += [f"- `{name}` = difficulty {d}: {_rule_text(by_name[name])}" if name in by_name else
-              f"- `{name}` = difficulty {d}" for name, d in difficulties.items()]
-    lines += ["", "Bounds of feedback at the chosen difficulties (each first attempt gets one second turn per source; "
-              "fixed = wrong → right, broken = right → wrong, as shares of all attempts; approval = \"Looks "
-              "correct.\" whatever the attempt, in the critic's own form where it checks steps first):", "",
-              "| regime | single-turn | " + " | ".join(label for _, label in SOURCES) + " |",
-              "| --- | --- | " + " | ".join("---" for _ in SOURCES) + " |"]
+    lines += [
+        f"- `{name}` = difficulty {d}: {_rule_text(by_name[name])}"
+        if name in by_name
+        else f"- `{name}` = difficulty {d}"
+        for name, d in difficulties.items()
+    ]
+    lines += [
+        "",
+        "Bounds of feedback at the chosen difficulties (each first attempt gets one second turn per source; "
+        'fixed = wrong → right, broken = right → wrong, as shares of all attempts; approval = "Looks '
+        "correct.\" whatever the attempt, in the critic's own form where it checks steps first):",
+        "",
+        "| regime | single-turn | " + " | ".join(label for _, label in SOURCES) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in SOURCES) + " |",
+    ]
     for r, d in difficulties.items():
         m = measured.get(d, {})
-        cells = [f"{_pct(m.get(s))} (fixed {_pct(m.get(s + '_fixed'))}, broken {_pct(m.get(s + '_broken'))})"
-                 if m.get(s) is not None else "–" for s, _ in SOURCES]
+        cells = [
+            f"{_pct(m.get(s))} (fixed {_pct(m.get(s + '_fixed'))}, broken {_pct(m.get(s + '_broken'))})"
+            if m.get(s) is not None
+            else "–"
+            for s, _ in SOURCES
+        ]
         lines.append(f"| {r} (d{d}) | {_pct(m.get('single'))} | " + " | ".join(cells) + " |")
-    lines += ["", "**The shortcut check.** Every first attempt is given \"Looks correct.\"; over the attempts with a "
-              "first wrong step, the share whose refinement is right (a base that copies after approval gives ~0; "
-              "95 % Wilson interval) and the share of refinements that keep the attempt's answer (a copy of every step "
-              "or of the answer line alone); then the same right-share "
-              "over the wrong-step attempts the initial critic itself approved (refined after its own feedback):", "",
-              "| regime | wrong-step attempts | right after approval | keeps the attempt's answer | wrong-step attempts the "
-              "initial critic approved | right after its approval |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        '**The shortcut check.** Every first attempt is given "Looks correct."; over the attempts with a '
+        "first wrong step, the share whose refinement is right (a base that copies after approval gives ~0; "
+        "95 % Wilson interval) and the share of refinements that keep the attempt's answer (a copy of every step "
+        "or of the answer line alone); then the same right-share "
+        "over the wrong-step attempts the initial critic itself approved (refined after its own feedback):",
+        "",
+        "| regime | wrong-step attempts | right after approval | keeps the attempt's answer | wrong-step attempts the "
+        "initial critic approved | right after its approval |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r, d in difficulties.items():
         m = measured.get(d, {})
         n, cn = m.get("shortcut_n"), m.get("critic_approved_wrong_n")
-        lines.append(f"| {r} (d{d}) | {n if n is not None else '–'} | {_wilson_cell(m.get('shortcut_right'), n)} | "
-                     f"{_pct(m.get('shortcut_copy'))} | {cn if cn is not None else '–'} | "
-                     f"{_wilson_cell(m.get('critic_approved_wrong_right'), cn)} |")
-    lines += ["", "The initial critic (the base model in the critic role) on the same attempts:", "",
-              "| regime | hits the first error | false alarm | approves wrong | approves right | agrees with the oracle |",
-              "| --- | --- | --- | --- | --- | --- |"]
+        lines.append(
+            f"| {r} (d{d}) | {n if n is not None else '–'} | {_wilson_cell(m.get('shortcut_right'), n)} | "
+            f"{_pct(m.get('shortcut_copy'))} | {cn if cn is not None else '–'} | "
+            f"{_wilson_cell(m.get('critic_approved_wrong_right'), cn)} |"
+        )
+    lines += [
+        "",
+        "The initial critic (the base model in the critic role) on the same attempts:",
+        "",
+        "| regime | hits the first error | false alarm | approves wrong | approves right | agrees with the oracle |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r, d in difficulties.items():
         m = measured.get(d, {})
-        lines.append(f"| {r} (d{d}) | " + " | ".join(_pct(m.get(k)) for k in (
-            "critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right",
-            "critic_agrees_with_oracle")) + " |")
-    lines += ["", "(approves wrong: over attempts with a first wrong step; approves right: over attempts whose answer "
-              "is right; a critic whose approval ignores the attempt gives both the same share.)"]
+        lines.append(
+            f"| {r} (d{d}) | "
+            + " | ".join(
+                _pct(m.get(k))
+                for k in (
+                    "critic_hits_first_error",
+                    "critic_false_alarm",
+                    "critic_approves_wrong",
+                    "critic_approves_right",
+                    "critic_agrees_with_oracle",
+                )
+            )
+            + " |"
+        )
+    lines += [
+        "",
+        "(approves wrong: over attempts with a first wrong step; approves right: over attempts whose answer "
+        "is right; a critic whose approval ignores the attempt gives both the same share.)",
+    ]
     return lines + [""] + _preconditions(st, measured, difficulties)
 
 
@@ -303,15 +391,22 @@ def _preconditions(st, measured: dict, difficulties: dict) -> list[str]:
     chosen = [(r, d) for r, d in difficulties.items() if "preconditions" in measured.get(d, {})]
     if not chosen:
         return []
-    lines = ["**The preconditions** (G1-G4, binac_core/studies/preconditions.py: value [95 % interval]; a gate reads "
-             "the interval's conservative end):", "", "| measure | " + " | ".join(f"{r} (d{d})" for r, d in chosen)
-             + " |", "| --- |" + " --- |" * len(chosen)]
+    lines = [
+        "**The preconditions** (G1-G4, binac_core/studies/preconditions.py: value [95 % interval]; a gate reads "
+        "the interval's conservative end):",
+        "",
+        "| measure | " + " | ".join(f"{r} (d{d})" for r, d in chosen) + " |",
+        "| --- |" + " --- |" * len(chosen),
+    ]
     for name in measured[chosen[0][1]]["preconditions"]:
         cells = []
         for r, d in chosen:
             e = measured[d]["preconditions"][name]
-            gates = [f"{g} {t:g}: {'holds' if PRECONDITIONS[g].holds(Estimate(**e), t) else 'FAILS'}"
-                     for g, t in gates_at(st, r).items() if g in PRECONDITIONS and PRECONDITIONS[g].measure == name]
+            gates = [
+                f"{g} {t:g}: {'holds' if PRECONDITIONS[g].holds(Estimate(**e), t) else 'FAILS'}"
+                for g, t in gates_at(st, r).items()
+                if g in PRECONDITIONS and PRECONDITIONS[g].measure == name
+            ]
             cells.append(f"{e['value']:.3f} [{e['low']:.3f}, {e['high']:.3f}]" + "".join(f"; {g}" for g in gates))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines + [""]
@@ -336,9 +431,12 @@ def accuracy_columns(st) -> tuple[str, ...]:
 def _accuracy_table(st, rr: list[dict], title: str, at, axis: str | None = None) -> list[str]:
     cell = partial(seed_cell, seeds=len(st.seeds))
     columns = accuracy_columns(st)
-    lines = [f"**At {title}**", "",
-             "| method | iteration | actor training samples | generated samples | " + " | ".join(columns) + " |",
-             "| --- | --- | --- | --- | " + " | ".join("---" for _ in columns) + " |"]
+    lines = [
+        f"**At {title}**",
+        "",
+        "| method | iteration | actor training samples | generated samples | " + " | ".join(columns) + " |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in columns) + " |",
+    ]
     for m, v in _arms(st):
         runs = runs_of(rr, m, v)
         if not runs:
@@ -347,38 +445,55 @@ def _accuracy_table(st, rr: list[dict], title: str, at, axis: str | None = None)
         steps = sorted({at(r) for r in runs if at(r) is not None})
         if not steps:
             reasons = sorted({never_reached(r, axis) for r in runs}) if axis else ["no evaluation"]
-            lines.append(f"| {_arm_name(m, v)} | {'; '.join(reasons)} | – | – | " + " | ".join("–" for _ in columns) +
-                         " |")
+            lines.append(
+                f"| {_arm_name(m, v)} | {'; '.join(reasons)} | – | – | " + " | ".join("–" for _ in columns) + " |"
+            )
             continue
-        counts = {a: ", ".join(sorted({str(at(r) * r[key]) for r in runs if at(r) is not None}, key=int))
-                  for a, (_, key) in AXES.items()}
-        lines.append(f"| {_arm_name(m, v)} | {', '.join(map(str, steps))} | {counts['actor_train']} | "
-                     f"{counts['generated']} | " + " | ".join(cell(values_at(runs, a, at)) for a in columns) + " |")
+        counts = {
+            a: ", ".join(sorted({str(at(r) * r[key]) for r in runs if at(r) is not None}, key=int))
+            for a, (_, key) in AXES.items()
+        }
+        lines.append(
+            f"| {_arm_name(m, v)} | {', '.join(map(str, steps))} | {counts['actor_train']} | "
+            f"{counts['generated']} | " + " | ".join(cell(values_at(runs, a, at)) for a in columns) + " |"
+        )
     return lines + [""]
 
 
 def _critic_tables(st, rr: list[dict]) -> list[str]:
     cell = partial(seed_cell, seeds=len(st.seeds))
-    lines = ["**Advantage collapse and the critic, on the training batches** (iteration 1 = the base policies; means "
-             "over all iterations; `critic_signal` in [−1, 1], the rest in %)", "",
-             "| method | zero_adv_frac (it. 1) | refine_zero_adv_frac (it. 1) | critic_signal (mean) | "
-             "critic_useful_mixed_frac (mean) | feedback_gain (mean, points) |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "**Advantage collapse and the critic, on the training batches** (iteration 1 = the base policies; means "
+        "over all iterations; `critic_signal` in [−1, 1], the rest in %)",
+        "",
+        "| method | zero_adv_frac (it. 1) | refine_zero_adv_frac (it. 1) | critic_signal (mean) | "
+        "critic_useful_mixed_frac (mean) | feedback_gain (mean, points) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for m, v in _arms(st):
         runs = runs_of(rr, m, v)
-        lines.append(f"| {_arm_name(m, v)} | {cell(train_at(runs, 'zero_adv_frac', 1))} | "
-                     f"{cell(train_at(runs, 'refine_zero_adv_frac', 1))} | "
-                     f"{cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} | "
-                     f"{cell(train_mean(runs, 'critic_useful_mixed_frac'))} | "
-                     f"{cell(train_mean(runs, 'feedback_gain'), sign=True)} |")
-    lines += ["", "**The critic on held-out attempts** (the `feedback` protocol: the method's own feedback source on "
-              "its actor's attempts, step 0 → last evaluation; the frozen base critic on the same attempts at the "
-              "last evaluation, for the methods that train their critic; in %)", "",
-              "| method | hits first error | false alarm | approves wrong | approves right | frozen critic: hits first "
-              "error | frozen: false alarm | frozen: approves wrong | frozen: approves right |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines.append(
+            f"| {_arm_name(m, v)} | {cell(train_at(runs, 'zero_adv_frac', 1))} | "
+            f"{cell(train_at(runs, 'refine_zero_adv_frac', 1))} | "
+            f"{cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} | "
+            f"{cell(train_mean(runs, 'critic_useful_mixed_frac'))} | "
+            f"{cell(train_mean(runs, 'feedback_gain'), sign=True)} |"
+        )
+    lines += [
+        "",
+        "**The critic on held-out attempts** (the `feedback` protocol: the method's own feedback source on "
+        "its actor's attempts, step 0 → last evaluation; the frozen base critic on the same attempts at the "
+        "last evaluation, for the methods that train their critic; in %)",
+        "",
+        "| method | hits first error | false alarm | approves wrong | approves right | frozen critic: hits first "
+        "error | frozen: false alarm | frozen: approves wrong | frozen: approves right |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for m, v in _arms(st):
         runs = runs_of(rr, m, v)
-        own = [f"{cell(values_at(runs, k, lambda r: 0))} → {cell(values_at(runs, k, last_eval))}" for k in HELD_OUT_CRITIC]
+        own = [
+            f"{cell(values_at(runs, k, lambda r: 0))} → {cell(values_at(runs, k, last_eval))}" for k in HELD_OUT_CRITIC
+        ]
         frozen = [cell(values_at(runs, f"frozen_{k}", last_eval)) for k in HELD_OUT_CRITIC]
         lines.append(f"| {_arm_name(m, v)} | " + " | ".join(own + frozen) + " |")
     return lines + [""] + _critic_health(st, rr)
@@ -386,8 +501,14 @@ def _critic_tables(st, rr: list[dict]) -> list[str]:
 
 HYPOTHESIS_METHODS = frozenset({"grpo", "fixed_critic", "binac"})
 """The methods the registered hypotheses (H1-H6, `_hypotheses`) compare: a study without all of them gets none."""
-GAINS = ("acc_single", "acc_single_greedy", "acc_feedback", "critic_hits_first_error", "critic_approves_wrong",
-         "critic_approves_right")
+GAINS = (
+    "acc_single",
+    "acc_single_greedy",
+    "acc_feedback",
+    "critic_hits_first_error",
+    "critic_approves_wrong",
+    "critic_approves_right",
+)
 """The held-out metrics whose change over training the gains table gives (a control's endpoints among them)."""
 
 
@@ -399,9 +520,13 @@ def _gains(st, rr: list[dict]) -> list[str]:
     names = [k for k in GAINS if k in shown and any(evals(r, k) for r in rr)]
     if not names:
         return []
-    lines = ["**Change over training on held-out problems** (last evaluation − step 0, paired by seed, in points; "
-             "the interval lies above 0 where the change is significant at 95 %)", "",
-             "| method | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    lines = [
+        "**Change over training on held-out problems** (last evaluation − step 0, paired by seed, in points; "
+        "the interval lies above 0 where the change is significant at 95 %)",
+        "",
+        "| method | " + " | ".join(names) + " |",
+        "| --- |" + " --- |" * len(names),
+    ]
     for m, v in _arms(st):
         runs = runs_of(rr, m, v)
         cells = []
@@ -417,16 +542,26 @@ def _gains(st, rr: list[dict]) -> list[str]:
 def _critic_health(st, rr: list[dict]) -> list[str]:
     """The critic health table (`binac_core.reports.critic_health`): per arm with verdicts, at step 0 and at its last
     evaluation."""
+
     def at(runs: list[dict], step) -> Callable[[str], list[float]]:
         return lambda measure: list(values_at(runs, f"critic/{measure}", step).values())
 
-    rows = [(f"{_arm_name(m, v)}, {label}", at(runs_of(rr, m, v), step)) for m, v in _arms(st)
-            if any(evals(r, "critic/verdict_accuracy") for r in runs_of(rr, m, v))
-            for label, step in (("step 0", lambda r: 0), ("last", last_eval))]
+    rows = [
+        (f"{_arm_name(m, v)}, {label}", at(runs_of(rr, m, v), step))
+        for m, v in _arms(st)
+        if any(evals(r, "critic/verdict_accuracy") for r in runs_of(rr, m, v))
+        for label, step in (("step 0", lambda r: 0), ("last", last_eval))
+    ]
     if not rows:
         return []
-    return ["**Critic health on held-out attempts**, mean ± 95 % t-interval over seeds:", "", *health_table(rows),
-            "", EXPLAINED, ""]
+    return [
+        "**Critic health on held-out attempts**, mean ± 95 % t-interval over seeds:",
+        "",
+        *health_table(rows),
+        "",
+        EXPLAINED,
+        "",
+    ]
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -446,32 +581,45 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
     sparse = by_regime.get("sparse", [])
     cell = partial(seed_cell, seeds=len(st.seeds))
     at_last, at_0 = last_eval, (lambda r: 0)
-    lines = ["## Hypotheses", "",
-             "The design's verdict rules (studies/sparse-feedback-v2.design.md, module doc of "
-             "binac_core/studies/study_report.py) are applied mechanically: nothing below is judged by hand. Differences in "
-             "points, paired by seed, mean ± 95 % t half-width; \"last\" is each run's last evaluation "
-             f"(iteration {st.iterations}). A hypothesis without data reads \"{NO_DATA}\"."
-             + ("" if "sparse" in by_regime else " The study has no regime named `sparse`: H1, H2 and H5 have no "
-                "data."), ""]
+    lines = [
+        "## Hypotheses",
+        "",
+        "The design's verdict rules (studies/sparse-feedback-v2.design.md, module doc of "
+        "binac_core/studies/study_report.py) are applied mechanically: nothing below is judged by hand. Differences in "
+        'points, paired by seed, mean ± 95 % t half-width; "last" is each run\'s last evaluation '
+        f'(iteration {st.iterations}). A hypothesis without data reads "{NO_DATA}".'
+        + ("" if "sparse" in by_regime else " The study has no regime named `sparse`: H1, H2 and H5 have no data."),
+        "",
+    ]
 
     def order(rr, at, name="acc_single"):
         b, f, g = (values_at(runs_of(rr, m), name, at) for m in ("binac", "fixed_critic", "grpo"))
         return paired(b, f), paired(f, g)
 
     d1, d2 = order(sparse, at_last)
-    lines.append(f"- **H1** (sparse, equal iterations, final acc_single: binac > fixed_critic and fixed_critic > "
-                 f"grpo): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − grpo {diff_text(d2)}.")
+    lines.append(
+        f"- **H1** (sparse, equal iterations, final acc_single: binac > fixed_critic and fixed_critic > "
+        f"grpo): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − grpo {diff_text(d2)}."
+    )
     at = {axis: partial(point_step, axis=axis, total=totals[axis]) for axis in AXES}
     d1, d2 = order(sparse, at["actor_train"])
     g1, g2 = order(sparse, at["generated"])
-    pts = {axis: "; ".join(f"{m} {_points(runs_of(sparse, m), axis, totals[axis])}"
-                           for m in ("binac", "fixed_critic", "grpo")) for axis in AXES}
-    lines.append(f"- **H2** (sparse, the same at the equal-budget point on actor training samples, "
-                 f"{totals['actor_train']}): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − "
-                 f"grpo {diff_text(d2)}. Points reached: {pts['actor_train']}.")
-    lines.append(f"  - Beside it, not a hypothesis: the same at the equal-budget point on generated samples "
-                 f"({totals['generated']}): binac − fixed_critic {diff_text(g1)}; fixed_critic − grpo {diff_text(g2)} (by the same "
-                 f"rule: {claim([g1, g2])}). Points reached: {pts['generated']}.")
+    pts = {
+        axis: "; ".join(
+            f"{m} {_points(runs_of(sparse, m), axis, totals[axis])}" for m in ("binac", "fixed_critic", "grpo")
+        )
+        for axis in AXES
+    }
+    lines.append(
+        f"- **H2** (sparse, the same at the equal-budget point on actor training samples, "
+        f"{totals['actor_train']}): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − "
+        f"grpo {diff_text(d2)}. Points reached: {pts['actor_train']}."
+    )
+    lines.append(
+        f"  - Beside it, not a hypothesis: the same at the equal-budget point on generated samples "
+        f"({totals['generated']}): binac − fixed_critic {diff_text(g1)}; fixed_critic − grpo {diff_text(g2)} (by the same "
+        f"rule: {claim([g1, g2])}). Points reached: {pts['generated']}."
+    )
 
     h3_parts, h3_lines = [], []
     for name, rr in by_regime.items():
@@ -481,33 +629,49 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
         d_frozen = paired(hits, values_at(binac, "frozen_critic_hits_first_error", at_last))
         d_fixed = paired(hits, values_at(fixed, "critic_hits_first_error", at_last))
         h3_parts.append(claim([d_time, d_frozen]))
-        h3_lines.append(f"  - {name}: **{h3_parts[-1]}**. last − step 0 {diff_text(d_time)}; binac − frozen critic on "
-                        f"binac's own attempts {diff_text(d_frozen)}. Beside it: the frozen critic on fixed_critic's "
-                        f"attempts {cell(values_at(fixed, 'critic_hits_first_error', at_last))} %, binac − it "
-                        f"{diff_text(d_fixed)}.")
-    lines.append(f"- **H3** (both regimes: binac's held-out critic_hits_first_error at the last evaluation > at step "
-                 f"0, and > the frozen base critic's on binac's own held-out attempts): **{combine(h3_parts)}**.")
+        h3_lines.append(
+            f"  - {name}: **{h3_parts[-1]}**. last − step 0 {diff_text(d_time)}; binac − frozen critic on "
+            f"binac's own attempts {diff_text(d_frozen)}. Beside it: the frozen critic on fixed_critic's "
+            f"attempts {cell(values_at(fixed, 'critic_hits_first_error', at_last))} %, binac − it "
+            f"{diff_text(d_fixed)}."
+        )
+    lines.append(
+        f"- **H3** (both regimes: binac's held-out critic_hits_first_error at the last evaluation > at step "
+        f"0, and > the frozen base critic's on binac's own held-out attempts): **{combine(h3_parts)}**."
+    )
     lines += h3_lines
 
     h4_parts, h4_lines = [], []
     for name, rr in by_regime.items():
-        d = paired(values_at(runs_of(rr, "binac"), "acc_feedback", at_last),
-                   values_at(runs_of(rr, "binac_lam0"), "acc_feedback", at_last))
+        d = paired(
+            values_at(runs_of(rr, "binac"), "acc_feedback", at_last),
+            values_at(runs_of(rr, "binac_lam0"), "acc_feedback", at_last),
+        )
         h4_parts.append(claim([d]))
         h4_lines.append(f"  - {name}: **{h4_parts[-1]}**. binac − binac_lam0 {diff_text(d)}.")
-    lines.append(f"- **H4** (both regimes: penalty-form binac > binac_lam0 on final acc_feedback): "
-                 f"**{combine(h4_parts)}**.")
+    lines.append(
+        f"- **H4** (both regimes: penalty-form binac > binac_lam0 on final acc_feedback): **{combine(h4_parts)}**."
+    )
     lines += h4_lines
-    lines += ["", "  The three critic rewards side by side (last evaluation; critic_signal: mean over training "
-              "iterations, in [−1, 1]):", "",
-              "  | regime | method | acc_feedback | critic_hits_first_error | critic_approves_wrong | critic_signal |",
-              "  | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "  The three critic rewards side by side (last evaluation; critic_signal: mean over training "
+        "iterations, in [−1, 1]):",
+        "",
+        "  | regime | method | acc_feedback | critic_hits_first_error | critic_approves_wrong | critic_signal |",
+        "  | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, rr in by_regime.items():
         for m in FEEDBACK_RUNS:
             runs = runs_of(rr, m)
-            lines.append(f"  | {name} | {m} | " + " | ".join(cell(values_at(runs, k, at_last)) for k in (
-                "acc_feedback", "critic_hits_first_error", "critic_approves_wrong")) +
-                f" | {cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} |")
+            lines.append(
+                f"  | {name} | {m} | "
+                + " | ".join(
+                    cell(values_at(runs, k, at_last))
+                    for k in ("acc_feedback", "critic_hits_first_error", "critic_approves_wrong")
+                )
+                + f" | {cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} |"
+            )
     lines.append("")
 
     grpo0 = train_at(runs_of(sparse, "grpo"), "zero_adv_frac", 1)
@@ -520,10 +684,13 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
         h5 = "not supported"
     else:
         h5 = claim(list(diffs.values())) if diffs else NO_DATA
-    lines.append(f"- **H5** (sparse: GRPO's zero_adv_frac at iteration 1 ≥ 0.5 (mean over seeds), and every feedback "
-                 f"method's refine_zero_adv_frac at iteration 1 (G unshaped r1 per problem, GRPO's group size) lower "
-                 f"than GRPO's zero_adv_frac, paired): **{h5}**. GRPO: {cell(grpo0)} %; GRPO − refinement groups: "
-                 + ("; ".join(f"{m} {diff_text(d)}" for m, d in diffs.items()) or "no feedback method") + ".")
+    lines.append(
+        f"- **H5** (sparse: GRPO's zero_adv_frac at iteration 1 ≥ 0.5 (mean over seeds), and every feedback "
+        f"method's refine_zero_adv_frac at iteration 1 (G unshaped r1 per problem, GRPO's group size) lower "
+        f"than GRPO's zero_adv_frac, paired): **{h5}**. GRPO: {cell(grpo0)} %; GRPO − refinement groups: "
+        + ("; ".join(f"{m} {diff_text(d)}" for m, d in diffs.items()) or "no feedback method")
+        + "."
+    )
 
     h6_parts, h6_lines = [], []
     for name, rr in by_regime.items():
@@ -531,9 +698,11 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
         d = paired(values_at(binac, "critic_approves_wrong", at_last), values_at(binac, "critic_approves_wrong", at_0))
         h6_parts.append(margin_verdict(d, H6_MARGIN))
         h6_lines.append(f"  - {name}: **{h6_parts[-1]}**. last − step 0 {diff_text(d)}.")
-    lines.append(f"- **H6** (both regimes, no approval drift: binac's held-out critic_approves_wrong at the last "
-                 f"evaluation no higher than at step 0; not supported when the interval of last − step 0 starts above "
-                 f"0, else supported when it ends below +{100 * H6_MARGIN:g} points): **{combine(h6_parts)}**.")
+    lines.append(
+        f"- **H6** (both regimes, no approval drift: binac's held-out critic_approves_wrong at the last "
+        f"evaluation no higher than at step 0; not supported when the interval of last − step 0 starts above "
+        f"0, else supported when it ends below +{100 * H6_MARGIN:g} points): **{combine(h6_parts)}**."
+    )
     lines += h6_lines
     return lines + [""]
 
@@ -543,8 +712,10 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
 
 def _sort_key(overrides: dict) -> tuple:
     """The override values in the order of their names, sorted (numbers before anything else)."""
-    return tuple((0, v, "") if isinstance(v, int | float) and not isinstance(v, bool) else (1, 0, str(v))
-                 for _, v in sorted(overrides.items()))
+    return tuple(
+        (0, v, "") if isinstance(v, int | float) and not isinstance(v, bool) else (1, 0, str(v))
+        for _, v in sorted(overrides.items())
+    )
 
 
 def choose_variant(means: dict[str, float | None], overrides: dict[str, dict], tie: float = TIE) -> str | None:
@@ -560,19 +731,23 @@ def choose_variant(means: dict[str, float | None], overrides: dict[str, dict], t
 
 def _pilot(st, done: list[dict]) -> list[str]:
     if st.select_rule == SelectRule.AUC_PAIRED:
-        rule = ("The design's rule (`select_rule: auc_paired`, binac_core/studies/pilot_rule.py), applied "
-                "mechanically: per method with variants, the area under its selection metric's held-out curve (study "
-                "file `select`; the trapezoid over the evaluations every `eval_every` iterations, divided by the "
-                "iterations: a mean accuracy), mean ± 95 % t-interval over seeds; the variant with the highest mean "
-                "leads; a variant whose paired difference from the leader has an interval containing 0 ties with "
-                "it; among the leader and its ties, the variant changing the fewest fields from the preset's values "
-                "is chosen, then the higher mean.")
+        rule = (
+            "The design's rule (`select_rule: auc_paired`, binac_core/studies/pilot_rule.py), applied "
+            "mechanically: per method with variants, the area under its selection metric's held-out curve (study "
+            "file `select`; the trapezoid over the evaluations every `eval_every` iterations, divided by the "
+            "iterations: a mean accuracy), mean ± 95 % t-interval over seeds; the variant with the highest mean "
+            "leads; a variant whose paired difference from the leader has an interval containing 0 ties with "
+            "it; among the leader and its ties, the variant changing the fewest fields from the preset's values "
+            "is chosen, then the higher mean."
+        )
     else:
-        rule = ("The design's rule, applied mechanically: per method with variants, its selection metric (study "
-                "file `select`) at each run's last evaluation, mean ± 95 % t-interval over seeds; the variant with the "
-                f"highest mean is chosen, means within {TIE:g} ({100 * TIE:g} point) of it tie, and a tie goes to the "
-                "variant whose override values sort smallest (the values in the order of the override names, "
-                "sorted: `train.critic_lr` before `train.t_high`, so the smaller learning rate, then fewer passes).")
+        rule = (
+            "The design's rule, applied mechanically: per method with variants, its selection metric (study "
+            "file `select`) at each run's last evaluation, mean ± 95 % t-interval over seeds; the variant with the "
+            f"highest mean is chosen, means within {TIE:g} ({100 * TIE:g} point) of it tie, and a tie goes to the "
+            "variant whose override values sort smallest (the values in the order of the override names, "
+            "sorted: `train.critic_lr` before `train.t_high`, so the smaller learning rate, then fewer passes)."
+        )
     lines = ["## Pilot: the variants and the chosen settings", "", rule, ""]
     for regime in st.regimes:
         rr = [r for r in done if r["regime"] == regime.name]
@@ -610,10 +785,14 @@ def _choose_last_mean(st, rr: list[dict], method: str, metric: str) -> tuple[lis
         rows.append((v, ov, seed_cell(vals, seeds=len(st.seeds)), ", ".join(map(str, steps)) or "–"))
     chosen = choose_variant(means, named)
     best = max((m for m in means.values() if m is not None), default=None)
-    lines = [f"**{method}** (selected by held-out `{metric}`)", "",
-             f"| variant | overrides | {metric} (%) | iteration | chosen |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"**{method}** (selected by held-out `{metric}`)",
+        "",
+        f"| variant | overrides | {metric} (%) | iteration | chosen |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for v, ov, c, steps in rows:
-        tied = (v != chosen and means[v] is not None and best is not None and best - means[v] <= TIE + 1e-12)
+        tied = v != chosen and means[v] is not None and best is not None and best - means[v] <= TIE + 1e-12
         mark = "**chosen**" if v == chosen else ("tie, not chosen" if tied else "")
         lines.append(f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {c} | {steps} | {mark} |")
     return lines + [""], chosen
@@ -634,10 +813,14 @@ def _choose_auc_paired(st, rr: list[dict], method: str, metric: str) -> tuple[li
     values = {v: area(st, runs_of(rr, method, v), metric) for v in named}
     changes = {v: changed_fields(ov, defaults) for v, ov in named.items()}
     choice = choose_paired(values, changes)
-    lines = [f"**{method}** (selected by the area under held-out `{metric}` over iterations "
-             f"{steps[0]}-{steps[-1]}, evaluations at {', '.join(map(str, steps))})", "",
-             f"| variant | overrides | fields changed | area of {metric} (%) | {metric} at the last evaluation (%) | "
-             "leader − variant (points) | chosen |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"**{method}** (selected by the area under held-out `{metric}` over iterations "
+        f"{steps[0]}-{steps[-1]}, evaluations at {', '.join(map(str, steps))})",
+        "",
+        f"| variant | overrides | fields changed | area of {metric} (%) | {metric} at the last evaluation (%) | "
+        "leader − variant (points) | chosen |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for v, ov in named.items():
         last = values_at(runs_of(rr, method, v), metric, last_eval)
         if v == choice.leader:
@@ -647,16 +830,21 @@ def _choose_auc_paired(st, rr: list[dict], method: str, metric: str) -> tuple[li
             mark = "tie" if v in choice.ties else ""
         if v == choice.chosen:
             mark = "**chosen**" + (f" ({mark})" if mark else "")
-        lines.append(f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {changes[v]} | "
-                     f"{seed_cell(values[v], seeds=len(st.seeds))} | {seed_cell(last, seeds=len(st.seeds))} | {diff} | "
-                     f"{mark} |")
+        lines.append(
+            f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {changes[v]} | "
+            f"{seed_cell(values[v], seeds=len(st.seeds))} | {seed_cell(last, seeds=len(st.seeds))} | {diff} | "
+            f"{mark} |"
+        )
     lines.append("")
     if choice.leader is not None:
         at_edge = edges(choice.leader, named, defaults)
         if at_edge:
             where = "; ".join(f"the {end} `{k}` of the grid ({named[choice.leader][k]})" for k, end in at_edge)
-            lines += [f"**Edge**: the leader `{choice.leader}` holds {where}. By the design the grid is widened "
-                      "along that field and the rule applied again before its choice is used.", ""]
+            lines += [
+                f"**Edge**: the leader `{choice.leader}` holds {where}. By the design the grid is widened "
+                "along that field and the rule applied again before its choice is used.",
+                "",
+            ]
     return lines, choice.chosen
 
 
@@ -670,12 +858,14 @@ def _plot(st, rr: list[dict], png: Path, regime: str, totals: dict[str, int]) ->
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 3, figsize=(18, 9), dpi=100)
-    panels = [(axes[0][0], "eval/acc_single", None, "held-out acc_single (%)"),
-              (axes[0][1], "eval/acc_single", "actor_train", "held-out acc_single (%)"),
-              (axes[0][2], "eval/acc_single", "generated", "held-out acc_single (%)"),
-              (axes[1][0], "train/zero_adv_frac", None, "zero_adv_frac of first-attempt groups (%)"),
-              (axes[1][1], "eval/critic_hits_first_error", None, "held-out critic_hits_first_error (%)"),
-              (axes[1][2], "eval/critic_approves_wrong", None, "held-out critic_approves_wrong (%)")]
+    panels = [
+        (axes[0][0], "eval/acc_single", None, "held-out acc_single (%)"),
+        (axes[0][1], "eval/acc_single", "actor_train", "held-out acc_single (%)"),
+        (axes[0][2], "eval/acc_single", "generated", "held-out acc_single (%)"),
+        (axes[1][0], "train/zero_adv_frac", None, "zero_adv_frac of first-attempt groups (%)"),
+        (axes[1][1], "eval/critic_hits_first_error", None, "held-out critic_hits_first_error (%)"),
+        (axes[1][2], "eval/critic_approves_wrong", None, "held-out critic_approves_wrong (%)"),
+    ]
     if not any(r[AXES["actor_train"][1]] for r in rr):  # no actor trains (a critic's control): its endpoint instead
         panels[1] = (axes[0][1], "eval/acc_feedback", None, "held-out acc_feedback (%)")
     styles = ("-", "--", ":", "-.")
@@ -690,15 +880,23 @@ def _plot(st, rr: list[dict], png: Path, regime: str, totals: dict[str, int]) ->
                 for step, value in r["metrics"][key].items():
                     points.setdefault(int(step) * per, []).append(value)
             variants = list(st.variants.get(m) or {"": {}})
-            seed_band(ax, m, points, marker="o" if key.startswith("eval") else None, label=_arm_name(m, v),
-                      linestyle=styles[variants.index(v) % len(styles)])
+            seed_band(
+                ax,
+                m,
+                points,
+                marker="o" if key.startswith("eval") else None,
+                label=_arm_name(m, v),
+                linestyle=styles[variants.index(v) % len(styles)],
+            )
         if axis:
             ax.axvline(totals[axis], color="grey", linewidth=0.8, linestyle=":")
         ax.set_xlabel(AXES[axis][0] if axis else "iteration")
         ax.set_ylabel(ylabel)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{st.name}, regime {regime}: mean over seeds, band = 95 % t-interval over seeds (dotted line: the "
-                 "equal-budget total)")
+    fig.suptitle(
+        f"{st.name}, regime {regime}: mean over seeds, band = 95 % t-interval over seeds (dotted line: the "
+        "equal-budget total)"
+    )
     fig.tight_layout()
     fig.savefig(png)
     plt.close(fig)

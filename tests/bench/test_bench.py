@@ -26,16 +26,36 @@ SMALL = {
 """micro with a 2-step pretraining and 2×2 completions of 8 tokens: the base model builds in seconds."""
 
 ROWS = [
-    "grpo_iter", "binac_save", "pipeline_iter", "gen_batch", "gen_lora", "gen_loop", "prefect_miss", "prefect_hit",
-    "prefect_flow", "prefect_start", "import", "setup", "first_iter", "rss_peak", "rss_growth",
+    "grpo_iter",
+    "binac_save",
+    "pipeline_iter",
+    "gen_batch",
+    "gen_lora",
+    "gen_loop",
+    "prefect_miss",
+    "prefect_hit",
+    "prefect_flow",
+    "prefect_start",
+    "import",
+    "setup",
+    "first_iter",
+    "rss_peak",
+    "rss_growth",
 ]
 
 
 @pytest.mark.integration
 def test_bench_harness_smoke(tmp_path):
     cfg = load_config("micro", SMALL)
-    report = run_bench(cfg, repeats=1, base_dir=tmp_path / "base", calls=2,
-                       overlap_children=True, pipeline_iterations=4, log=lambda msg: None)
+    report = run_bench(
+        cfg,
+        repeats=1,
+        base_dir=tmp_path / "base",
+        calls=2,
+        overlap_children=True,
+        pipeline_iterations=4,
+        log=lambda msg: None,
+    )
 
     assert [r.key for r in report.rows] == ROWS
     failed = {r.key: r.note for r in report.rows if r.a is None}
@@ -65,16 +85,34 @@ def test_bench_table_keeps_rows_when_measurements_fail():
     from bench.run import memory_rows, pipeline_rows, prefect_rows, table, throughput_rows
 
     cfg = load_config("micro")
-    g = {"binac": [1.0, 2.0], "trl": [], "trl_error": "ValueError: no CPU today", "binac_tokens": [10.0],
-         "trl_tokens": [], "save": [0.1], "layout_note": ""}
+    g = {
+        "binac": [1.0, 2.0],
+        "trl": [],
+        "trl_error": "ValueError: no CPU today",
+        "binac_tokens": [10.0],
+        "trl_tokens": [],
+        "save": [0.1],
+        "layout_note": "",
+    }
     rows, notes = grpo_rows(g, cfg)
     rows += pipeline_rows({"error": "BinacError: no store today"}, cfg)
-    tp = {k: [100.0, 200.0] for k in ("batch8_actor", "batch64_actor", "batch64_base", "batch64_actor_generate",
-                                      "run_threads", "other_threads")}
+    tp = {
+        k: [100.0, 200.0]
+        for k in (
+            "batch8_actor",
+            "batch64_actor",
+            "batch64_base",
+            "batch64_actor_generate",
+            "run_threads",
+            "other_threads",
+        )
+    }
     rows += throughput_rows(tp, threads=1)
     rows += prefect_rows({"error": "RuntimeError: Timed out"}, 1.5)
-    rows += memory_rows({"error": "exit 1, no result"}, {"import_s": 1.0, "setup_s": 1.0, "first_iter_s": 1.0,
-                                                         "rss_before_mib": 100.0, "rss_peak_mib": 150.0})
+    rows += memory_rows(
+        {"error": "exit 1, no result"},
+        {"import_s": 1.0, "setup_s": 1.0, "first_iter_s": 1.0, "rss_before_mib": 100.0, "rss_peak_mib": 150.0},
+    )
     keys = [r.key for r in rows]
     assert keys == ROWS[:6] + ["gen_threads"] + ROWS[6:]
     by_key = {r.key: r for r in rows}
@@ -105,8 +143,11 @@ def test_pipeline_child_keeps_its_cache_records_in_its_own_home(tmp_path, monkey
 
     def run(preset, iterations, method):
         home = Path(os.environ["BINAC_HOME"])
-        seen.update(home=home, storage={k: os.environ[k] for k in pipeline.STORAGE_ENV},
-                    base=(Path(os.environ["BINAC_MODEL_CACHE"]) / f"base-{load_config(preset).base_digest()}").resolve())
+        seen.update(
+            home=home,
+            storage={k: os.environ[k] for k in pipeline.STORAGE_ENV},
+            base=(Path(os.environ["BINAC_MODEL_CACHE"]) / f"base-{load_config(preset).base_digest()}").resolve(),
+        )
         return {}
 
     monkeypatch.setattr(pipeline, "_run", run)

@@ -55,8 +55,16 @@ def test_the_verdict_follows_the_issues_two_goals():
     assert "within the 300 s goal" in verdict(p, None)
 
 
-META = {"date": "2026-12-03 10:00", "commit": "abc1234", "machine": "2 CPUs (x), Python 3.11.7", "cpus": 2,
-        "load_start": (0.1, 0.2, 0.3), "load_end": (2.5, 0.9, 0.5), "overlay": False, "pip_source": ""}
+META = {
+    "date": "2026-12-03 10:00",
+    "commit": "abc1234",
+    "machine": "2 CPUs (x), Python 3.11.7",
+    "cpus": 2,
+    "load_start": (0.1, 0.2, 0.3),
+    "load_end": (2.5, 0.9, 0.5),
+    "overlay": False,
+    "pip_source": "",
+}
 
 
 def test_the_row_has_every_phase_and_the_load_average():

@@ -42,10 +42,13 @@ ECHO = Benchmark(
     load_rows=_echo_rows,
     actor_messages=lambda row: [{"role": "user", "content": f"Reverse: {row['question']}"}],
     critic_messages=lambda row, attempt, execution_result, verdict: [
-        {"role": "user", "content": f"Check: {row['question']} -> {attempt}"}],
+        {"role": "user", "content": f"Check: {row['question']} -> {attempt}"}
+    ],
     refine_messages=lambda row, attempt, feedback: [
-        {"role": "user", "content": f"Reverse: {row['question']}"}, {"role": "assistant", "content": attempt},
-        {"role": "user", "content": f"Feedback: {feedback}"}],
+        {"role": "user", "content": f"Reverse: {row['question']}"},
+        {"role": "assistant", "content": attempt},
+        {"role": "user", "content": f"Feedback: {feedback}"},
+    ],
     grade=lambda row, response: (response.strip() == row["answer"], None),
 )
 
@@ -112,8 +115,9 @@ def test_a_registered_toy_benchmark_runs_through_the_pipeline(echo):
     protocols = training_protocols("echo", FeedbackSource.CRITIC_BASE)
     assert protocols == ("single", "feedback", "gated")
     gen = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8, "feedback_max_new_tokens": 8}
-    res = evaluate_protocols(_EchoModel(), "echo", problems, actor=None, critic=None, samples=1, gen=gen, seed=0,
-                             step=0, protocols=protocols)
+    res = evaluate_protocols(
+        _EchoModel(), "echo", problems, actor=None, critic=None, samples=1, gen=gen, seed=0, step=0, protocols=protocols
+    )
     assert res.metrics == {"acc_single": pytest.approx(1 / 3), "acc_feedback": 1.0, "acc_gated_k2": 1.0}
 
     # stored rows: no first-error analysis, so its columns stay empty
@@ -132,8 +136,9 @@ def test_a_method_that_needs_an_oracle_is_refused_on_a_benchmark_without_one(ech
 def test_unknown_benchmark_is_one_line_naming_the_known_ones():
     with pytest.raises(BinacError) as excinfo:
         benchmarks.get("humaneval")
-    assert str(excinfo.value) == ("unknown benchmark 'humaneval' (known: gpqa_diamond, gsm8k, math, math500, mbpp, "
-                                  "synthetic)")
+    assert str(excinfo.value) == (
+        "unknown benchmark 'humaneval' (known: gpqa_diamond, gsm8k, math, math500, mbpp, synthetic)"
+    )
 
 
 def test_a_name_registered_twice_is_refused(echo):
@@ -149,8 +154,10 @@ def test_capabilities_are_where_they_belong():
     analysis = benchmarks.get("synthetic").feedback_analysis
     assert analysis.first_wrong_step("7+5-3", "7+5=2 2-3=8 A: 8") == 2  # 7+5=2 right, 2-3=9 not 8
     assert analysis.named_step("Step 2 is wrong.") == 2 and analysis.named_step("Looks correct.") is None
-    assert benchmarks.get("synthetic").oracle_feedback({"question": "7+5-3", "answer": "9"},
-                                                       "7+5=2 2-3=8 A: 8") == "Step 2 is wrong."
+    assert (
+        benchmarks.get("synthetic").oracle_feedback({"question": "7+5-3", "answer": "9"}, "7+5=2 2-3=8 A: 8")
+        == "Step 2 is wrong."
+    )
 
 
 @pytest.mark.parametrize("name", benchmarks.names())
@@ -170,9 +177,11 @@ def test_every_registered_benchmark_provides_the_interface(name):
     for row in rows:
         has_fields = all(field in row for field in bench.required_fields)
         assert has_fields, (name, row["id"])
-        for role, messages in (("actor", bench.actor_messages(row)),
-                               ("critic", bench.critic_messages(row, "an attempt", None, True)),
-                               ("refine", bench.refine_messages(row, "an attempt", "a feedback"))):
+        for role, messages in (
+            ("actor", bench.actor_messages(row)),
+            ("critic", bench.critic_messages(row, "an attempt", None, True)),
+            ("refine", bench.refine_messages(row, "an attempt", "a feedback")),
+        ):
             chat = bool(messages) and all(set(m) == {"role", "content"} for m in messages)
             ok = chat and messages[-1]["role"] == "user" and row["question"] in messages[0]["content"]
             assert ok, (name, row["id"], role)
@@ -190,15 +199,22 @@ def test_a_study_needs_a_benchmark_whose_regimes_can_be_measured(echo, tmp_path)
 
     smoke = yaml.safe_load((Path(__file__).resolve().parents[2] / "studies" / "micro-smoke.yaml").read_text())
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({**smoke, "overrides": {**(smoke.get("overrides") or {}), "task.benchmark": "echo"}}))
-    with pytest.raises(BinacError, match="regimes need a benchmark with an oracle critic and a first-error analysis "
-                                         "\\(synthetic; preset benchmark is 'echo'\\)"):
+    path.write_text(
+        yaml.safe_dump({**smoke, "overrides": {**(smoke.get("overrides") or {}), "task.benchmark": "echo"}})
+    )
+    with pytest.raises(
+        BinacError,
+        match="regimes need a benchmark with an oracle critic and a first-error analysis "
+        "\\(synthetic; preset benchmark is 'echo'\\)",
+    ):
         load_study(path)
 
 
 def test_the_oracle_writes_the_synthetic_feedback_without_a_model():
     row = {"id": "q", "question": "7+5-3", "answer": "9"}
-    attempts = [Attempt("q", k, "", [], text, [], []) for k, text in enumerate(["7+5=2 2-3=8 A: 8", "7+5=2 2-3=9 A: 9"])]
+    attempts = [
+        Attempt("q", k, "", [], text, [], []) for k, text in enumerate(["7+5=2 2-3=8 A: 8", "7+5=2 2-3=9 A: 9"])
+    ]
     fb = sample_feedback(None, "synthetic", {"q": row}, attempts, FeedbackSource.ORACLE, None, 2, SamplingParams(1))
     assert [f.text for f in fb] == ["Step 2 is wrong."] * 2 + ["Looks correct."] * 2
     assert all(f.token_ids == [] for f in fb)  # nothing trains on it

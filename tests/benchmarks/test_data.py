@@ -23,11 +23,26 @@ from binac_core.foundation.config import PRESET_DIR, load_config
 
 DATA = Path(os.environ["BINAC_DATA_DIR"])
 SIZES = {
-    ("math", "train"): 12_000, ("math", "eval"): 500, ("math500", "train"): 12_000, ("math500", "eval"): 500,
-    ("mbpp", "train"): 374, ("mbpp", "eval"): 500, ("gpqa_diamond", "eval"): 198,
-    ("gsm8k", "train"): 7_473, ("gsm8k", "eval"): 1_319,
+    ("math", "train"): 12_000,
+    ("math", "eval"): 500,
+    ("math500", "train"): 12_000,
+    ("math500", "eval"): 500,
+    ("mbpp", "train"): 374,
+    ("mbpp", "eval"): 500,
+    ("gpqa_diamond", "eval"): 198,
+    ("gsm8k", "train"): 7_473,
+    ("gsm8k", "eval"): 1_319,
 }
-LAPTOP_PRESETS = ("micro", "demo", "tiny", "study", "study2", "testbed", "smol-synthetic", "smol-gsm8k")  # run on a CPU (smol: tests/model/test_smol.py)
+LAPTOP_PRESETS = (
+    "micro",
+    "demo",
+    "tiny",
+    "study",
+    "study2",
+    "testbed",
+    "smol-synthetic",
+    "smol-gsm8k",
+)  # run on a CPU (smol: tests/model/test_smol.py)
 REAL_PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.yaml") if p.stem not in LAPTOP_PRESETS)
 
 
@@ -47,7 +62,8 @@ def test_split_has_the_documented_size_and_complete_rows(name, split):
     assert len(set(ids)) == len(ids)
     # Collect ids, never values: a failing assert must not print a GPQA question.
     incomplete = [
-        row["id"] for row in ds.to_list()
+        row["id"]
+        for row in ds.to_list()
         if not all(isinstance(row[key], str) and row[key].strip() for key in ("id", "question", "answer"))
     ]
     assert incomplete == []
@@ -112,7 +128,9 @@ def test_gpqa_letter_points_at_the_correct_option_and_options_are_listed():
         rec = source[row["id"]]
         correct = row["choices"]["ABCD".index(row["answer"])]
         others = {rec[f"Incorrect Answer {k}"].strip() for k in (1, 2, 3)}
-        listed = all(f"{letter}) {choice}" in row["question"] for letter, choice in zip("ABCD", row["choices"], strict=True))
+        listed = all(
+            f"{letter}) {choice}" in row["question"] for letter, choice in zip("ABCD", row["choices"], strict=True)
+        )
         if correct != rec["Correct Answer"].strip() or set(row["choices"]) - {correct} != others or not listed:
             wrong.append(row["id"])
     assert wrong == []
@@ -260,8 +278,10 @@ def test_hub_math_train_drops_math500_problems_by_text(monkeypatch):
         if config != "algebra":
             return []
         problem = "Held out." if split == "test" else "Train me."
-        return [{"problem": problem, "solution": "So $\\boxed{2}$.", "type": "Algebra", "level": "Level 2"},
-                {"problem": f"Kept {split}.", "solution": "$\\boxed{3}$", "type": "Algebra", "level": "Level 1"}]
+        return [
+            {"problem": problem, "solution": "So $\\boxed{2}$.", "type": "Algebra", "level": "Level 2"},
+            {"problem": f"Kept {split}.", "solution": "$\\boxed{3}$", "type": "Algebra", "level": "Level 1"},
+        ]
 
     monkeypatch.delenv("BINAC_DATA_DIR")
     monkeypatch.setattr(datasets, "load_dataset", fake)

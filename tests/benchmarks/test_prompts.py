@@ -76,8 +76,13 @@ def test_math_critic_never_sees_the_boxed_gold_answer(samples):
 
 @pytest.mark.parametrize(
     ("name", "instruction"),
-    [("math", "\\boxed{"), ("math500", "\\boxed{"), ("gsm8k", "\\boxed{"), ("mbpp", "```python"),
-     ("gpqa_diamond", "'Answer: $LETTER'")],
+    [
+        ("math", "\\boxed{"),
+        ("math500", "\\boxed{"),
+        ("gsm8k", "\\boxed{"),
+        ("mbpp", "```python"),
+        ("gpqa_diamond", "'Answer: $LETTER'"),
+    ],
 )
 def test_actor_and_refine_prompts_ask_for_the_graded_answer_format(samples, name, instruction):
     row = samples[name][0]
@@ -117,9 +122,12 @@ def test_synthetic_prompts_are_the_compact_templates():
     bench = benchmarks.get("synthetic")
     assert bench.actor_messages(row) == [{"role": "user", "content": "Solve: 7+5"}]
     assert bench.critic_messages(row, " 7+5=2 A: 2 ", None) == [
-        {"role": "user", "content": "Check: 7+5\nAttempt: 7+5=2 A: 2"}]
+        {"role": "user", "content": "Check: 7+5\nAttempt: 7+5=2 A: 2"}
+    ]
     assert bench.refine_messages(row, "7+5=3 A: 3", "Step 1 is wrong.")[-1] == {
-        "role": "user", "content": "Feedback: Step 1 is wrong.\nSolve: 7+5"}
+        "role": "user",
+        "content": "Feedback: Step 1 is wrong.\nSolve: 7+5",
+    }
 
 
 def test_self_correct_feedback_is_fixed_text():

@@ -224,8 +224,9 @@ def test_after_approval_the_refinement_copies_the_attempt_errors_included():
     # the corpus of the two-digit teacher: every approved wrong attempt's refinement is wrong (no shortcut)
     corpus = teacher_corpus(task(modulus=100, critic_false_approval_rate=0.5, difficulty=5), 4000)
     copies = [c for c in corpus if len(c) == 4 and c[2]["content"].startswith(f"Feedback: {syn.LOOKS_CORRECT}")]
-    wrong_approved = [c for c in copies if syn.first_wrong_step(c[0]["content"].removeprefix("Solve: "),
-                                                                c[1]["content"]) is not None]
+    wrong_approved = [
+        c for c in copies if syn.first_wrong_step(c[0]["content"].removeprefix("Solve: "), c[1]["content"]) is not None
+    ]
     assert wrong_approved and all(c[3]["content"] == c[1]["content"] for c in copies)
 
 
@@ -237,10 +238,12 @@ def test_after_approval_the_answer_form_restates_only_the_attempts_answer():
     assert syn.grade_response(ROW100, "A: 08") == 0.0 and syn.grade_response(ROW100, "A: 07") == 1.0
     assert teacher.teacher_refine(q, "junk", syn.LOOKS_CORRECT, random.Random(0), 0.25, "answer") == "junk"
     for feedback in ("Step 2 is wrong.", syn.CHECK_YOUR_WORK):
-        assert (teacher.teacher_refine(q, wrong, feedback, random.Random(3), 0.25, "answer")
-                == teacher.teacher_refine(q, wrong, feedback, random.Random(3), 0.25, "copy"))
-    corpus = teacher_corpus(task(modulus=100, critic_false_approval_rate=0.5, approval_refinement="answer",
-                                 difficulty=5), 4000)
+        assert teacher.teacher_refine(q, wrong, feedback, random.Random(3), 0.25, "answer") == teacher.teacher_refine(
+            q, wrong, feedback, random.Random(3), 0.25, "copy"
+        )
+    corpus = teacher_corpus(
+        task(modulus=100, critic_false_approval_rate=0.5, approval_refinement="answer", difficulty=5), 4000
+    )
     approved = [c for c in corpus if len(c) == 4 and c[2]["content"].startswith(f"Feedback: {syn.LOOKS_CORRECT}")]
     assert approved and all(c[3]["content"] == f"A: {syn.final_answer(c[1]['content'])}" for c in approved)
 
@@ -292,10 +295,14 @@ def test_a_careful_student_fixes_the_rest_after_a_first_error_hint_and_breaks_a_
     # careful: the named first wrong step and every later carrying step are written right
     assert teacher.teacher_refine(q, slipped, "Step 1 is wrong.", rng, 0.0, "answer", 1.0, True) == right
     # not careful: the later borrow slips again, as in a first attempt
-    assert syn.parse_steps(teacher.teacher_refine(q, slipped, "Step 1 is wrong.", rng, 0.0, "answer", 1.0), 2)[1].c == 24
+    assert (
+        syn.parse_steps(teacher.teacher_refine(q, slipped, "Step 1 is wrong.", rng, 0.0, "answer", 1.0), 2)[1].c == 24
+    )
     # a hint at a right step: the student trusts it, changes that step and the answer goes wrong
     fixed = teacher.teacher_refine(q, right, "Step 3 is wrong.", rng, 0.0, "answer", 1.0, True)
-    assert syn.parse_steps(fixed, 2)[:2] == syn.parse_steps(right, 2)[:2] and not syn.grade_response(syn.make_row(q), fixed)
+    assert syn.parse_steps(fixed, 2)[:2] == syn.parse_steps(right, 2)[:2] and not syn.grade_response(
+        syn.make_row(q), fixed
+    )
 
 
 def test_checked_critiques_restate_and_mark_the_steps_up_to_the_verdict():
@@ -310,8 +317,11 @@ def test_checked_critiques_restate_and_mark_the_steps_up_to_the_verdict():
     assert syn.VERDICT_SYNTAX.incorrect.search(fb) and not syn.VERDICT_SYNTAX.correct.search(fb)
     rng = random.Random(0)
     misleading = {teacher.teacher_critique(row["question"], wrong, rng, 0.0, 1.0, 0.5, True) for _ in range(60)}
-    assert misleading == {"37+5=42 ok 42-8=24 ok 24+1=25 ok. Looks correct.",  # a false approval
-                          "37+5=42 no. Step 1 is wrong.", "37+5=42 ok 42-8=24 ok 24+1=25 no. Step 3 is wrong."}
+    assert misleading == {
+        "37+5=42 ok 42-8=24 ok 24+1=25 ok. Looks correct.",  # a false approval
+        "37+5=42 no. Step 1 is wrong.",
+        "37+5=42 ok 42-8=24 ok 24+1=25 no. Step 3 is wrong.",
+    }
     rows = syn.make_split(load_config("testbed", {"task.n_test": 5}).task, "eval")
     assert all(r["checks"] for r in rows) and "checks" not in syn.make_split(task(n_test=5), "eval")[0]
 

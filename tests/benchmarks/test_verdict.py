@@ -17,54 +17,63 @@ MATH_LIKE = ("math", "math500", "gsm8k", "mbpp", "gpqa_diamond")
 
 
 @pytest.mark.parametrize("name", MATH_LIKE)
-@pytest.mark.parametrize(("text", "want"), [
-    ("You dropped the carry in step 2. Redo the addition.\nVerdict: incorrect", "incorrect"),  # last, as asked
-    ("Verdict: correct\nEvery step follows from the previous one.", "correct"),  # first: read as well
-    ("Check the units of the final answer.", "none"),  # missing
-    ("Verdict: correct\nOn second thought, step 3 is wrong.\nVerdict: incorrect", "none"),  # contradictory
-    ("VERDICT: INCORRECT", "incorrect"),  # another case
-    ("verdict: Correct.", "correct"),
-    ("**Verdict:** Incorrect", "incorrect"),  # markdown emphasis around the word and the value
-    ("Verdict: **correct**", "correct"),
-    ("Verdict: partly correct", "none"),  # not one of the two values: never guessed
-    ("The answer is incorrect. Try again.", "none"),  # the word without the verdict line
-    ("The student's answer is correct.", "none"),
-    ("Looks correct.", "none"),  # the synthetic task's phrase is not a benchmark verdict
-    ("Hints:\n- Recheck step 2\nVerdict:", "none"),  # truncated by the token limit
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("You dropped the carry in step 2. Redo the addition.\nVerdict: incorrect", "incorrect"),  # last, as asked
+        ("Verdict: correct\nEvery step follows from the previous one.", "correct"),  # first: read as well
+        ("Check the units of the final answer.", "none"),  # missing
+        ("Verdict: correct\nOn second thought, step 3 is wrong.\nVerdict: incorrect", "none"),  # contradictory
+        ("VERDICT: INCORRECT", "incorrect"),  # another case
+        ("verdict: Correct.", "correct"),
+        ("**Verdict:** Incorrect", "incorrect"),  # markdown emphasis around the word and the value
+        ("Verdict: **correct**", "correct"),
+        ("Verdict: partly correct", "none"),  # not one of the two values: never guessed
+        ("The answer is incorrect. Try again.", "none"),  # the word without the verdict line
+        ("The student's answer is correct.", "none"),
+        ("Looks correct.", "none"),  # the synthetic task's phrase is not a benchmark verdict
+        ("Hints:\n- Recheck step 2\nVerdict:", "none"),  # truncated by the token limit
+    ],
+)
 def test_the_parser_reads_a_benchmark_verdict_line_and_never_guesses(name, text, want):
     assert parse_verdict(text, benchmarks.get(name).verdict_syntax) == want
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("Looks correct.", "correct"),
-    ("Step 2 is wrong.", "incorrect"),
-    ("Check your work.", "incorrect"),  # the oracle's words for right steps under a wrong answer
-    ("Step 2 is wrong. Looks correct.", "none"),  # contradictory
-    ("hmm 7+5", "none"),
-    ("Verdict: correct", "none"),  # the benchmarks' line is not a synthetic verdict
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("Looks correct.", "correct"),
+        ("Step 2 is wrong.", "incorrect"),
+        ("Check your work.", "incorrect"),  # the oracle's words for right steps under a wrong answer
+        ("Step 2 is wrong. Looks correct.", "none"),  # contradictory
+        ("hmm 7+5", "none"),
+        ("Verdict: correct", "none"),  # the benchmarks' line is not a synthetic verdict
+    ],
+)
 def test_the_parser_reads_the_synthetic_feedback_as_its_verdict(text, want):
     assert parse_verdict(text, benchmarks.get("synthetic").verdict_syntax) == want
 
 
 ROW = {"id": "p1", "question": "What is 2+3?", "answer": "5", "tests": "assert f(1)==2"}
-ATTEMPTS = {"math": ("I think 6.", None), "gsm8k": ("I think 6.", None),
-            "mbpp": ("```python\ndef f(x):\n    return x\n```", "AssertionError: f(1)==2"),
-            "gpqa_diamond": ("Answer: B", None)}
+ATTEMPTS = {
+    "math": ("I think 6.", None),
+    "gsm8k": ("I think 6.", None),
+    "mbpp": ("```python\ndef f(x):\n    return x\n```", "AssertionError: f(1)==2"),
+    "gpqa_diamond": ("Answer: B", None),
+}
 BEFORE = {  # the critic prompts of every run before `critic.verdict` existed, as they were rendered then
     "math": "You are an expert math tutor. Review the problem and a student's attempt. Point out the critical errors: "
-            "conceptual mistakes, wrong steps or calculation slips. Give a short list of hints, as direct instructions "
-            "('Do X', 'Avoid Y'). Do NOT solve the problem and do NOT state the final answer.\n\nProblem:\nWhat is "
-            "2+3?\n\nStudent attempt:\nI think 6.\n\nHints:",
+    "conceptual mistakes, wrong steps or calculation slips. Give a short list of hints, as direct instructions "
+    "('Do X', 'Avoid Y'). Do NOT solve the problem and do NOT state the final answer.\n\nProblem:\nWhat is "
+    "2+3?\n\nStudent attempt:\nI think 6.\n\nHints:",
     "mbpp": "You are an expert programming mentor. Analyze the solution below for bugs, wrong logic or unhandled edge "
-            "cases, using the execution result. Write a brief, helpful instruction for fixing it. Do NOT solve the "
-            "task yourself and do NOT write any code: reply with ONLY the instruction.\n\nTask:\nWhat is 2+3?\n\n"
-            "Solution:\n```python\ndef f(x):\n    return x\n```\n\nExecution result:\nAssertionError: f(1)==2\n\n"
-            "Instruction:",
+    "cases, using the execution result. Write a brief, helpful instruction for fixing it. Do NOT solve the "
+    "task yourself and do NOT write any code: reply with ONLY the instruction.\n\nTask:\nWhat is 2+3?\n\n"
+    "Solution:\n```python\ndef f(x):\n    return x\n```\n\nExecution result:\nAssertionError: f(1)==2\n\n"
+    "Instruction:",
     "gpqa_diamond": "You are an expert science reviewer. Review the question and a student's answer. Point out "
-                    "factual errors, flawed reasoning or misread options in a few short sentences. Do NOT say which "
-                    "option is correct.\n\nQuestion:\nWhat is 2+3?\n\nStudent answer:\nAnswer: B\n\nReview:",
+    "factual errors, flawed reasoning or misread options in a few short sentences. Do NOT say which "
+    "option is correct.\n\nQuestion:\nWhat is 2+3?\n\nStudent answer:\nAnswer: B\n\nReview:",
 }
 BEFORE["gsm8k"] = BEFORE["math"]
 
@@ -78,7 +87,8 @@ def test_the_option_off_gives_the_old_prompts_and_on_asks_for_the_verdict_line(n
     (on,) = bench.critic_messages(ROW, attempt, shown, True)
     assert "'Verdict: correct'" in on["content"] and "'Verdict: incorrect'" in on["content"]
     assert on["content"].replace(on["content"].split("\n\n")[0], "") == BEFORE[name].replace(
-        BEFORE[name].split("\n\n")[0], ""), "only the instruction paragraph changes"
+        BEFORE[name].split("\n\n")[0], ""
+    ), "only the instruction paragraph changes"
     # what the request names is the prompt's own word for the attempt
     assert parse_verdict("Verdict: incorrect", bench.verdict_syntax) == "incorrect"
 
@@ -90,7 +100,8 @@ def test_the_option_on_default_and_the_synthetic_prompt_unchanged_by_it():
     assert load_config("smol-gsm8k").critic.verdict and load_config("micro").critic.verdict
     row = {"id": "q", "question": "7+5-3", "answer": "9", "style": "instruct"}
     assert synthetic.critic_messages(row, "7+5=2 2-3=9 A: 9", None, True) == synthetic.critic_messages(
-        row, "7+5=2 2-3=9 A: 9", None, False)
+        row, "7+5=2 2-3=9 A: 9", None, False
+    )
 
 
 def test_the_option_reaches_the_critic_prompt_through_sample_feedback():
@@ -104,8 +115,9 @@ def test_the_option_reaches_the_critic_prompt_through_sample_feedback():
 
             return [Generation(p[-1]["content"], [1], [2], [0.0]) for p in prompts]
 
-    a = Attempt(problem_id="p1", sample_idx=0, prompt_text="", prompt_ids=[], text="I think 6.", token_ids=[],
-                logprobs=[])
+    a = Attempt(
+        problem_id="p1", sample_idx=0, prompt_text="", prompt_ids=[], text="I think 6.", token_ids=[], logprobs=[]
+    )
     params = SamplingParams(8, 1.0, 1.0, seed=0)
     on = sample_feedback(Echo(), "math", {"p1": ROW}, [a], FeedbackSource.CRITIC_BASE, None, 1, params, verdict=True)
     off = sample_feedback(Echo(), "math", {"p1": ROW}, [a], FeedbackSource.CRITIC_BASE, None, 1, params, verdict=False)
@@ -113,6 +125,7 @@ def test_the_option_reaches_the_critic_prompt_through_sample_feedback():
 
 
 # --------------------------------------------------------------------------- the measures, by hand
+
 
 def _r(verdict, r0, r1):
     return {"feedback_verdict": verdict, "attempt_reward": r0, "refined_reward": r1}
@@ -198,19 +211,44 @@ def test_the_synthetic_verdict_measures_agree_with_the_first_error_measures_on_t
             steps = _from_wrong_first(steps)
         text = synthetic.render_trace(steps)
         answer = synthetic.final_answer(text)
-        a = Attempt(problem_id=row["id"], sample_idx=0, prompt_text="", prompt_ids=[], text=text, token_ids=[1],
-                    logprobs=[0.0])
+        a = Attempt(
+            problem_id=row["id"], sample_idx=0, prompt_text="", prompt_ids=[], text=text, token_ids=[1], logprobs=[0.0]
+        )
         attempts.append(a)
         r0.append(float(answer == row["answer"]))
         fb = rnd.choice([synthetic.LOOKS_CORRECT, synthetic.name_step(1), synthetic.name_step(2)])
-        feedback.append(Feedback(problem_id=row["id"], sample_idx=0, feedback_idx=0, text=fb, prompt_ids=[],
-                                 token_ids=[1], logprobs=[0.0]))
-        refined.append(Refinement(problem_id=row["id"], sample_idx=0, feedback_idx=0, prompt_ids=[], text=text,
-                                  token_ids=[1], logprobs=[0.0]))
+        feedback.append(
+            Feedback(
+                problem_id=row["id"],
+                sample_idx=0,
+                feedback_idx=0,
+                text=fb,
+                prompt_ids=[],
+                token_ids=[1],
+                logprobs=[0.0],
+            )
+        )
+        refined.append(
+            Refinement(
+                problem_id=row["id"],
+                sample_idx=0,
+                feedback_idx=0,
+                prompt_ids=[],
+                text=text,
+                token_ids=[1],
+                logprobs=[0.0],
+            )
+        )
     assert 0 < sum(r0) < len(r0)
     meta = RunIdentity(run_id="r", method="binac", preset="micro", seed=0, benchmark="synthetic")
-    stored = trajectory_rows(meta, 1, ScoredBatch(attempts, r0, feedback, refined, r0), split="eval",
-                             protocol="feedback", questions={r["id"]: r["question"] for r in rows})
+    stored = trajectory_rows(
+        meta,
+        1,
+        ScoredBatch(attempts, r0, feedback, refined, r0),
+        split="eval",
+        protocol="feedback",
+        questions={r["id"]: r["question"] for r in rows},
+    )
     assert all((r["first_wrong_step"] is None) == (r["attempt_reward"] > 0) for r in stored), "the premise"
     health, first_error = critic_verdict_measures(stored), critic_error_measures(stored)
     assert health["approves_wrong"] == first_error["critic_approves_wrong"]
@@ -233,6 +271,7 @@ def _from_wrong_first(steps):
 
 # --------------------------------------------------------------------------- the verdict bonus, by hand
 
+
 def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
     """Two attempts (wrong r0 = 0, right r0 = 1), K = 2 feedbacks each. Verdicts: wrong attempt [incorrect,
     correct], right attempt [correct, none]. Penalty form, λ = 0.5, α = 1 → μ = 1: (1 + μ)·r1 − μ·r1⁺ with
@@ -244,25 +283,45 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
     from tasks.critic_update import reward_feedback
 
     cfg = load_config("micro").model_copy(deep=True)
-    cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"benchmark": "math"}),
-                                 "train": cfg.train.model_copy(update={"lam": 0.5, "alpha_shaping": 1.0})})
-    attempts = [Attempt(problem_id="p", sample_idx=k, prompt_text="", prompt_ids=[], text="x", token_ids=[1],
-                        logprobs=[0.0]) for k in (0, 1)]
+    cfg = cfg.model_copy(
+        update={
+            "task": cfg.task.model_copy(update={"benchmark": "math"}),
+            "train": cfg.train.model_copy(update={"lam": 0.5, "alpha_shaping": 1.0}),
+        }
+    )
+    attempts = [
+        Attempt(problem_id="p", sample_idx=k, prompt_text="", prompt_ids=[], text="x", token_ids=[1], logprobs=[0.0])
+        for k in (0, 1)
+    ]
     texts = ["Step 2 is off.\nVerdict: incorrect", "Fine.\nVerdict: correct", "Verdict: correct", "Hmm."]
-    feedback = [Feedback(problem_id="p", sample_idx=i // 2, feedback_idx=i % 2, text=t, prompt_ids=[], token_ids=[1],
-                         logprobs=[0.0]) for i, t in enumerate(texts)]
-    files = {"refined": write_json(tmp_path / "r1.json", [1.0, 0.0, 1.0, 1.0]),
-             "ahead": write_json(tmp_path / "r1plus.json", [1.0, 0.0, 0.0, 1.0]),
-             "first": write_json(tmp_path / "r0.json", [0.0, 1.0]),
-             "attempts": write_records(tmp_path / "attempts.json", attempts),
-             "feedback": write_records(tmp_path / "feedback.json", feedback)}
+    feedback = [
+        Feedback(
+            problem_id="p", sample_idx=i // 2, feedback_idx=i % 2, text=t, prompt_ids=[], token_ids=[1], logprobs=[0.0]
+        )
+        for i, t in enumerate(texts)
+    ]
+    files = {
+        "refined": write_json(tmp_path / "r1.json", [1.0, 0.0, 1.0, 1.0]),
+        "ahead": write_json(tmp_path / "r1plus.json", [1.0, 0.0, 0.0, 1.0]),
+        "first": write_json(tmp_path / "r0.json", [0.0, 1.0]),
+        "attempts": write_records(tmp_path / "attempts.json", attempts),
+        "feedback": write_records(tmp_path / "feedback.json", feedback),
+    }
     cfg_d = cfg.model_dump(mode="json")
 
     def reward(w, folder):
         (tmp_path / folder).mkdir()
-        out = reward_feedback.fn(cfg_d, files["refined"], files["ahead"], str(tmp_path / folder),
-                                 form=CriticRewardForm.PENALTY, verdict_weight=w, feedback=files["feedback"], attempts=files["attempts"],
-                               first_rewards=files["first"])
+        out = reward_feedback.fn(
+            cfg_d,
+            files["refined"],
+            files["ahead"],
+            str(tmp_path / folder),
+            form=CriticRewardForm.PENALTY,
+            verdict_weight=w,
+            feedback=files["feedback"],
+            attempts=files["attempts"],
+            first_rewards=files["first"],
+        )
         return read_json(out)
 
     assert reward(0.5, "w") == pytest.approx([1.5, 0.0, 2.5, 1.0])
@@ -280,4 +339,8 @@ def test_binac_disc_is_binac_with_verdict_weight_one_and_the_others_read_the_con
     assert disc.critic_verdict_weight(cfg) == 1.0 and disc.critic_verdict_weight(weighted) == 1.0
     assert binac.critic_verdict_weight(cfg) == 0.0 and binac.critic_verdict_weight(weighted) == 0.25
     assert (disc.feedback, disc.train_critic, disc.lookahead, disc.critic_reward) == (
-        binac.feedback, binac.train_critic, binac.lookahead, binac.critic_reward)
+        binac.feedback,
+        binac.train_critic,
+        binac.lookahead,
+        binac.critic_reward,
+    )

@@ -47,8 +47,17 @@ def fan_out_with(monkeypatch, fake: FakePrefect, said: list[str], on_done=None):
     monkeypatch.setattr(fanout, "run_deployment", fake.run_deployment)
     monkeypatch.setattr(fanout, "_online_workers", lambda client, pool: 1)
     run = fanout.Tracked("grpo-s0", "k1", {}, "grpo")
-    fanout.fan_out("train/study", "pool", [run], "binac-study:x", "/nowhere", lambda key: bool(fake.submitted),
-                   poll_s=0, say=said.append, on_done=on_done)
+    fanout.fan_out(
+        "train/study",
+        "pool",
+        [run],
+        "binac-study:x",
+        "/nowhere",
+        lambda key: bool(fake.submitted),
+        poll_s=0,
+        say=said.append,
+        on_done=on_done,
+    )
     return run
 
 
@@ -101,8 +110,9 @@ def test_a_running_flow_run_whose_process_died_before_its_run_lock_is_crashed_an
     monkeypatch.setattr(fanout, "_online_workers", lambda client, pool: 1)
     run = fanout.Tracked("grpo-s0", "k1", {}, "grpo")
     said: list[str] = []
-    fanout.fan_out("train/study", "pool", [run], "binac-study:x", tmp_path, lambda key: bool(submitted), poll_s=0,
-                   say=said.append)
+    fanout.fan_out(
+        "train/study", "pool", [run], "binac-study:x", tmp_path, lambda key: bool(submitted), poll_s=0, say=said.append
+    )
     assert crashed == [("fr-1", "CRASHED", True)] and submitted == ["k1-1"] and run.state == "done"
     assert any("died while running" in s for s in said)
 

@@ -9,7 +9,9 @@ from flows.cli import main
 
 
 def test_docs_config_md_is_the_generated_reference():
-    assert (REPO / "docs" / "config.md").read_text() == markdown(), "regenerate: binac config --markdown > docs/config.md"
+    assert (REPO / "docs" / "config.md").read_text() == markdown(), (
+        "regenerate: binac config --markdown > docs/config.md"
+    )
 
 
 def test_every_field_of_every_section_is_in_the_reference_with_its_docstring():

@@ -69,8 +69,9 @@ def test_a_deleted_stage_output_fails_in_one_line_naming_it_and_fresh(tmp_path):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("text, needle", [("a: [", "malformed study file s.yaml: "),
-                                          ("- 1\n- 2\n", "expected a mapping at top level")])
+@pytest.mark.parametrize(
+    "text, needle", [("a: [", "malformed study file s.yaml: "), ("- 1\n- 2\n", "expected a mapping at top level")]
+)
 def test_a_yaml_file_without_a_mapping_fails_in_one_line_naming_it(tmp_path, text, needle):
     path = tmp_path / "s.yaml"
     path.write_text(text)

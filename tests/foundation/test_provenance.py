@@ -16,7 +16,9 @@ def imports_in(tmp_path, source: str, package: str = "binac_core.rl") -> set[str
 
 
 def test_every_import_form_at_every_depth_is_read(tmp_path):
-    found = imports_in(tmp_path, """
+    found = imports_in(
+        tmp_path,
+        """
         from __future__ import annotations
         import os
         import binac_core.errors
@@ -34,22 +36,34 @@ def test_every_import_form_at_every_depth_is_read(tmp_path):
                 return [__import__("x") for _ in ()]
 
         squares = [lambda: __import__("binac_core.nothing") for _ in range(2)]
-        """)
+        """,
+    )
     assert found == {
-        "binac_core", "binac_core.errors",
-        "binac_core.foundation", "binac_core.foundation.config",
-        "binac_core.rl", "binac_core.rl.losses", "binac_core.rl.update",
-        "binac_core.store", "binac_core.store.storage",
-        "binac_core.grading", "binac_core.grading.math",
-        "binac_core.model", "binac_core.model.tokenizer",
+        "binac_core",
+        "binac_core.errors",
+        "binac_core.foundation",
+        "binac_core.foundation.config",
+        "binac_core.rl",
+        "binac_core.rl.losses",
+        "binac_core.rl.update",
+        "binac_core.store",
+        "binac_core.store.storage",
+        "binac_core.grading",
+        "binac_core.grading.math",
+        "binac_core.model",
+        "binac_core.model.tokenizer",
     }  # os, __future__, names that are no module (policy_update, columns) and __import__ calls are not modules here
 
 
 def test_a_package_init_resolves_relative_imports_from_itself(tmp_path):
     init = tmp_path / "__init__.py"
     init.write_text("from .losses import k3_kl\nfrom . import update\n")
-    assert provenance._imports_of(init, "binac_core.rl") == {"binac_core", "binac_core.rl", "binac_core.rl.losses",
-                                                             "binac_core.rl.update"}
+    assert provenance._imports_of(init, "binac_core.rl") == {
+        "binac_core",
+        "binac_core.rl",
+        "binac_core.rl.losses",
+        "binac_core.rl.update",
+    }
 
 
 def test_the_closure_never_calls_ast_parse(monkeypatch):
@@ -64,6 +78,7 @@ def test_the_closure_never_calls_ast_parse(monkeypatch):
 @pytest.mark.parametrize("module", ["binac_core.rl.loop", "binac_core.model.pretrain", "binac_core.studies.regimes"])
 def test_the_bytecode_reader_finds_what_the_syntax_tree_names(module):
     """The same modules an `ast` walk of each file finds (single-threaded here), for real modules of the library."""
+
     def by_ast(name: str) -> set[str]:
         path = provenance._path(name)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -74,7 +89,9 @@ def test_the_bytecode_reader_finds_what_the_syntax_tree_names(module):
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                    )
                 out.add(base)
                 out.update(f"{base}.{a.name}" for a in node.names)
         out.update(m.rsplit(".", i)[0] for m in list(out) for i in range(1, m.count(".") + 1))

@@ -15,9 +15,12 @@ from binac_core.grading.sandbox import run_python
 # Reference programs that do not pass their own tests in the sandbox, with the reason (checked by hand) and a
 # piece of the reason the grader gives. At least 99.5 % of the 874 must pass.
 KNOWN_FAILING_REFERENCES = {
-    "126": ("the program defines its own `sum(a, b)` and the test calls `sum(10,15)`: a test's pure builtins "
-            "are always the builtins (else a program could redefine `sorted` to choose an expected value), so "
-            "the grader evaluates the builtin sum(10, 15)", "TypeError: 'int' object is not iterable"),
+    "126": (
+        "the program defines its own `sum(a, b)` and the test calls `sum(10,15)`: a test's pure builtins "
+        "are always the builtins (else a program could redefine `sorted` to choose an expected value), so "
+        "the grader evaluates the builtin sum(10, 15)",
+        "TypeError: 'int' object is not iterable",
+    ),
 }
 # Slow enough that a loaded machine may hit the 10 s limit: allowed to fail by timing out only.
 SLOW_REFERENCES = {
@@ -40,7 +43,8 @@ def test_every_reference_program_passes_its_own_tests(rows):
         results = list(pool.map(lambda r: check_response(r, fenced(r["answer"])), rows))
     failed = {r["id"]: res.reason for r, res in zip(rows, results, strict=True) if not res.passed}
     unexpected = {
-        i: reason for i, reason in failed.items()
+        i: reason
+        for i, reason in failed.items()
         if i not in KNOWN_FAILING_REFERENCES and not (i in SLOW_REFERENCES and reason.startswith("timed out"))
     }
     assert unexpected == {}

@@ -60,7 +60,7 @@ def _change_first_digit(answer: str) -> str | None:
     digit = re.search(r"\d", answer)
     if digit is None:
         return None
-    return answer[: digit.start()] + str((int(digit.group()) + 1) % 10) + answer[digit.end():]
+    return answer[: digit.start()] + str((int(digit.group()) + 1) % 10) + answer[digit.end() :]
 
 
 def test_gold_with_a_changed_digit_scores_zero(rows):
@@ -73,8 +73,15 @@ def test_gold_with_a_changed_digit_scores_zero(rows):
 
 @pytest.mark.parametrize(
     ("gold", "pred"),
-    [("\\frac{1}{2}", "0.5"), ("\\dfrac{\\sqrt{3}}{2}", "\\frac{\\sqrt 3}{2}"), ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\pi/2)"),
-     ("10\\%", "10"), ("x^2+2x+1", "(x+1)^2"), ("\\{1,2\\}", "\\{2,1\\}"), ("2\\sqrt{2}", "\\sqrt{8}")],
+    [
+        ("\\frac{1}{2}", "0.5"),
+        ("\\dfrac{\\sqrt{3}}{2}", "\\frac{\\sqrt 3}{2}"),
+        ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\pi/2)"),
+        ("10\\%", "10"),
+        ("x^2+2x+1", "(x+1)^2"),
+        ("\\{1,2\\}", "\\{2,1\\}"),
+        ("2\\sqrt{2}", "\\sqrt{8}"),
+    ],
 )
 def test_equivalent_forms_score_one(gold, pred):
     assert grade("math", {"id": "t", "answer": gold}, boxed(pred)) == 1.0
@@ -82,8 +89,14 @@ def test_equivalent_forms_score_one(gold, pred):
 
 @pytest.mark.parametrize(
     ("gold", "pred"),
-    [("52_8", "52_9"), (".0000672", ".0000673"), ("3.14", "3.14159"), ("\\frac{1}{2}", "\\frac{1}{3}"),
-     ("(3,4)", "(4,3)"), ("x^2+1", "x^2-1")],
+    [
+        ("52_8", "52_9"),
+        (".0000672", ".0000673"),
+        ("3.14", "3.14159"),
+        ("\\frac{1}{2}", "\\frac{1}{3}"),
+        ("(3,4)", "(4,3)"),
+        ("x^2+1", "x^2-1"),
+    ],
 )
 def test_different_values_score_zero(gold, pred):
     assert grade("math", {"id": "t", "answer": gold}, boxed(pred)) == 0.0
@@ -91,9 +104,15 @@ def test_different_values_score_zero(gold, pred):
 
 @pytest.mark.parametrize(
     ("response", "expected"),
-    [("no box at all, the answer is 5", 0.0), ("$\\boxed{}$", 0.0), ("$\\boxed{5}$ hmm, no: $\\boxed{7}$", 0.0),
-     ("$\\boxed{7}$ hmm, no: $\\boxed{5}$", 1.0), ("$\\boxed{5}$ then a cut-off $\\boxed{5", 0.0), ("so \\boxed 5.", 1.0),
-     ("\\fbox{5}", 1.0)],
+    [
+        ("no box at all, the answer is 5", 0.0),
+        ("$\\boxed{}$", 0.0),
+        ("$\\boxed{5}$ hmm, no: $\\boxed{7}$", 0.0),
+        ("$\\boxed{7}$ hmm, no: $\\boxed{5}$", 1.0),
+        ("$\\boxed{5}$ then a cut-off $\\boxed{5", 0.0),
+        ("so \\boxed 5.", 1.0),
+        ("\\fbox{5}", 1.0),
+    ],
 )
 def test_only_the_last_complete_box_counts(response, expected):
     assert grade("math", {"id": "t", "answer": "5"}, response) == expected

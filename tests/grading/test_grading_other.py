@@ -47,7 +47,7 @@ def test_another_problems_answer_scores_zero(gsm8k):
     rows = [row for row, _ in gsm8k]
     wrong = []
     for i, row in enumerate(rows[::3]):
-        other = next(r["answer"] for r in rows[3 * i + 1:] + rows if r["answer"] != row["answer"])
+        other = next(r["answer"] for r in rows[3 * i + 1 :] + rows if r["answer"] != row["answer"])
         if grade("gsm8k", row, f"The answer is {other}.") != 0.0:
             wrong.append(row["id"])
     assert wrong == []
@@ -77,9 +77,16 @@ def test_gsm8k_final_number_extraction(response, number):
 
 @pytest.mark.parametrize(
     ("gold", "response", "score"),
-    [("1000", "#### 1,000", 1.0), ("18", "The answer is 18.00", 1.0), ("18", "The answer is $18", 1.0),
-     ("-5", "The answer is -5", 1.0), ("5", "The answer is -5", 0.0), ("18", "The answer is 18.5", 0.0),
-     ("18", "I cannot tell.", 0.0), ("7", "#### 7\n#### 8", 0.0)],
+    [
+        ("1000", "#### 1,000", 1.0),
+        ("18", "The answer is 18.00", 1.0),
+        ("18", "The answer is $18", 1.0),
+        ("-5", "The answer is -5", 1.0),
+        ("5", "The answer is -5", 0.0),
+        ("18", "The answer is 18.5", 0.0),
+        ("18", "I cannot tell.", 0.0),
+        ("7", "#### 7\n#### 8", 0.0),
+    ],
 )
 def test_gsm8k_numeric_comparison(gold, response, score):
     assert grade("gsm8k", {"id": "t", "answer": gold}, response) == score
@@ -100,7 +107,9 @@ def test_every_gpqa_correct_letter_scores_one(gpqa):
 
 def test_every_wrong_gpqa_letter_scores_zero(gpqa):
     wrong = [
-        (r["id"], letter) for r in gpqa for letter in "ABCD"
+        (r["id"], letter)
+        for r in gpqa
+        for letter in "ABCD"
         if letter != r["answer"] and grade("gpqa_diamond", r, f"Answer: {letter}") != 0.0
     ]
     assert wrong == []

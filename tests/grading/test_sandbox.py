@@ -50,10 +50,14 @@ def test_fork_bomb_is_stopped_and_this_process_can_still_fork():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a uid per run (so a process budget per run) needs root")
 def test_fork_bomb_does_not_starve_a_run_beside_it():
-    bomb = threading.Thread(target=run_python, args=("import os\nwhile True:\n    os.fork()\n", []), kwargs={"timeout_s": 3})
+    bomb = threading.Thread(
+        target=run_python, args=("import os\nwhile True:\n    os.fork()\n", []), kwargs={"timeout_s": 3}
+    )
     bomb.start()
     try:
-        results = [run_python("import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.wait()\n", []) for _ in range(5)]
+        results = [
+            run_python("import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.wait()\n", []) for _ in range(5)
+        ]
     finally:
         bomb.join()
     assert [r.reason for r in results] == ["passed"] * 5
@@ -272,7 +276,10 @@ def test_without_bwrap_the_sandbox_refuses_unless_rlimits_is_accepted(monkeypatc
 def test_without_bwrap_an_accepted_rlimits_sandbox_runs_and_warns(monkeypatch, caplog):
     _no_bwrap(monkeypatch, "rlimits")
     iso._warn_rlimits.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="binac.grading.sandbox"), pytest.warns(RuntimeWarning, match="rlimits"):
+    with (
+        caplog.at_level(logging.WARNING, logger="binac.grading.sandbox"),
+        pytest.warns(RuntimeWarning, match="rlimits"),
+    ):
         result = run_python("def f():\n    return 2\n", ["assert f() == 2"])
     assert (result.isolation, result.passed) == ("rlimits", True)
     assert "grading.sandbox: rlimits" in caplog.text
@@ -294,8 +301,10 @@ def test_a_code_benchmark_is_refused_before_any_compute_without_bwrap(monkeypatc
     from binac_core.runs.plans import plan, plan_compare
 
     _no_bwrap(monkeypatch, "bwrap")
-    for check in (lambda: plan("llama1b-mbpp", "grpo", 1, 0, None, None),
-                  lambda: plan_compare("llama1b-mbpp", ["grpo"], [0], 1, None)):
+    for check in (
+        lambda: plan("llama1b-mbpp", "grpo", 1, 0, None, None),
+        lambda: plan_compare("llama1b-mbpp", ["grpo"], [0], 1, None),
+    ):
         with pytest.raises(BinacError, match="apt-get install bubblewrap") as refused:
             check()
         assert "grading.sandbox: rlimits" in str(refused.value) and "\n" not in str(refused.value)

@@ -28,8 +28,9 @@ def copy_project(dest: Path) -> Path:
 
 def binac_in(project: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
     """`binac` run from `project` (its own packages first on sys.path, ahead of the installed checkout)."""
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=project, env=env, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], cwd=project, env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -47,9 +48,10 @@ def runs_of(home: Path):
 
 
 def digest_in(project: Path, expr: str) -> str:
-    code = f"from binac_core.runs import provenance as p; print({expr})"
-    return subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    code = f"from binac_core.foundation import provenance as p; print({expr})"
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=project, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
@@ -60,7 +62,9 @@ def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
     env = binac_env(home, prefect_home)
     env.pop("PYTHONPATH", None)
 
-    binac_in(project, ARGS, env)  # (that the same command again is served from the cache: tests/integration/test_train.py)
+    binac_in(
+        project, ARGS, env
+    )  # (that the same command again is served from the cache: tests/integration/test_train.py)
     first = mtimes(home)
     assert len(runs_of(home)) == 1
 
@@ -73,8 +77,10 @@ def test_a_library_edit_recomputes_every_stage_and_fresh_recomputes_without_one(
     new = [f for f in after_edit if f not in first]
     assert any("/step-00001/attempts.json" in f for f in new), "the new run generated its rollouts again"
     runs = runs_of(home)
-    assert len(runs) == 2 and runs[0].data.params["code.stage_code_digest"] != runs[1].data.params[
-        "code.stage_code_digest"]
+    assert (
+        len(runs) == 2
+        and runs[0].data.params["code.stage_code_digest"] != runs[1].data.params["code.stage_code_digest"]
+    )
 
     binac_in(project, [*ARGS, "--fresh"], env)  # no edit: --fresh recomputes anyway
     fresh = mtimes(home)
@@ -109,8 +115,9 @@ def move_a_function_between_subpackages(project: Path) -> None:
     end = text.index("\ndef ", start + 1)
     function = text[start:end].rstrip() + "\n"
     (project / "binac_core" / "reports" / "kl.py").write_text(
-        '"""The k3 KL estimate (moved here by a test)."""\n\nimport torch  # noqa: F401\n\n\n' + function)
-    text = text[:start] + text[end + 1:].lstrip("\n")
+        '"""The k3 KL estimate (moved here by a test)."""\n\nimport torch  # noqa: F401\n\n\n' + function
+    )
+    text = text[:start] + text[end + 1 :].lstrip("\n")
     losses.write_text(text.replace("import torch\n", "import torch\n\nfrom binac_core.reports.kl import k3_kl\n", 1))
 
 
@@ -129,12 +136,18 @@ def test_a_function_moved_between_subpackages_changes_the_stage_code_digest(tmp_
 
 def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
     project = copy_project(tmp_path / "project")
-    before = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
-                                           "p.module_digest('binac_core.model.pretrain')])"))
+    before = json.loads(
+        digest_in(
+            project, "__import__('json').dumps([p.stage_code_digest(), p.module_digest('binac_core.model.pretrain')])"
+        )
+    )
     losses = project / "binac_core" / "rl" / "losses.py"
     losses.write_text(losses.read_text() + "\n# edited\n")
-    after_loss = json.loads(digest_in(project, "__import__('json').dumps([p.stage_code_digest(), "
-                                               "p.module_digest('binac_core.model.pretrain')])"))
+    after_loss = json.loads(
+        digest_in(
+            project, "__import__('json').dumps([p.stage_code_digest(), p.module_digest('binac_core.model.pretrain')])"
+        )
+    )
     assert after_loss[0] != before[0], "an edit to a module a stage imports changes the stage code digest"
     assert after_loss[1] == before[1], "a loss is not part of pretraining: the base model is kept"
     report = project / "binac_core" / "reports" / "study_report.py"  # imported by flows only: computes no stage
@@ -150,6 +163,11 @@ def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
 
 def test_module_closure_follows_imports_transitively():
     closure = module_closure("binac_core.model.pretrain")
-    assert {"binac_core.model.pretrain", "binac_core.model.tokenizer", "binac_core.foundation.config", "binac_core.errors"} <= closure
+    assert {
+        "binac_core.model.pretrain",
+        "binac_core.model.tokenizer",
+        "binac_core.foundation.config",
+        "binac_core.errors",
+    } <= closure
     assert "binac_core.rl.losses" not in closure and "binac_core.rl.update" not in closure
     assert module_closure("binac_core.errors") == {"binac_core", "binac_core.errors"}

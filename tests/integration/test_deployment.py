@@ -51,8 +51,10 @@ def wait_for_logs(api: str, flow_run_ids: list[str], line: str, guard: float = 3
 
     t0 = time.time()
     while True:
-        logs = [g["message"] for g in prefect_api(api, "logs/filter",
-                                                  {"logs": {"flow_run_id": {"any_": flow_run_ids}}, "limit": 200})]
+        logs = [
+            g["message"]
+            for g in prefect_api(api, "logs/filter", {"logs": {"flow_run_id": {"any_": flow_run_ids}}, "limit": 200})
+        ]
         if any(m.startswith(line) for m in logs) or time.time() - t0 > guard:
             return logs
         time.sleep(0.5)
@@ -60,8 +62,9 @@ def wait_for_logs(api: str, flow_run_ids: list[str], line: str, guard: float = 3
 
 def mlflow(base: str, path: str, body: dict | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{base}/api/2.0/mlflow/{path}", data=data,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{base}/api/2.0/mlflow/{path}", data=data, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.load(r)
 
@@ -72,8 +75,14 @@ def served(tmp_path_factory, micro_compare):
     stopped with `serve.py stop` at the end."""
     home = home_with_micro_base(tmp_path_factory, "binac-home-served", micro_compare)
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
-    env.update(BINAC_HOME=str(home), BINAC_PREFECT_PORT="0", BINAC_MLFLOW_PORT="0", HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_WORKER_QUERY_SECONDS="1")
+    env.update(
+        BINAC_HOME=str(home),
+        BINAC_PREFECT_PORT="0",
+        BINAC_MLFLOW_PORT="0",
+        HF_HUB_OFFLINE="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="1",
+    )
     if micro_compare["env"].get("BINAC_MODEL_CACHE"):  # the worker's runs find the micro base model there
         env["BINAC_MODEL_CACHE"] = micro_compare["env"]["BINAC_MODEL_CACHE"]
     groups: list[int] = []
@@ -82,10 +91,15 @@ def served(tmp_path_factory, micro_compare):
         groups = started_groups(home)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert len(groups) == 4  # Prefect server, MLflow, two workers
-        ports = dict(line.removeprefix("export ").split("=", 1)
-                     for line in (home / "serve" / "env.sh").read_text().splitlines())
-        yield {"home": home, "env": {**env, "PREFECT_API_URL": ports["PREFECT_API_URL"]},
-               "mlflow": ports["MLFLOW_UI"], "stdout": proc.stdout}
+        ports = dict(
+            line.removeprefix("export ").split("=", 1) for line in (home / "serve" / "env.sh").read_text().splitlines()
+        )
+        yield {
+            "home": home,
+            "env": {**env, "PREFECT_API_URL": ports["PREFECT_API_URL"]},
+            "mlflow": ports["MLFLOW_UI"],
+            "stdout": proc.stdout,
+        }
     finally:
         groups = groups or started_groups(home)
         stopped = subprocess.run([*SERVE, "stop"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
@@ -104,9 +118,24 @@ def test_compare_deployment_runs_on_real_servers(served):
         assert name in ls.stdout, ls.stdout
 
     def run_comparison():
-        run = subprocess.run([prefect, "deployment", "run", "compare/micro", "--param", "seeds=[0]", "--watch",
-                              "--watch-timeout", "900"], cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=960)
+        run = subprocess.run(
+            [
+                prefect,
+                "deployment",
+                "run",
+                "compare/micro",
+                "--param",
+                "seeds=[0]",
+                "--watch",
+                "--watch-timeout",
+                "900",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=960,
+        )
         assert run.returncode == 0 and "Completed" in run.stdout, run.stdout[-4000:] + run.stderr[-4000:]
 
     run_comparison()
@@ -142,16 +171,21 @@ def test_compare_deployment_runs_on_real_servers(served):
     assert all(t["seed"] == "0" and t["preset"] == "micro" for t in children.values())
     assert all(status[rid] == "FINISHED" for rid in children)
     for rid in children:
-        keys = {m["key"] for m in mlflow(base, f"metrics/get-history?run_id={rid}&metric_key=train/reward_first")
-                .get("metrics", [])}
+        keys = {
+            m["key"]
+            for m in mlflow(base, f"metrics/get-history?run_id={rid}&metric_key=train/reward_first").get("metrics", [])
+        }
         assert keys == {"train/reward_first"}
-    assert parents[0] in art["data"] and f"{base}/#/experiments/{exp['experiment_id']}/runs/{parents[0]}" \
-        in art["data"], art["data"]
+    assert (
+        parents[0] in art["data"] and f"{base}/#/experiments/{exp['experiment_id']}/runs/{parents[0]}" in art["data"]
+    ), art["data"]
     arts = mlflow(base, f"artifacts/list?run_id={parents[0]}&path=report").get("files", [])
     assert {"report/report.md", "report/report.html"} <= {a["path"] for a in arts}
 
-    rows = sqlrun.run(Workspace(home), "SELECT method, run_id, count(*) n, count(*) FILTER (WHERE split = 'train') t "
-                                       "FROM trajectories GROUP BY ALL")
+    rows = sqlrun.run(
+        Workspace(home),
+        "SELECT method, run_id, count(*) n, count(*) FILTER (WHERE split = 'train') t FROM trajectories GROUP BY ALL",
+    )
     assert set(rows["method"]) == METHODS and set(rows["run_id"]) == set(children)
     assert (rows["t"] > 0).all()
 
@@ -173,18 +207,58 @@ def test_deployment_runs_refuse_a_bad_parameter_with_the_clis_line_and_env_sh_pu
     home, env = served["home"], served["env"]
     bare = {k: v for k, v in env.items() if k not in ("PREFECT_API_URL", "VIRTUAL_ENV")}
     bare["PATH"] = "/usr/bin:/bin"
-    found = subprocess.run(["bash", "-c", f"source {home / 'serve' / 'env.sh'} && command -v prefect"],
-                           env=bare, capture_output=True, text=True, timeout=60)
+    found = subprocess.run(
+        ["bash", "-c", f"source {home / 'serve' / 'env.sh'} && command -v prefect"],
+        env=bare,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert found.stdout.strip() == str(Path(sys.executable).parent / "prefect"), found.stdout + found.stderr
 
-    cli = subprocess.run([sys.executable, "-m", "flows.cli", "compare", "--preset", "micro", "--methods", "bianc",
-                          "--seeds", "0", "--steps", "5"], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=300)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "compare",
+            "--preset",
+            "micro",
+            "--methods",
+            "bianc",
+            "--seeds",
+            "0",
+            "--steps",
+            "5",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert cli.returncode == 2 and cli.stderr.count("\n") == 1, cli.stderr
     prefect = str(Path(sys.executable).parent / "prefect")
-    run = subprocess.run([prefect, "deployment", "run", "compare/micro", "--param", 'methods=["bianc"]', "--watch",
-                          "--watch-timeout", "600"], cwd=REPO, env=env, capture_output=True, text=True, timeout=660)
+    run = subprocess.run(
+        [
+            prefect,
+            "deployment",
+            "run",
+            "compare/micro",
+            "--param",
+            'methods=["bianc"]',
+            "--watch",
+            "--watch-timeout",
+            "600",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=660,
+    )
     assert run.returncode != 0, run.stdout
-    (failed,) = prefect_api(env["PREFECT_API_URL"], "flow_runs/filter",
-                            {"flow_runs": {"state": {"type": {"any_": ["FAILED"]}}}})
+    (failed,) = prefect_api(
+        env["PREFECT_API_URL"], "flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["FAILED"]}}}}
+    )
     assert failed["state"]["message"] == cli.stderr.strip(), (failed["state"], cli.stderr)

@@ -18,9 +18,34 @@ sys.path.insert(0, str(REPO / "scripts"))
 import device_check as dc  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "device_check.py"
-ABSENT = ("prefect", "mlflow", "duckdb", "vllm", "math_verify", "pandas", "pyarrow", "scipy", "sklearn", "PIL",
-          "cloudpickle", "colorama", "dateutil", "dill", "google", "h2", "joblib", "narwhals", "pytz", "six",
-          "threadpoolctl", "charset_normalizer", "requests", "urllib3", "torchvision", "torchaudio")
+ABSENT = (
+    "prefect",
+    "mlflow",
+    "duckdb",
+    "vllm",
+    "math_verify",
+    "pandas",
+    "pyarrow",
+    "scipy",
+    "sklearn",
+    "PIL",
+    "cloudpickle",
+    "colorama",
+    "dateutil",
+    "dill",
+    "google",
+    "h2",
+    "joblib",
+    "narwhals",
+    "pytz",
+    "six",
+    "threadpoolctl",
+    "charset_normalizer",
+    "requests",
+    "urllib3",
+    "torchvision",
+    "torchaudio",
+)
 """Packages a lent device does not have (it has torch, transformers, peft, accelerate, safetensors, tokenizers and
 what they require; pydantic travels as wheels): hidden from the run (`HIDE`). Those that the dev install brings
 and transformers or torch import when present are among them."""
@@ -62,8 +87,14 @@ def cpu_run(tmp_path_factory) -> dict:
     """One CPU-mode run of every part, part 2 made to fail once its checks ran."""
     tmp = tmp_path_factory.mktemp("device-check")
     out = tmp / "out"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--cpu", "--out", str(out), "--inject-failure", "logprobs"],
-                          cwd=REPO, env=_env(tmp), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--cpu", "--out", str(out), "--inject-failure", "logprobs"],
+        cwd=REPO,
+        env=_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return {"proc": proc, "out": out, "results": json.loads((out / "results.json").read_text())}
 
 
@@ -73,8 +104,7 @@ def _number(value) -> bool:
 
 def test_the_absent_packages_are_hidden_from_the_run(tmp_path):
     probe = "import importlib.util as u; print([m for m in " + repr(ABSENT) + " if u.find_spec(m)])"
-    proc = subprocess.run([sys.executable, "-c", probe], env=_env(tmp_path), capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-c", probe], env=_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
@@ -101,8 +131,16 @@ def test_the_loop_part_times_each_phase_and_counts_each_updates_memory(cpu_run):
     assert loop["environment"]["cuda_available"] is False
     binac, grpo = loop["iterations"]
     assert (binac["method"], grpo["method"]) == ("binac", "grpo")
-    assert set(binac["phases_s"]) >= {"attempts", "feedback", "refined", "lookahead", "score", "actor update",
-                                      "critic update", "other"}
+    assert set(binac["phases_s"]) >= {
+        "attempts",
+        "feedback",
+        "refined",
+        "lookahead",
+        "score",
+        "actor update",
+        "critic update",
+        "other",
+    }
     assert all(_number(v) and v >= 0 for v in binac["phases_s"].values())
     assert [g["stage"] for g in binac["generation"]] == ["attempts", "feedback", "refined", "lookahead"]
     assert [g["stage"] for g in grpo["generation"]] == ["attempts"]
@@ -115,7 +153,8 @@ def test_the_loop_part_times_each_phase_and_counts_each_updates_memory(cpu_run):
         assert u["skipped_steps"] == 0 and _number(u["loss"]) and u["micro_batch"]["sequences"] > 0
         predicted = u["predicted_bytes"]
         assert isinstance(predicted["total"], int) and predicted["total"] == sum(
-            v for k, v in predicted.items() if k != "total")
+            v for k, v in predicted.items() if k != "total"
+        )
 
 
 def test_the_logprob_part_judges_both_samplers_before_its_injected_failure(cpu_run):
@@ -131,15 +170,22 @@ def test_the_logprob_part_judges_both_samplers_before_its_injected_failure(cpu_r
 
 def test_the_speed_part_times_each_sampler_at_each_batch(cpu_run):
     rows = cpu_run["results"]["parts"]["speed"]["rows"]
-    assert [(r["sampler"], r["batch"]) for r in rows] == [(s, b) for s in ("decode loop", "generate")
-                                                          for b in dc.CPU.speed_batches]
+    assert [(r["sampler"], r["batch"]) for r in rows] == [
+        (s, b) for s in ("decode loop", "generate") for b in dc.CPU.speed_batches
+    ]
     assert all(r["dtype"] == "float32" and r["tokens"] > 0 and _number(r["tokens_per_s"]) for r in rows)
 
 
 def test_without_a_cuda_device_the_cuda_mode_says_so_in_one_line(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], cwd=REPO, env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert proc.stdout.startswith("device_check: no CUDA device") and len(proc.stdout.strip().splitlines()) == 1
     assert json.loads((out / "results.json").read_text())["status"] == "unavailable"
@@ -178,8 +224,10 @@ def test_a_check_that_raises_is_recorded_and_the_part_goes_on():
 
 def test_a_part_past_its_budget_is_stopped_with_its_phase(tmp_path):
     result = tmp_path / "part" / "result.json"
-    child = ("import json, signal, sys; open(sys.argv[1], 'w').write(json.dumps({'status': 'running', "
-             "'phase': 'decoding'})); signal.pause()")
+    child = (
+        "import json, signal, sys; open(sys.argv[1], 'w').write(json.dumps({'status': 'running', "
+        "'phase': 'decoding'})); signal.pause()"
+    )
     state = dc.run_part([sys.executable, "-c", child, str(result)], result, 3.0, tmp_path / "log.txt", grace_s=0)
     assert state["status"] == "error" and state["error"].startswith("timed out after 3 s in phase")
     assert state["exit_code"] is not None and state["exit_code"] < 0  # stopped by a signal

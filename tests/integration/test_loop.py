@@ -40,8 +40,9 @@ def initial_adapters(home: Path) -> dict[str, AdapterRef]:
     return {name: AdapterRef(name, str(init / name), file_digest(init / name)) for name in ("actor", "critic")}
 
 
-def run_loop(base: Path, home: Path, method: str, steps: int, seed: int = SEED,
-             folder: Path | None = None) -> tuple[list[IterationResult], dict]:
+def run_loop(
+    base: Path, home: Path, method: str, steps: int, seed: int = SEED, folder: Path | None = None
+) -> tuple[list[IterationResult], dict]:
     """`steps` iterations of the loop from the comparison's initial adapters, in memory (or saving the adapters
     under `folder/step-<k>`); the results and the final adapters' tensors as the policy holds them."""
     cfg = load_config("micro")
@@ -58,19 +59,37 @@ def run_loop(base: Path, home: Path, method: str, steps: int, seed: int = SEED,
 
 def loop_rows(res: IterationResult) -> list[tuple]:
     """The stored row's columns compared, as the loop's records give them (one per feedback, else per attempt)."""
-    first = {(a.problem_id, a.sample_idx): (a.text, r) for a, r in zip(res.attempts, res.first_rewards.rewards, strict=True)}
+    first = {
+        (a.problem_id, a.sample_idx): (a.text, r) for a, r in zip(res.attempts, res.first_rewards.rewards, strict=True)
+    }
     if res.feedback is None:
         return sorted(((pid, k, 0, *first[(pid, k)], None, None, None, None) for pid, k in first), key=repr)
     critic = res.critic_rewards
-    return sorted(((f.problem_id, f.sample_idx, f.feedback_idx, *first[(f.problem_id, f.sample_idx)], f.text, y.text,
-                    r1, critic[i]) for i, (f, y, r1) in enumerate(zip(res.feedback, res.refined, res.refined_rewards.rewards,
-                                                                      strict=True))), key=repr)
+    return sorted(
+        (
+            (
+                f.problem_id,
+                f.sample_idx,
+                f.feedback_idx,
+                *first[(f.problem_id, f.sample_idx)],
+                f.text,
+                y.text,
+                r1,
+                critic[i],
+            )
+            for i, (f, y, r1) in enumerate(zip(res.feedback, res.refined, res.refined_rewards.rewards, strict=True))
+        ),
+        key=repr,
+    )
 
 
 def flow_rows(home: Path, method: str, step: int) -> list[tuple]:
-    df = sqlrun.run(Workspace(home), "SELECT problem_id, sample_idx, feedback_idx, attempt, attempt_reward, feedback, "
-                                     "refined, refined_reward, critic_reward FROM trajectories WHERE split = 'train' "
-                                     f"AND method = '{method}' AND step = {step}")
+    df = sqlrun.run(
+        Workspace(home),
+        "SELECT problem_id, sample_idx, feedback_idx, attempt, attempt_reward, feedback, "
+        "refined, refined_reward, critic_reward FROM trajectories WHERE split = 'train' "
+        f"AND method = '{method}' AND step = {step}",
+    )
     return sorted((tuple(None if pd.isna(v) else v for v in row) for row in df.itertuples(index=False)), key=repr)
 
 
@@ -90,8 +109,15 @@ def flow_adapter(home: Path, method: str, name: str, step: int) -> dict[str, tor
     return load_file(str(folder / "adapter_model.safetensors"))
 
 
-UPDATE_METRICS = ("train/actor_loss", "train/kl", "train/critic_loss", "train/actor_entropy",
-                  "train/critic_entropy", "train/actor_skipped_steps", "train/critic_skipped_steps")
+UPDATE_METRICS = (
+    "train/actor_loss",
+    "train/kl",
+    "train/critic_loss",
+    "train/actor_entropy",
+    "train/critic_entropy",
+    "train/actor_skipped_steps",
+    "train/critic_skipped_steps",
+)
 """The update statistics flows/train.py logs each iteration (where the update ran)."""
 
 

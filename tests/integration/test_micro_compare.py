@@ -28,8 +28,17 @@ def _identical(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-ALL = ["grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "self_correct", "oracle_critic",
-       "binac_disc"]
+ALL = [
+    "grpo",
+    "fixed_critic",
+    "binac",
+    "binac_lam0",
+    "binac_after",
+    "critic_only",
+    "self_correct",
+    "oracle_critic",
+    "binac_disc",
+]
 
 
 def test_compare_makes_one_parent_with_a_child_per_method_and_a_report(micro_compare):
@@ -47,10 +56,13 @@ def test_compare_makes_one_parent_with_a_child_per_method_and_a_report(micro_com
 
 
 def test_feedback_columns_filled_for_every_method_with_feedback(micro_compare):
-    df = sqlrun.run(Workspace(micro_compare["home"]), """
+    df = sqlrun.run(
+        Workspace(micro_compare["home"]),
+        """
         SELECT method, count(*) AS n, count(feedback) AS fb, count(refined) AS y1, count(refined_reward) AS r1,
                count(critic_reward) AS cr
-        FROM trajectories WHERE split = 'train' GROUP BY method""").set_index("method")
+        FROM trajectories WHERE split = 'train' GROUP BY method""",
+    ).set_index("method")
     for m in ALL[1:]:
         assert df.loc[m, "n"] > 0 and (df.loc[m, ["fb", "y1", "r1", "cr"]] == df.loc[m, "n"]).all(), m
     assert (df.loc["grpo", ["fb", "y1", "r1", "cr"]] == 0).all()
@@ -74,8 +86,9 @@ def test_oracle_critic_trains_the_actor_on_the_oracles_feedback_only(micro_compa
     (run,) = [d for d in (home / "runs").iterdir() if d.name.startswith("oracle_critic-s0-")]
     checked = 0
     for f in run.glob("step-*/feedback.json"):
-        attempts = {(a["problem_id"], a["sample_idx"]): a["text"]
-                    for a in json.loads((f.parent / "attempts.json").read_text())}
+        attempts = {
+            (a["problem_id"], a["sample_idx"]): a["text"] for a in json.loads((f.parent / "attempts.json").read_text())
+        }
         for fb in json.loads(f.read_text()):
             attempt = attempts[(fb["problem_id"], fb["sample_idx"])].strip()  # the prompt holds it stripped
             assert fb["text"] == synthetic.oracle_feedback(rows[fb["problem_id"]], attempt)
@@ -91,8 +104,11 @@ CRITIC_LEARNERS = ("binac", "binac_lam0", "binac_after", "critic_only")
 def _critic_had_signal(home, method: str) -> bool:
     """Whether some feedback group of the method's training rows had unequal critic rewards (a non-zero
     advantage: something for the critic's update to learn from)."""
-    df = sqlrun.run(Workspace(home), "SELECT count(DISTINCT critic_reward) AS n FROM trajectories WHERE method = "
-                                     f"'{method}' AND split = 'train' GROUP BY run_id, step, problem_id, sample_idx")
+    df = sqlrun.run(
+        Workspace(home),
+        "SELECT count(DISTINCT critic_reward) AS n FROM trajectories WHERE method = "
+        f"'{method}' AND split = 'train' GROUP BY run_id, step, problem_id, sample_idx",
+    )
     return bool((df["n"] > 1).any())
 
 
@@ -120,8 +136,10 @@ def test_critic_only_leaves_the_actor_bit_identical(micro_compare):
 def test_self_correct_feedback_is_the_fixed_instruction(micro_compare):
     from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 
-    df = sqlrun.run(Workspace(micro_compare["home"]),
-                    "SELECT DISTINCT feedback FROM trajectories WHERE method = 'self_correct' AND split = 'train'")
+    df = sqlrun.run(
+        Workspace(micro_compare["home"]),
+        "SELECT DISTINCT feedback FROM trajectories WHERE method = 'self_correct' AND split = 'train'",
+    )
     assert df["feedback"].tolist() == [SELF_CORRECT_FEEDBACK]
 
 
@@ -129,9 +147,17 @@ def test_self_correct_feedback_is_the_fixed_instruction(micro_compare):
 # Actor training: 16 attempts, + 32 refinements when the actor trains on its second turn; never the look-ahead.
 # Generated: 16 attempts, + 32 critic feedbacks when the critic writes them, + 32 refinements with a second turn,
 # + 32 look-ahead refinements.
-MICRO_COUNTS = {"grpo": (16, 16), "fixed_critic": (48, 80), "binac": (48, 112), "binac_lam0": (48, 80),
-                "binac_after": (48, 112), "critic_only": (0, 80), "self_correct": (48, 48), "oracle_critic": (48, 48),
-                "binac_disc": (48, 112)}
+MICRO_COUNTS = {
+    "grpo": (16, 16),
+    "fixed_critic": (48, 80),
+    "binac": (48, 112),
+    "binac_lam0": (48, 80),
+    "binac_after": (48, 112),
+    "critic_only": (0, 80),
+    "self_correct": (48, 48),
+    "oracle_critic": (48, 48),
+    "binac_disc": (48, 112),
+}
 
 
 def test_equal_actor_training_sample_budgets(micro_compare):
@@ -150,29 +176,47 @@ def test_equal_actor_training_sample_budgets(micro_compare):
         spec = method_spec(method)
         counted = set()
         for step in sorted(run.glob("step-*")):
-            files = {f.stem: json.loads(f.read_text()) for f in step.glob("*.json")
-                     if f.stem in ("attempts", "feedback", "refined", "lookahead")}
-            trained = (len(files["attempts"]) * spec.train_actor
-                       + len(files.get("refined", [])) * spec.actor_second_turn)
-            generated = (len(files["attempts"]) + sum(1 for fb in files.get("feedback", []) if fb["prompt_ids"])
-                         + len(files.get("refined", [])) + len(files.get("lookahead", [])))
+            files = {
+                f.stem: json.loads(f.read_text())
+                for f in step.glob("*.json")
+                if f.stem in ("attempts", "feedback", "refined", "lookahead")
+            }
+            trained = len(files["attempts"]) * spec.train_actor + len(files.get("refined", [])) * spec.actor_second_turn
+            generated = (
+                len(files["attempts"])
+                + sum(1 for fb in files.get("feedback", []) if fb["prompt_ids"])
+                + len(files.get("refined", []))
+                + len(files.get("lookahead", []))
+            )
             counted.add((trained, generated))
         iterations[method] = len(list(run.glob("step-*")))
         assert counted == {MICRO_COUNTS[method]}, (method, counted)
         trained = MICRO_COUNTS[method][0]
         if trained:
             assert budget - trained < iterations[method] * trained <= budget, (method, iterations[method])
-    assert iterations == {"grpo": 5, "fixed_critic": 1, "binac": 1, "binac_lam0": 1, "binac_after": 1,
-                          "critic_only": 5, "self_correct": 1, "oracle_critic": 1, "binac_disc": 1}
+    assert iterations == {
+        "grpo": 5,
+        "fixed_critic": 1,
+        "binac": 1,
+        "binac_lam0": 1,
+        "binac_after": 1,
+        "critic_only": 5,
+        "self_correct": 1,
+        "oracle_critic": 1,
+        "binac_disc": 1,
+    }
 
 
 def test_stored_and_logged_sample_counts_are_step_times_the_per_iteration_counts(micro_compare):
     """Every stored row (train and eval, step 0 included) carries the run's cumulative counts after its step, and
     MLflow's `train/actor_samples`, `train/generated_samples` histories and the `eval_at_*` copies agree."""
     ws = Workspace(micro_compare["home"])
-    df = sqlrun.run(ws, "SELECT method, run_id, split, step, min(actor_samples) AS a_lo, max(actor_samples) AS a_hi, "
-                        "min(generated_samples) AS g_lo, max(generated_samples) AS g_hi, count(*) AS n "
-                        f"FROM trajectories WHERE method IN ({', '.join(repr(m) for m in ALL)}) GROUP BY ALL")
+    df = sqlrun.run(
+        ws,
+        "SELECT method, run_id, split, step, min(actor_samples) AS a_lo, max(actor_samples) AS a_hi, "
+        "min(generated_samples) AS g_lo, max(generated_samples) AS g_hi, count(*) AS n "
+        f"FROM trajectories WHERE method IN ({', '.join(repr(m) for m in ALL)}) GROUP BY ALL",
+    )
     assert set(df.method) == set(ALL) and set(df.split) == {"train", "eval"}
     for row in df.itertuples(index=False):
         trained, generated = MICRO_COUNTS[row.method]
@@ -183,8 +227,9 @@ def test_stored_and_logged_sample_counts_are_step_times_the_per_iteration_counts
         trained, generated = MICRO_COUNTS[method]
         steps = sorted(m.step for m in c.get_metric_history(run_id, "train/actor_samples"))
         for name, per in (("train/actor_samples", trained), ("train/generated_samples", generated)):
-            assert sorted((m.step, m.value) for m in c.get_metric_history(run_id, name)) == \
-                [(s, s * per) for s in steps], (method, name)
+            assert sorted((m.step, m.value) for m in c.get_metric_history(run_id, name)) == [
+                (s, s * per) for s in steps
+            ], (method, name)
         evals = sorted(m.step for m in c.get_metric_history(run_id, "eval/acc_single"))
         at_generated = sorted(m.step for m in c.get_metric_history(run_id, "eval_at_generated/acc_single"))
         at_samples = sorted(m.step for m in c.get_metric_history(run_id, "eval_at_samples/acc_single"))
@@ -204,8 +249,9 @@ def test_no_critic_prompt_contains_the_reference_answer(micro_compare, micro_bas
     tok = AutoTokenizer.from_pretrained(str(micro_base))
     decoded = 0
     for f in (home / "runs").rglob("feedback.json"):
-        attempts = {(a["problem_id"], a["sample_idx"]): a["text"]
-                    for a in json.loads((f.parent / "attempts.json").read_text())}
+        attempts = {
+            (a["problem_id"], a["sample_idx"]): a["text"] for a in json.loads((f.parent / "attempts.json").read_text())
+        }
         for fb in json.loads(f.read_text()):
             if not fb["prompt_ids"]:  # the fixed self-correction text: no critic prompt
                 continue
@@ -232,33 +278,57 @@ def test_each_method_is_evaluated_with_the_feedback_source_it_trains_with(micro_
     from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
 
     ws = Workspace(micro_compare["home"])
-    df = sqlrun.run(ws, "SELECT method, protocol, feedback FROM trajectories WHERE split = 'eval' "
-                        "AND protocol IN ('feedback', 'gated')")
+    df = sqlrun.run(
+        ws,
+        "SELECT method, protocol, feedback FROM trajectories WHERE split = 'eval' "
+        "AND protocol IN ('feedback', 'gated')",
+    )
     sc = df[df.method == "self_correct"]
     assert len(sc) > 0 and set(sc.feedback) == {SELF_CORRECT_FEEDBACK}
     for m in ("grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "oracle_critic"):
         assert SELF_CORRECT_FEEDBACK not in set(df[df.method == m].feedback), m
     c = tracking.client(ws)
-    sources = {r.data.tags["method"]: r.data.tags.get("eval_feedback_source")
-               for r in c.search_runs([tracking.experiment_id(c, ws)]) if "mlflow.parentRunId" in r.data.tags}
-    assert sources == {"grpo": "critic_frozen", "fixed_critic": "critic_frozen", "binac": "critic",
-                       "binac_lam0": "critic", "binac_after": "critic", "critic_only": "critic",
-                       "self_correct": "fixed", "oracle_critic": "oracle", "binac_disc": "critic"}
+    sources = {
+        r.data.tags["method"]: r.data.tags.get("eval_feedback_source")
+        for r in c.search_runs([tracking.experiment_id(c, ws)])
+        if "mlflow.parentRunId" in r.data.tags
+    }
+    assert sources == {
+        "grpo": "critic_frozen",
+        "fixed_critic": "critic_frozen",
+        "binac": "critic",
+        "binac_lam0": "critic",
+        "binac_after": "critic",
+        "critic_only": "critic",
+        "self_correct": "fixed",
+        "oracle_critic": "oracle",
+        "binac_disc": "critic",
+    }
     assert "| self_correct | fixed instruction |" in micro_compare["stdout"]
     assert "| method | feedback source |" in micro_compare["stdout"]
 
 
-STUDY_TRAIN = ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",
-               "critic_approves_wrong", "critic_approves_right", "critic_signal", "critic_useful_mixed_frac",
-               "critic_signal_frac", "feedback_gain")
+STUDY_TRAIN = (
+    "zero_adv_frac",
+    "refine_zero_adv_frac",
+    "critic_hits_first_error",
+    "critic_false_alarm",
+    "critic_approves_wrong",
+    "critic_approves_right",
+    "critic_signal",
+    "critic_useful_mixed_frac",
+    "critic_signal_frac",
+    "feedback_gain",
+)
 STUDY_EVAL = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right")
 
 
 def _sql_equals_mlflow(ws: Workspace, split: str, names: tuple[str, ...]) -> set[str]:
     """Assert every value of sql/study_measures.sql (the latest comparison) equals the MLflow metric
     `<split>/<name>` at its step (a NULL: no metric there); return the names compared on a value at least once."""
-    df = sqlrun.run(ws, (Path(__file__).resolve().parents[2] / "sql" / "study_measures.sql").read_text(),
-                    {"split": split})
+    df = sqlrun.run(
+        ws, (Path(__file__).resolve().parents[2] / "sql" / "study_measures.sql").read_text(), {"split": split}
+    )
     assert len(df) > 0
     c, compared = tracking.client(ws), set()
     for row in df.itertuples(index=False):
@@ -280,8 +350,15 @@ def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
     stores, including the measures micro's near-chance critic leaves empty: tests/reports/test_study_measures.py.)"""
     ws = Workspace(micro_compare["home"])
     compared = _sql_equals_mlflow(ws, "train", STUDY_TRAIN)
-    assert {"zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_approves_wrong",
-            "critic_useful_mixed_frac", "critic_signal_frac", "feedback_gain"} <= compared, compared
+    assert {
+        "zero_adv_frac",
+        "refine_zero_adv_frac",
+        "critic_hits_first_error",
+        "critic_approves_wrong",
+        "critic_useful_mixed_frac",
+        "critic_signal_frac",
+        "feedback_gain",
+    } <= compared, compared
     assert "critic_hits_first_error" in _sql_equals_mlflow(ws, "eval", STUDY_EVAL)
 
 
@@ -291,8 +368,15 @@ def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
 # look-ahead refinements B·G·K = 256 each.
 
 
-HEALTH = ("verdict_accuracy", "balanced_accuracy", "approves_wrong", "flags_right", "verdict_missing",
-          "gain_when_flagged", "gain_when_approved")
+HEALTH = (
+    "verdict_accuracy",
+    "balanced_accuracy",
+    "approves_wrong",
+    "flags_right",
+    "verdict_missing",
+    "gain_when_flagged",
+    "gain_when_approved",
+)
 
 
 def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflow(micro_compare):
@@ -300,9 +384,12 @@ def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflo
     sql/critic_health.sql (per run, its own SQL over the stored rows) equals the MLflow metrics
     `<split>/critic/<measure>` of every run and step, for training and for the held-out `feedback` protocol."""
     ws = Workspace(micro_compare["home"])
-    df = sqlrun.run(ws, "SELECT method, count(feedback) AS fb, count(feedback_verdict) AS v, "
-                        "count(*) FILTER (WHERE feedback_verdict = 'none') AS missing "
-                        "FROM trajectories GROUP BY method").set_index("method")
+    df = sqlrun.run(
+        ws,
+        "SELECT method, count(feedback) AS fb, count(feedback_verdict) AS v, "
+        "count(*) FILTER (WHERE feedback_verdict = 'none') AS missing "
+        "FROM trajectories GROUP BY method",
+    ).set_index("method")
     assert df.loc["self_correct", "fb"] > 0 and df.loc["self_correct", "v"] == 0
     assert df.loc["grpo", "v"] == df.loc["grpo", "fb"]  # its held-out feedback is the frozen critic's
     for m in ALL[1:]:

@@ -28,8 +28,7 @@ def start(argv: list[str], env: dict, log: Path, driver: list[str] | None = None
     """A `binac` process in its own process group (so a kill reaches every process it started)."""
     cmd = [sys.executable, *(driver or ["-m", "flows.cli"]), *argv]
     with open(log, "wb") as out:
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -90,9 +89,12 @@ def test_two_runs_at_once_on_one_home_both_complete_with_their_own_rows(concurre
         rid = run.info.run_id
         assert run.info.status == "FINISHED"
         assert [m.step for m in c.get_metric_history(rid, "train/reward_first")] == [1, 2, 3]
-        counts = sqlrun.run(ws, f"SELECT split, protocol, step, count(*) n, count(DISTINCT (problem_id, sample_idx,"
-                                f" feedback_idx, round)) k, any_value(seed) seed FROM trajectories "
-                                f"WHERE run_id = '{rid}' GROUP BY ALL ORDER BY ALL")
+        counts = sqlrun.run(
+            ws,
+            f"SELECT split, protocol, step, count(*) n, count(DISTINCT (problem_id, sample_idx,"
+            f" feedback_idx, round)) k, any_value(seed) seed FROM trajectories "
+            f"WHERE run_id = '{rid}' GROUP BY ALL ORDER BY ALL",
+        )
         assert (counts["n"] == counts["k"]).all(), "no row stored twice"
         assert (counts["seed"].astype(str) == run.data.tags["seed"]).all(), "no row of the other run"
         train = counts[counts.split == "train"]
@@ -111,8 +113,9 @@ def test_sigkill_mid_iteration_then_rerun_ends_with_the_rows_of_a_run_that_never
     env, faults = binac_env(home, prefect_home), home / "faults"
     faults.mkdir()
     args, log = [*TRAIN, "--seed", "0"], home / "killed.log"
-    proc = start(args, {**env, "BINAC_FAULT": "shard:train@1:pause,shard:train@2:kill",
-                        "BINAC_FAULT_DIR": str(faults)}, log)
+    proc = start(
+        args, {**env, "BINAC_FAULT": "shard:train@1:pause,shard:train@2:kill", "BINAC_FAULT_DIR": str(faults)}, log
+    )
     try:
         wait_for_point(faults, "shard:train@1", proc, log)
         # Another process queries the store while the run is in the middle of writing it.
@@ -202,8 +205,11 @@ def test_a_failing_task_marks_the_run_failed_keeps_its_rows_and_a_retry_resumes_
     home = home_with_micro_base(tmp_path_factory, "binac-home-failing", micro_compare)
     env = binac_env(home, prefect_home)
     # The driver imports prefect before `binac` would set these: set them as `binac` does (flows/cli.py).
-    failing_env = {**env, "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "prefect"),
-                   "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect")}
+    failing_env = {
+        **env,
+        "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "prefect"),
+        "PREFECT_LOCAL_STORAGE_PATH": str(home / "prefect"),
+    }
     args, log = ["train", "--preset", "micro", "--method", "grpo", "--steps", "2", "--seed", "0"], home / "fail.log"
     proc = start(args, failing_env, log, driver=["-c", FAILING_DRIVER])
     try:

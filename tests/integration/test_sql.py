@@ -24,8 +24,7 @@ pytestmark = pytest.mark.integration
 
 def test_there_are_the_promised_queries():
     names = {p.stem for p in QUERIES}
-    assert {"feedback_search", "feedback_top_gain", "feedback_over_training", "feedback_use",
-            "method_summary"} <= names
+    assert {"feedback_search", "feedback_top_gain", "feedback_over_training", "feedback_use", "method_summary"} <= names
 
 
 @pytest.mark.parametrize("path", QUERIES, ids=lambda p: p.name)
@@ -42,9 +41,25 @@ def test_each_query_is_documented_and_runs_with_its_defaults(micro_compare, path
 def test_queries_run_from_the_cli_with_parameters_and_out(micro_compare, tmp_path):
     out = tmp_path / "top.csv"
     env = binac_env(micro_compare["home"], tmp_path / "prefect")
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "sql/feedback_top_gain.sql", "--param", "k=1",
-                           "--param", "split=eval", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "sql",
+            "sql/feedback_top_gain.sql",
+            "--param",
+            "k=1",
+            "--param",
+            "split=eval",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     import pandas as pd
 
@@ -68,7 +83,9 @@ def test_bm25_search_finds_a_planted_phrase(micro_compare, tmp_path):
     ws = Workspace(home)
     row = _stored_row(ws, "feedback IS NOT NULL AND split = 'train'")
     planted = "Step 2 is wrong: carry the zebra quantum before multiplying"
-    storage.write_shard(ws, "planted-run", "train", 1, [{**row, "run_id": "planted-run", "method": "binac", "feedback": planted}])
+    storage.write_shard(
+        ws, "planted-run", "train", 1, [{**row, "run_id": "planted-run", "method": "binac", "feedback": planted}]
+    )
     query = (REPO / "sql" / "feedback_search.sql").read_text()
 
     hits = sqlrun.run(ws, query, {"query": "quantum zebras"})  # stemmed: zebras -> zebra
@@ -94,8 +111,7 @@ def _metric_at(history, step):
 
 def test_statements_split_by_the_parser_and_parameters_must_be_declared(micro_compare):
     ws = Workspace(micro_compare["home"])
-    df = sqlrun.run(ws, "SELECT 'a;b' AS s; -- a comment; with a semicolon\nSELECT 'c;d' AS s, $k AS k",
-                    {"k": "3"})
+    df = sqlrun.run(ws, "SELECT 'a;b' AS s; -- a comment; with a semicolon\nSELECT 'c;d' AS s, $k AS k", {"k": "3"})
     assert df.to_dict("records") == [{"s": "c;d", "k": 3}]
     with pytest.raises(BinacError, match=r"\$k has no value"):
         sqlrun.run(ws, "SELECT $k")
@@ -106,9 +122,11 @@ def test_statements_split_by_the_parser_and_parameters_must_be_declared(micro_co
 def test_statement_splitting_on_hand_written_cases():
     assert sqlrun.statements("SELECT 1; SELECT 2;") == [("SELECT 1", set()), ("SELECT 2", set())]
     assert sqlrun.statements("SELECT 'a;$x' AS \"b;c\" /* d; $y */ -- e; $z\n; ; -- only a comment") == [
-        ("SELECT 'a;$x' AS \"b;c\" /* d; $y */ -- e; $z", set())]
+        ("SELECT 'a;$x' AS \"b;c\" /* d; $y */ -- e; $z", set())
+    ]
     assert sqlrun.statements("SELECT $a + $b, 'it''s;' WHERE x = $a") == [
-        ("SELECT $a + $b, 'it''s;' WHERE x = $a", {"a", "b"})]
+        ("SELECT $a + $b, 'it''s;' WHERE x = $a", {"a", "b"})
+    ]
     assert sqlrun.statements("-- nothing\n") == []
 
 
@@ -120,20 +138,24 @@ def test_method_summary_equals_the_mlflow_numbers(micro_compare):
     c = tracking.client(ws)
     # The comparison's training runs: the parent compare run has no rows of its own, and the benchmark evaluations
     # that share this store (tests/rl/test_evaluate.py, method "eval") belong to no comparison.
-    children = [r for r in c.search_runs([tracking.experiment_id(c, ws)])
-                if r.data.tags.get("mlflow.parentRunId") == parent]
+    children = [
+        r for r in c.search_runs([tracking.experiment_id(c, ws)]) if r.data.tags.get("mlflow.parentRunId") == parent
+    ]
     assert sorted(per_run["run_id"]) == sorted(r.info.run_id for r in children)
     compared = 0
     for row in per_run.to_dict("records"):
         keys = c.get_run(row["run_id"]).data.metrics.keys()
         gated = [k for k in keys if k.startswith("eval/acc_gated_k")]
-        for column, key in [("train/reward_first", "train/reward_first"),
-                            ("train/reward_refined", "train/reward_refined"),
-                            ("train/feedback_gain", "train/feedback_gain"),
-                            ("train/critic_reward", "train/critic_reward"),
-                            ("eval/acc_single", "eval/acc_single"), ("eval/acc_feedback", "eval/acc_feedback"),
-                            ("eval/acc_gated", gated[0] if gated else "eval/acc_gated"),
-                            ("eval/acc_single_start", "eval/acc_single")]:
+        for column, key in [
+            ("train/reward_first", "train/reward_first"),
+            ("train/reward_refined", "train/reward_refined"),
+            ("train/feedback_gain", "train/feedback_gain"),
+            ("train/critic_reward", "train/critic_reward"),
+            ("eval/acc_single", "eval/acc_single"),
+            ("eval/acc_feedback", "eval/acc_feedback"),
+            ("eval/acc_gated", gated[0] if gated else "eval/acc_gated"),
+            ("eval/acc_single_start", "eval/acc_single"),
+        ]:
             history = c.get_metric_history(row["run_id"], key)
             value = row[column]
             if value != value:  # NULL in SQL: MLflow has no such metric either
@@ -200,14 +222,27 @@ def test_a_client_holding_the_store_file_blocks_no_query_and_no_run(micro_compar
     ws = Workspace(home)
     storage.ensure_view(ws)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys\ncon = duckdb.connect(sys.argv[1])\n"
-         "con.execute('SELECT count(*) FROM trajectories').fetchall()\nprint('holding', flush=True)\nsys.stdin.read()",
-         str(ws.duckdb_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys\ncon = duckdb.connect(sys.argv[1])\n"
+            "con.execute('SELECT count(*) FROM trajectories').fetchall()\nprint('holding', flush=True)\nsys.stdin.read()",
+            str(ws.duckdb_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
         env = binac_env(home, tmp_path / "prefect")
-        proc = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "SELECT count(*) AS n FROM trajectories"],
-                              cwd=REPO, env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "sql", "SELECT count(*) AS n FROM trajectories"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0 and str(_shard_rows(home)) in proc.stdout, proc.stderr
         storage.ensure_view(ws)  # what `start-run` does
         row = _stored_row(ws)
@@ -272,11 +307,15 @@ def test_method_summary_of_the_latest_of_two_comparisons_equals_its_parent_runs_
     one, asked for by id, equals its own parent's."""
     home = home_with_micro_base(tmp_path_factory, "binac-home-two-comparisons", micro_compare)
     env = binac_env(home, prefect_home)
-    older = _parent_run_id(run_binac(["compare", "--preset", "micro", "--methods", "grpo", "--seeds", "0",
-                                      "--steps", "1"], env).stdout)
+    older = _parent_run_id(
+        run_binac(["compare", "--preset", "micro", "--methods", "grpo", "--seeds", "0", "--steps", "1"], env).stdout
+    )
     # fixed_critic: 48 actor samples per iteration on micro, the budget of 3 GRPO iterations
-    latest = _parent_run_id(run_binac(["compare", "--preset", "micro", "--methods", "grpo,fixed_critic",
-                                       "--seeds", "0,1", "--steps", "3"], env).stdout)
+    latest = _parent_run_id(
+        run_binac(
+            ["compare", "--preset", "micro", "--methods", "grpo,fixed_critic", "--seeds", "0,1", "--steps", "3"], env
+        ).stdout
+    )
     out = tmp_path / "summary.csv"
     proc = run_binac(["sql", "sql/method_summary.sql", "--out", str(out)], env)
     assert proc.stdout.startswith(f"comparison {latest} (latest): preset micro, 4 runs, rows from "), proc.stdout

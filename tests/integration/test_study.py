@@ -33,8 +33,16 @@ def test_the_shipped_study_expands_to_its_grid():
     st = load_study(REPO / "studies" / "sparse-feedback.yaml")
     runs = grid(st, {"moderate": 4, "sparse": 8})
     assert len(runs) == 2 * 8 * 5 and len({r.name for r in runs}) == len(runs)
-    assert {r.method for r in runs} == {"grpo", "fixed_critic", "critic_only", "self_correct", "binac", "binac_lam0",
-                                        "binac_after", "oracle_critic"}
+    assert {r.method for r in runs} == {
+        "grpo",
+        "fixed_critic",
+        "critic_only",
+        "self_correct",
+        "binac",
+        "binac_lam0",
+        "binac_after",
+        "oracle_critic",
+    }
     assert [r.seed for r in runs[:16]] == [0] * 16, "seed-major: a grid stopped early is balanced"
     cfg = st.config(4)
     assert (cfg.train.batch_problems, cfg.train.group_size, cfg.train.critic_group_size) == (8, 8, 4)
@@ -42,22 +50,27 @@ def test_the_shipped_study_expands_to_its_grid():
     assert "## The design (pre-registered" in st.design
 
 
-@pytest.mark.parametrize("edit, message", [
-    ({"methods": ["grpo", "gpro"]}, "unknown method 'gpro'"),
-    ({"seeds": [0, 0]}, "seeds must be distinct"),
-    ({"iterations": 0}, "iterations must be a positive integer"),
-    ({"regimes": {"x": {"difficulty": 4, "rule": {}}}}, "needs exactly one of difficulty, rule"),
-    ({"regimes": {"x": {"rule": {"search": [2, 8]}}}}, "rule needs one of all_wrong_frac_at_least"),
-    ({"regimes": {"x": {"rule": {"search": [2, 8], "single_closest_to": 0.3, "all_wrong_frac_at_least": 0.5}}}},
-     "bad rule"),
-    ({"variants": {"binac": {"a": {"train.actor_lr": 0.001}}}}, "variants of 'binac', which is not in methods"),
-    ({"variants": {"grpo": {"a": {"train.actor_rate": 0.001}}}}, "train.actor_rate"),
-    ({"variants": {"grpo": []}}, "variants of 'grpo' must be"),
-    ({"gates": {"shortcut": 0.05}}, "unknown gate 'shortcut'"),
-    ({"gates": {"oracle_gain_at_least": 2}}, "must be a share in"),
-    ({"colour": "red"}, "unknown key 'colour'"),
-    ({"preset": "nope"}, "unknown preset 'nope'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"methods": ["grpo", "gpro"]}, "unknown method 'gpro'"),
+        ({"seeds": [0, 0]}, "seeds must be distinct"),
+        ({"iterations": 0}, "iterations must be a positive integer"),
+        ({"regimes": {"x": {"difficulty": 4, "rule": {}}}}, "needs exactly one of difficulty, rule"),
+        ({"regimes": {"x": {"rule": {"search": [2, 8]}}}}, "rule needs one of all_wrong_frac_at_least"),
+        (
+            {"regimes": {"x": {"rule": {"search": [2, 8], "single_closest_to": 0.3, "all_wrong_frac_at_least": 0.5}}}},
+            "bad rule",
+        ),
+        ({"variants": {"binac": {"a": {"train.actor_lr": 0.001}}}}, "variants of 'binac', which is not in methods"),
+        ({"variants": {"grpo": {"a": {"train.actor_rate": 0.001}}}}, "train.actor_rate"),
+        ({"variants": {"grpo": []}}, "variants of 'grpo' must be"),
+        ({"gates": {"shortcut": 0.05}}, "unknown gate 'shortcut'"),
+        ({"gates": {"oracle_gain_at_least": 2}}, "must be a share in"),
+        ({"colour": "red"}, "unknown key 'colour'"),
+        ({"preset": "nope"}, "unknown preset 'nope'"),
+    ],
+)
 def test_a_bad_study_file_is_one_line_naming_the_value(tmp_path, edit, message):
     import yaml
 
@@ -92,8 +105,11 @@ def test_the_second_edition_expands_to_its_pilot_and_main_grids():
     assert all(r.overrides["train.lam"] == 0.25 for r in runs), "mu = lam (1 + alpha) = 0.5, the registered lambda"
     assert runs[0].overrides["train.eval_at_samples"] == 20 * 64 == runs[0].overrides["train.eval_at_generated"]
     cfg = pilot.config(5)
-    assert (cfg.task.modulus, cfg.task.critic_false_approval_rate, cfg.train.lam * (1 + cfg.train.alpha_shaping)) \
-        == (100, 0.5, 0.5)
+    assert (cfg.task.modulus, cfg.task.critic_false_approval_rate, cfg.train.lam * (1 + cfg.train.alpha_shaping)) == (
+        100,
+        0.5,
+        0.5,
+    )
     assert "second edition (pre-registered" in pilot.design
 
 
@@ -105,8 +121,10 @@ def test_the_main_second_edition_grid_and_its_gates():
     assert len(runs) == 2 * 8 * 5 and st.iterations == 60 and st.seeds == (0, 1, 2, 3, 4)
     assert runs[0].overrides["train.eval_at_samples"] == 60 * 64 == runs[0].overrides["train.eval_at_generated"]
     # the registered base's measurement at difficulty 3 (docs/results-study-v2.md): both gates fail
-    measured = {3: {"shortcut_n": 1040, "shortcut_right": 478 / 1040, "oracle": 0.342, "single": 0.351},
-                6: {"shortcut_n": 1000, "shortcut_right": 0.01, "oracle": 0.20, "single": 0.10}}
+    measured = {
+        3: {"shortcut_n": 1040, "shortcut_right": 478 / 1040, "oracle": 0.342, "single": 0.351},
+        6: {"shortcut_n": 1000, "shortcut_right": 0.01, "oracle": 0.20, "single": 0.10},
+    }
     failures = gate_failures(st, measured, {"moderate": 3, "sparse": 6})
     assert len(failures) == 2 and all("regime moderate (difficulty 3)" in f for f in failures)
     assert "478 of 1040" in failures[0] and "-0.9 points" in failures[1]
@@ -154,8 +172,7 @@ with run_lock(Path(home), key, "flow-run-1"):
 @pytest.mark.parametrize("ending", ["exits", "killed"])
 def test_the_run_lock_tells_a_killed_run_from_a_live_or_finished_one(tmp_path, ending):
     ready, finish = tmp_path / "ready", tmp_path / "finish"
-    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(tmp_path), "k1", str(ready), str(finish)],
-                            cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(tmp_path), "k1", str(ready), str(finish)], cwd=REPO)
     while not ready.exists():  # the holder says when it holds the lock: no sleep stands in for that
         assert proc.poll() is None
         time.sleep(0.02)
@@ -203,15 +220,25 @@ def _held_locks(home: Path) -> dict[str, dict]:
 
 @pytest.mark.integration
 @pytest.mark.timeout(1500)
-def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_in_its_archive(tmp_path_factory, micro_compare):
+def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_in_its_archive(
+    tmp_path_factory, micro_compare
+):
     home = home_with_micro_base(tmp_path_factory, "binac-home-study", micro_compare)
     faults = home / "faults"
     faults.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
-    env.update(BINAC_HOME=str(home), BINAC_PREFECT_PORT="0", BINAC_MLFLOW_PORT="0", HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_WORKER_QUERY_SECONDS="1", BINAC_WORKERS="2",
-               # every run the workers start pauses right after iteration 1's rows are stored
-               BINAC_FAULT="shard:train@1:pause", BINAC_FAULT_DIR=str(faults))
+    env.update(
+        BINAC_HOME=str(home),
+        BINAC_PREFECT_PORT="0",
+        BINAC_MLFLOW_PORT="0",
+        HF_HUB_OFFLINE="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="1",
+        BINAC_WORKERS="2",
+        # every run the workers start pauses right after iteration 1's rows are stored
+        BINAC_FAULT="shard:train@1:pause",
+        BINAC_FAULT_DIR=str(faults),
+    )
     if micro_compare["env"].get("BINAC_MODEL_CACHE"):
         env["BINAC_MODEL_CACHE"] = micro_compare["env"]["BINAC_MODEL_CACHE"]
     groups: list[int] = []
@@ -221,15 +248,21 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_i
         groups = _started_groups(home)
         assert started.returncode == 0, started.stdout + started.stderr
         assert "2 workers" in started.stdout and len(groups) == 4
-        ports = dict(line.removeprefix("export ").split("=", 1)
-                     for line in (home / "serve" / "env.sh").read_text().splitlines())
+        ports = dict(
+            line.removeprefix("export ").split("=", 1) for line in (home / "serve" / "env.sh").read_text().splitlines()
+        )
         cli_env = {**env, "PREFECT_API_URL": ports["PREFECT_API_URL"]}
         cli_env.pop("BINAC_FAULT")  # the study process itself stores nothing
         log = open(home / "study.log", "w")  # noqa: SIM115
         archive = tmp_path_factory.mktemp("study-archive") / "archive"  # each run archived as it finishes
-        study = subprocess.Popen([sys.executable, "-m", "flows.cli", "study", str(SMOKE), "--archive", str(archive)],
-                                 cwd=REPO, env=cli_env,
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        study = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "study", str(SMOKE), "--archive", str(archive)],
+            cwd=REPO,
+            env=cli_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         held = {}
         while len(held) < 2:  # both runs paused at once: each of the two workers took one
             assert study.poll() is None, (home / "study.log").read_text()[-3000:]
@@ -262,17 +295,31 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_i
         assert all(r.info.status == "FINISHED" for r in children)
         assert {a.path for a in c.list_artifacts(parent.info.run_id, "report")} >= {"report/report.md"}
 
-        dupes = sqlrun.run(ws, "SELECT run_id, split, protocol, step, problem_id, sample_idx, feedback_idx, round, "
-                               "count(*) AS n FROM trajectories GROUP BY ALL HAVING count(*) > 1")
+        dupes = sqlrun.run(
+            ws,
+            "SELECT run_id, split, protocol, step, problem_id, sample_idx, feedback_idx, round, "
+            "count(*) AS n FROM trajectories GROUP BY ALL HAVING count(*) > 1",
+        )
         assert dupes.empty, dupes
-        train = sqlrun.run(ws, "SELECT method, step, count(*) AS n FROM trajectories WHERE split = 'train' "
-                               "GROUP BY ALL ORDER BY ALL")
-        assert train.values.tolist() == [["fixed_critic", 1, 32], ["fixed_critic", 2, 32], ["grpo", 1, 16],
-                                         ["grpo", 2, 16]]
+        train = sqlrun.run(
+            ws, "SELECT method, step, count(*) AS n FROM trajectories WHERE split = 'train' GROUP BY ALL ORDER BY ALL"
+        )
+        assert train.values.tolist() == [
+            ["fixed_critic", 1, 32],
+            ["fixed_critic", 2, 32],
+            ["grpo", 1, 16],
+            ["grpo", 2, 16],
+        ]
         n_rows = len(sqlrun.run(ws, "SELECT * FROM trajectories"))
 
-        again = subprocess.run([sys.executable, "-m", "flows.cli", "study", str(SMOKE)], cwd=REPO, env=cli_env,
-                               capture_output=True, text=True, timeout=900)
+        again = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "study", str(SMOKE)],
+            cwd=REPO,
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
         assert "2/2 runs done: 2 done" in again.stdout, "nothing submitted again"
         assert len(sqlrun.run(ws, "SELECT * FROM trajectories")) == n_rows
@@ -286,9 +333,14 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_i
         assert (archive / "runs").is_dir() and len(list((archive / "runs").iterdir())) == 2
         fresh_home = tmp_path_factory.mktemp("fresh-home")
         fresh = {**cli_env, "BINAC_HOME": str(fresh_home)}
-        restored = subprocess.run([sys.executable, "-m", "flows.cli", "study", str(SMOKE), "--report-only",
-                                   "--archive", str(archive)], cwd=REPO, env=fresh, capture_output=True, text=True,
-                                  timeout=900)
+        restored = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "study", str(SMOKE), "--report-only", "--archive", str(archive)],
+            cwd=REPO,
+            env=fresh,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
         assert "restored 2 finished run(s)" in restored.stdout and "2/2 runs finished" in restored.stdout
         report = (home / "reports").glob("study-*/report.md")

@@ -42,7 +42,9 @@ def test_train_logs_three_points_and_stores_exactly_three_steps(trained):
     at_generated = c.get_metric_history(run.info.run_id, "eval_at_generated/acc_single")
     assert {m.step: m.value for m in at_generated} == {16 * k: v for k, v in by_step.items()}
     assert run.info.run_name == "grpo-micro-s0" and run.data.tags["budget_actor_samples"] == "48"
-    steps = sqlrun.run(ws, "SELECT step, count(*) n FROM trajectories WHERE split = 'train' GROUP BY step ORDER BY step")
+    steps = sqlrun.run(
+        ws, "SELECT step, count(*) n FROM trajectories WHERE split = 'train' GROUP BY step ORDER BY step"
+    )
     assert steps["step"].tolist() == [1, 2, 3]
     assert steps["n"].tolist() == [16, 16, 16]  # 4 problems x group of 4
     arts = {a.path for a in c.list_artifacts(run.info.run_id)}

@@ -15,8 +15,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.timeout(1800)
 @pytest.mark.needs_tool("chromium")
-def test_the_mlflow_ui_opens_on_the_runs_and_compares_at_equal_actor_samples(tmp_path_factory, micro_compare,
-                                                                           prefect_home):
+def test_the_mlflow_ui_opens_on_the_runs_and_compares_at_equal_actor_samples(
+    tmp_path_factory, micro_compare, prefect_home
+):
     home = home_with_micro_base(tmp_path_factory, "binac-home-ui", micro_compare)
     # 96 actor samples: 6 grpo iterations (16 each: B 4 x G 4) and 2 fixed_critic and 2 binac ones (48 each: the
     # 16 attempts and 32 refinements the actor trains on; binac's look-ahead refinements are not counted). The

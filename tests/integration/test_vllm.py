@@ -66,15 +66,27 @@ def smol_dir():
 def test_gpu_check_passes_every_row_here_and_writes_its_results(smol_dir, tmp_path):
     out = tmp_path / "check"
     env = {**os.environ, "BINAC_MODEL_CACHE": str(MODEL_CACHE)}
-    proc = subprocess.run([sys.executable, "scripts/gpu_check.py", "--out", str(out), "--model", str(smol_dir)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3000)
+    proc = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--out", str(out), "--model", str(smol_dir)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     results = json.loads((out / "results.json").read_text())
     assert proc.returncode == 0, proc.stdout[-4000:] + (out / "results.md").read_text()
     (run,) = results["runs"]
     assert run["status"] == "pass" and run["dtype"] == "float32"
     assert [r["label"] for r in run["rows"]] == [
-        "actor T=1", "actor T=0.7", "actor T=0 (greedy)", "critic T=1", "actor re-saved (new digest) T=1",
-        "no adapter T=1", "HFBackend actor T=1 (HF sampler vs trainer)"]
+        "actor T=1",
+        "actor T=0.7",
+        "actor T=0 (greedy)",
+        "critic T=1",
+        "actor re-saved (new digest) T=1",
+        "no adapter T=1",
+        "HFBackend actor T=1 (HF sampler vs trainer)",
+    ]
     for row in run["rows"]:
         assert row["ok"] and row["tokens"] >= 100 and row["prompt_mismatches"] == 0, row
     assert (out / "results.md").read_text().startswith("# gpu_check")
@@ -95,8 +107,10 @@ def engine(smol_dir, tmp_path_factory):
     shutdown_engine()
 
 
-PROMPTS = [[{"role": "user", "content": f"What is {a} plus {b}? Answer with the number only."}]
-           for a, b in ((3, 4), (12, 30), (7, 8), (100, 1))]
+PROMPTS = [
+    [{"role": "user", "content": f"What is {a} plus {b}? Answer with the number only."}]
+    for a, b in ((3, 4), (12, 30), (7, 8), (100, 1))
+]
 
 
 def test_the_same_seed_gives_the_same_tokens_and_another_seed_others(engine):
@@ -156,8 +170,9 @@ def test_a_second_backend_shares_the_engine_and_its_adapter_ids(engine, smol_dir
     ref = policy.save("actor", tmp_path / "actor-new")
     served = second.generate(PROMPTS, ref, SamplingParams(12, 1.0, 1.0, seed=4))
     with torch.no_grad():
-        trainer = gc.trainer_logprobs(policy, ref, [g.prompt_ids for g in served], [g.token_ids for g in served],
-                                      1.0, 8)
+        trainer = gc.trainer_logprobs(
+            policy, ref, [g.prompt_ids for g in served], [g.token_ids for g in served], 1.0, 8
+        )
     assert compare_logprobs(trainer, [g.logprobs for g in served])["mean_abs"] < 0.005
 
 
@@ -173,9 +188,18 @@ def test_every_end_of_turn_id_stops_as_in_hfbackend(engine):
     assert backend.stop_ids == HFBackend(policy).eos_ids and backend.stop_ids
     prompt = TokensPrompt(prompt_token_ids=backend.render(PROMPTS[0], 8))
     for stop in backend.stop_ids:
-        (out,) = backend.llm.generate([prompt], VSP(max_tokens=8, temperature=1.0, seed=0, detokenize=False,
-                                                    stop_token_ids=backend.stop_ids, allowed_token_ids=[stop]),
-                                      use_tqdm=False)
+        (out,) = backend.llm.generate(
+            [prompt],
+            VSP(
+                max_tokens=8,
+                temperature=1.0,
+                seed=0,
+                detokenize=False,
+                stop_token_ids=backend.stop_ids,
+                allowed_token_ids=[stop],
+            ),
+            use_tqdm=False,
+        )
         assert list(out.outputs[0].token_ids) == [stop]
     natural = backend.generate(PROMPTS, None, SamplingParams(48, 0.0, 1.0))
     assert any(g.token_ids[-1] in backend.stop_ids for g in natural)
@@ -201,9 +225,16 @@ def _no_engine_left(before):
     assert not shm - before[1], f"shared memory left: {shm - before[1]}"
 
 
-SMALL = ["train.batch_problems=2", "train.group_size=2", "train.critic_group_size=1", "train.micro_batch_size=4",
-         "task.n_test=2", "generation.max_new_tokens=12", "generation.feedback_max_new_tokens=8",
-         "generation.backend=vllm"]
+SMALL = [
+    "train.batch_problems=2",
+    "train.group_size=2",
+    "train.critic_group_size=1",
+    "train.micro_batch_size=4",
+    "task.n_test=2",
+    "generation.max_new_tokens=12",
+    "generation.feedback_max_new_tokens=8",
+    "generation.backend=vllm",
+]
 
 
 def test_one_binac_iteration_on_smol_synthetic_with_vllm(tmp_path, prefect_home, smol_dir):
@@ -220,8 +251,9 @@ def test_one_binac_iteration_on_smol_synthetic_with_vllm(tmp_path, prefect_home,
     run_binac(args, binac_env(home, prefect_home), timeout=2400)
     _no_engine_left(before)
     ws = Workspace(home)
-    rows = sqlrun.run(ws, "SELECT split, protocol, count(*) n, count(feedback) fb FROM trajectories "
-                          "GROUP BY ALL ORDER BY ALL")
+    rows = sqlrun.run(
+        ws, "SELECT split, protocol, count(*) n, count(feedback) fb FROM trajectories GROUP BY ALL ORDER BY ALL"
+    )
     got = {(r.split, r.protocol): (r.n, r.fb) for r in rows.itertuples()}
     assert got[("train", "train")] == (4, 4) and got[("eval", "single")][0] == 4 and ("eval", "feedback") in got
     c = tracking.client(ws)
@@ -239,8 +271,21 @@ def test_a_gpu_preset_runs_through_the_same_code_with_smol_in_place_of_its_model
 
     home = tmp_path / "home"
     before = engine_leftovers()
-    args = ["train", "--preset", "llama1b-math", "--method", "binac", "--steps", "1", "--seed", "0",
-            "--set", f"model.hub_id={smol_dir}", "--set", "model.dtype=float32"]
+    args = [
+        "train",
+        "--preset",
+        "llama1b-math",
+        "--method",
+        "binac",
+        "--steps",
+        "1",
+        "--seed",
+        "0",
+        "--set",
+        f"model.hub_id={smol_dir}",
+        "--set",
+        "model.dtype=float32",
+    ]
     for item in [*SMALL[:-3], "generation.max_new_tokens=32", "generation.feedback_max_new_tokens=16"]:
         args += ["--set", item]
     run_binac(args, binac_env(home, prefect_home), timeout=2400)
@@ -271,7 +316,23 @@ def test_one_binac_iteration_on_a_micro_model_with_vllm(tmp_path, prefect_home):
     """The micro preset with 2 heads (head size 32, which vLLM's CPU attention supports; the preset's 16 is not)."""
     home = tmp_path / "home"
     before = engine_leftovers()
-    run_binac(["train", "--preset", "micro", "--method", "binac", "--steps", "1", "--seed", "0",
-               "--set", "generation.backend=vllm", "--set", "model.num_heads=2"],
-              binac_env(home, prefect_home), timeout=2400)
+    run_binac(
+        [
+            "train",
+            "--preset",
+            "micro",
+            "--method",
+            "binac",
+            "--steps",
+            "1",
+            "--seed",
+            "0",
+            "--set",
+            "generation.backend=vllm",
+            "--set",
+            "model.num_heads=2",
+        ],
+        binac_env(home, prefect_home),
+        timeout=2400,
+    )
     _no_engine_left(before)

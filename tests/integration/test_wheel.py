@@ -30,32 +30,49 @@ def wheel_venv(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
     src, wheels = work / "src", work / "wheels"  # built from a copy: a build leaves build/ and *.egg-info behind
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", ".binac", "build", "*.egg-info"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(wheels), str(src)], check=True, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(src)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
-    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     deps = [p for p in {sysconfig.get_paths()["purelib"], *site.getsitepackages()} if Path(p).is_dir()]
     (Path(purelib) / "binac-deps.pth").write_text("\n".join(deps) + "\n")
     (whl,) = wheels.glob("binac-*.whl")
-    subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(whl)], check=True,
-                   capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [py, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(whl)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return venv
 
 
 def _run(venv: Path, args: list[str], env: dict, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
     env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    return subprocess.run([str(venv / "bin" / args[0]), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [str(venv / "bin" / args[0]), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_wheel_holds_every_subpackage_and_data_file(wheel_venv, tmp_path):
-    code = ("import binac_core, binac_core.benchmarks, binac_core.foundation.config as c, binac_core.store.sqlrun as s;"
-            "from binac_core.store import storage as st;"
-            "print(binac_core.__file__); print(len(c.preset_names())); print(st.SCHEMA_SQL, st.SCHEMA_SQL.is_file());"
-            "print(','.join(sorted(p.name for p in s.QUERY_DIR.glob('*.sql'))))")
+    code = (
+        "import binac_core, binac_core.benchmarks, binac_core.foundation.config as c, binac_core.store.sqlrun as s;"
+        "from binac_core.store import storage as st;"
+        "print(binac_core.__file__); print(len(c.preset_names())); print(st.SCHEMA_SQL, st.SCHEMA_SQL.is_file());"
+        "print(','.join(sorted(p.name for p in s.QUERY_DIR.glob('*.sql'))))"
+    )
     proc = _run(wheel_venv, ["python", "-c", code], dict(os.environ), tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     where, presets, schema, schema_found, queries = proc.stdout.split()

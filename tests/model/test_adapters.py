@@ -31,25 +31,41 @@ def _samples(policy, name, folder):
     backend = HFBackend(policy, 8)
     msgs = [[{"role": "user", "content": f"Solve: {d} +3 *2"}] for d in range(4)]
     gens = backend.generate(msgs, ref, SamplingParams(8, 1.0, 1.0, seed=1))
-    return [Sample(g.prompt_ids, g.token_ids, g.logprobs, adv) for g, adv in zip(gens, [1.0, -1.0, 0.5, -0.5],
-                                                                               strict=True)]
+    return [
+        Sample(g.prompt_ids, g.token_ids, g.logprobs, adv) for g, adv in zip(gens, [1.0, -1.0, 0.5, -0.5], strict=True)
+    ]
 
 
 @pytest.mark.parametrize("updated, other, passes, kl_coef", [("actor", "critic", 1, 0.1), ("critic", "actor", 2, 0.0)])
 def test_an_update_changes_only_its_adapter(policy, tmp_path, updated, other, passes, kl_coef):
     before = {n: policy.adapter_state(n) for n in ("actor", "critic")}
-    policy_update(policy, updated, _samples(policy, updated, tmp_path), UpdateSettings.of(policy.cfg, updated, passes=passes, kl_coef=kl_coef))
+    policy_update(
+        policy,
+        updated,
+        _samples(policy, updated, tmp_path),
+        UpdateSettings.of(policy.cfg, updated, passes=passes, kl_coef=kl_coef),
+    )
     after = {n: policy.adapter_state(n) for n in ("actor", "critic")}
     assert any(not torch.equal(before[updated][k], after[updated][k]) for k in before[updated])
     assert all(torch.equal(before[other][k], after[other][k]) for k in before[other])
 
 
 def test_save_then_sync_restores_weights_and_optimizer_exactly(policy, tmp_path):
-    policy_update(policy, "actor", _samples(policy, "actor", tmp_path), UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))
+    policy_update(
+        policy,
+        "actor",
+        _samples(policy, "actor", tmp_path),
+        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0),
+    )
     ref = policy.save("actor", tmp_path / "actor")
     saved = policy.adapter_state("actor")
     opt_state = {k: v.clone() for k, v in policy.optimizers["actor"].state_dict()["state"][0].items()}
-    policy_update(policy, "actor", _samples(policy, "actor", tmp_path / "later"), UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))  # drift
+    policy_update(
+        policy,
+        "actor",
+        _samples(policy, "actor", tmp_path / "later"),
+        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0),
+    )  # drift
     policy.loaded.pop("actor")
     policy.sync(ref)
     assert all(torch.equal(saved[k], v) for k, v in policy.adapter_state("actor").items())
@@ -63,7 +79,12 @@ def test_first_pass_is_on_policy(policy, tmp_path, monkeypatch, name):
     """The real update recomputes exactly the sampling log-probs (ratio 1), so nothing is clipped on pass one,
     even with LoRA dropout configured and an adapter that is not the identity any more."""
     assert policy.cfg.lora.dropout > 0
-    policy_update(policy, name, _samples(policy, name, tmp_path / "warm"), UpdateSettings.of(policy.cfg, name, passes=1, kl_coef=0.0))
+    policy_update(
+        policy,
+        name,
+        _samples(policy, name, tmp_path / "warm"),
+        UpdateSettings.of(policy.cfg, name, passes=1, kl_coef=0.0),
+    )
     with torch.no_grad():  # move the adapter well away from LoRA's identity start, so dropout would matter
         for p in policy.params(name):
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)

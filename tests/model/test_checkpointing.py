@@ -26,8 +26,15 @@ def policy(tmp_path_factory):
 
 def _samples():
     gen = torch.Generator().manual_seed(5)
-    return [Sample(torch.randint(3, 60, (6 + k % 3,), generator=gen).tolist(),
-                   torch.randint(3, 60, (20 + k,), generator=gen).tolist(), [], 1.0) for k in range(8)]
+    return [
+        Sample(
+            torch.randint(3, 60, (6 + k % 3,), generator=gen).tolist(),
+            torch.randint(3, 60, (20 + k,), generator=gen).tolist(),
+            [],
+            1.0,
+        )
+        for k in range(8)
+    ]
 
 
 def _run(policy, on: bool):

@@ -96,8 +96,10 @@ def test_a_seed_reproduces_its_samples_and_another_seed_does_not(loaded):
     backend = HFBackend(policy, 6)
 
     def run(seed):
-        return [(g.token_ids, g.logprobs) for g in backend.generate(_prompts(), ref, SamplingParams(12, 1.0, 1.0,
-                                                                                                   seed=seed))]
+        return [
+            (g.token_ids, g.logprobs)
+            for g in backend.generate(_prompts(), ref, SamplingParams(12, 1.0, 1.0, seed=seed))
+        ]
 
     assert run(7) == run(7)
     assert run(7) != run(8)
@@ -127,12 +129,20 @@ def test_first_tokens_follow_softmax_of_logits_over_temperature(loaded):
     has the power to see a wrong temperature."""
     policy, ref = loaded
     n = 20_000
-    ids = policy.tokenizer.apply_chat_template(_prompts(1)[0], add_generation_prompt=True, tokenize=True,
-                                               return_dict=False)
+    ids = policy.tokenizer.apply_chat_template(
+        _prompts(1)[0], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     with policy.using(ref), torch.no_grad():
         logits = policy.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
-        out = decode.sample(policy.model, torch.tensor([ids] * n), torch.ones(n, len(ids), dtype=torch.long), 1,
-                            TEMPERATURE, [], torch.Generator().manual_seed(0))
+        out = decode.sample(
+            policy.model,
+            torch.tensor([ids] * n),
+            torch.ones(n, len(ids), dtype=torch.long),
+            1,
+            TEMPERATURE,
+            [],
+            torch.Generator().manual_seed(0),
+        )
     counts = torch.bincount(out.tokens[:, 0], minlength=logits.shape[0])
     stat, df = _chi_square(counts, torch.softmax(logits / TEMPERATURE, -1))
     assert df >= 10, "too few well-populated tokens for the test to mean anything"

@@ -32,9 +32,15 @@ def policy(tmp_path_factory):
 
 def _samples(n=16):
     gen = torch.Generator().manual_seed(3)
-    return [Sample(torch.randint(3, 60, (int(5 + k % 4),), generator=gen).tolist(),
-                   torch.randint(3, 60, (int(3 + k % 6),), generator=gen).tolist(), [-1.0] * int(3 + k % 6),
-                   1.0 if k % 2 else -1.0) for k in range(n)]
+    return [
+        Sample(
+            torch.randint(3, 60, (int(5 + k % 4),), generator=gen).tolist(),
+            torch.randint(3, 60, (int(3 + k % 6),), generator=gen).tolist(),
+            [-1.0] * int(3 + k % 6),
+            1.0 if k % 2 else -1.0,
+        )
+        for k in range(n)
+    ]
 
 
 def _logp_and_grads(policy, merged: bool):

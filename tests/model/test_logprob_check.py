@@ -77,9 +77,12 @@ def test_judge_applies_each_bound_of_the_stated_tolerance():
 def test_prefix_agreement_speedups_and_overall_status():
     g = lc.prefix_agreement([[1, 2, 3], [1, 2, 3, 4]], [[1, 2, 3], [1, 9, 3]])
     assert g == {"sequences": 2, "identical": 0.5, "mean_prefix_fraction": pytest.approx((1 + 1 / 4) / 2)}
-    rows = [{"backend": "hf", "batch": 1, "tokens_per_s": 50.0}, {"backend": "vllm", "batch": 1, "tokens_per_s": 200.0},
-            {"backend": "hf", "batch": 32, "tokens_per_s": 400.0},
-            {"backend": "vllm", "batch": 32, "tokens_per_s": 6000.0}]
+    rows = [
+        {"backend": "hf", "batch": 1, "tokens_per_s": 50.0},
+        {"backend": "vllm", "batch": 1, "tokens_per_s": 200.0},
+        {"backend": "hf", "batch": 32, "tokens_per_s": 400.0},
+        {"backend": "vllm", "batch": 32, "tokens_per_s": 6000.0},
+    ]
     assert lc.speedups(rows) == {"1": 4.0, "32": 15.0}
     assert lc.overall_status([{"status": "pass"}, {"status": "pass"}]) == ("pass", 0)
     assert lc.overall_status([{"status": "error"}, {"status": "fail"}]) == ("fail", 1)

@@ -19,8 +19,10 @@ def _rss_mib() -> float:
     raise AssertionError("no VmRSS")
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                    reason="malloc_trim is glibc's; other allocators return memory on their own terms")
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="malloc_trim is glibc's; other allocators return memory on their own terms",
+)
 def test_freed_heap_blocks_below_a_live_one_are_returned():
     assert ctypes.util.find_library("c")
     # 64 KiB blocks come from the heap (below glibc's mmap threshold); a block allocated after them pins the
@@ -58,8 +60,7 @@ print(before - rss())
 """
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                    reason="mallopt is glibc's")
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_large_blocks_are_unmapped_when_freed_only_with_map_large_blocks():
     import subprocess
     import sys

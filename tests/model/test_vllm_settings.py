@@ -70,9 +70,25 @@ def test_binac_train_with_vllm_absent_or_a_head_size_it_lacks_exits_2_with_one_l
     from conftest import REPO
 
     env = {**os.environ, "BINAC_HOME": str(tmp_path / "home")}
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "train", "--preset", "micro", "--steps", "1",
-                           "--set", "generation.backend=vllm"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "train",
+            "--preset",
+            "micro",
+            "--steps",
+            "1",
+            "--set",
+            "generation.backend=vllm",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:]
     if importlib.util.find_spec("vllm") is None:

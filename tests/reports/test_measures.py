@@ -79,17 +79,31 @@ def test_critic_error_measures_on_hand_labelled_feedback():
     m = critic_error_measures(stored_rows(rows))
     # approves right: over the six rows with r0 > 0 (two lucky, four right), the three that approve (the lucky
     # attempt's "Looks correct.", the right attempt's "Looks correct." and "Step 1 is wrong. Looks correct.")
-    assert m == pytest.approx({"critic_hits_first_error": 3 / 7, "critic_false_alarm": 3 / 5,
-                               "critic_approves_wrong": 2 / 7, "critic_approves_right": 3 / 6})
+    assert m == pytest.approx(
+        {
+            "critic_hits_first_error": 3 / 7,
+            "critic_false_alarm": 3 / 5,
+            "critic_approves_wrong": 2 / 7,
+            "critic_approves_right": 3 / 6,
+        }
+    )
     none = critic_error_measures(stored_rows([(RIGHT, 1.0, "Looks correct.", "no alarm")]))
-    assert none == {"critic_hits_first_error": None, "critic_false_alarm": 0.0, "critic_approves_wrong": None,
-                    "critic_approves_right": 1.0}
+    assert none == {
+        "critic_hits_first_error": None,
+        "critic_false_alarm": 0.0,
+        "critic_approves_wrong": None,
+        "critic_approves_right": 1.0,
+    }
     wrong_only = critic_error_measures(stored_rows([(WRONG_AT_1, 0.0, "Looks correct.", "approves a wrong one")]))
     assert wrong_only["critic_approves_wrong"] == 1.0 and wrong_only["critic_approves_right"] is None
     # rows without the approval column (binac_core/studies/regimes.py's): hits and alarms only
     bare = [{"first_wrong_step": 2, "feedback_step": 2}, {"first_wrong_step": None, "feedback_step": 1}]
-    assert critic_error_measures(bare) == {"critic_hits_first_error": 1.0, "critic_false_alarm": 1.0,
-                                           "critic_approves_wrong": None, "critic_approves_right": None}
+    assert critic_error_measures(bare) == {
+        "critic_hits_first_error": 1.0,
+        "critic_false_alarm": 1.0,
+        "critic_approves_wrong": None,
+        "critic_approves_right": None,
+    }
 
 
 def test_records_fill_feedback_approves_only_with_an_analysis():
@@ -97,11 +111,17 @@ def test_records_fill_feedback_approves_only_with_an_analysis():
     assert [r["feedback_approves"] for r in rows] == [True, False]
     meta = RunIdentity(run_id="r", method="m", preset="p", seed=0, benchmark="synthetic")
     a = Attempt("q", 0, "", [], RIGHT, [], [])
-    without_feedback = trajectory_rows(meta, 1, ScoredBatch([a], [1.0]), split="eval", protocol="single",
-                                       questions={"q": Q})
+    without_feedback = trajectory_rows(
+        meta, 1, ScoredBatch([a], [1.0]), split="eval", protocol="single", questions={"q": Q}
+    )
     f = Feedback("q", 0, 0, "Looks correct.", [], [], [])
-    without_analysis = trajectory_rows(meta, 1, ScoredBatch([a], [1.0], [f], [Refinement("q", 0, 0, [], "", [], [])],
-                                                            [1.0]), split="train", protocol="train")
+    without_analysis = trajectory_rows(
+        meta,
+        1,
+        ScoredBatch([a], [1.0], [f], [Refinement("q", 0, 0, [], "", [], [])], [1.0]),
+        split="train",
+        protocol="train",
+    )
     assert without_feedback[0]["feedback_approves"] is None and without_analysis[0]["feedback_approves"] is None
 
 
@@ -123,14 +143,16 @@ def group_rows(groups: list[tuple[str, list[tuple[str, float]]]], problem: str =
     `groups[i]` = (attempt, [(feedback, critic reward), ...]); refinements all r1 = 0."""
     meta = RunIdentity(run_id="r", method="m", preset="p", seed=0, benchmark="synthetic")
     attempts = [Attempt(problem, i, "", [], attempt, [], []) for i, (attempt, _) in enumerate(groups)]
-    feedback = [Feedback(problem, i, k, text, [], [], []) for i, (_, fs) in enumerate(groups)
-                for k, (text, _) in enumerate(fs)]
+    feedback = [
+        Feedback(problem, i, k, text, [], [], []) for i, (_, fs) in enumerate(groups) for k, (text, _) in enumerate(fs)
+    ]
     refined = [Refinement(problem, f.sample_idx, f.feedback_idx, [], "", [], []) for f in feedback]
     rewards = [c for _, fs in groups for _, c in fs]
     first = [synthetic.grade_response(synthetic.make_row(Q), a.text) for a in attempts]
     scored = ScoredBatch(attempts, first, feedback, refined, [0.0] * len(feedback))
-    return trajectory_rows(meta, 1, scored, split="train", protocol="train", critic_rewards=rewards,
-                           questions={problem: Q})
+    return trajectory_rows(
+        meta, 1, scored, split="train", protocol="train", critic_rewards=rewards, questions={problem: Q}
+    )
 
 
 def test_usefulness_by_hand():
@@ -154,14 +176,16 @@ def test_usefulness_by_hand():
 
 
 def test_critic_signal_ranks_useful_feedback_against_useless_feedback_by_hand():
-    rows = group_rows([
-        # u = 1, 0, 0; rewards 1, 0, 1: pairs (a, b) +1, (a, c) 0 (a tie)
-        (WRONG_AT_2, [("Step 2 is wrong.", 1.0), ("Looks correct.", 0.0), ("Step 3 is wrong.", 1.0)]),
-        # u = 1, 1, 0; rewards 0, 2, 1: pairs (a, c) -1, (b, c) +1
-        (RIGHT, [("Looks correct.", 0.0), ("Looks correct.", 2.0), ("Step 1 is wrong.", 1.0)]),
-        (WRONG_AT_1, [("Step 1 is wrong.", 0.0), ("Step 1 is wrong.", 1.0)]),  # all useful: not mixed
-        (RIGHT, [("Check your work.", 0.0), ("Step 2 is wrong.", 1.0)]),  # all useless: not mixed
-    ])
+    rows = group_rows(
+        [
+            # u = 1, 0, 0; rewards 1, 0, 1: pairs (a, b) +1, (a, c) 0 (a tie)
+            (WRONG_AT_2, [("Step 2 is wrong.", 1.0), ("Looks correct.", 0.0), ("Step 3 is wrong.", 1.0)]),
+            # u = 1, 1, 0; rewards 0, 2, 1: pairs (a, c) -1, (b, c) +1
+            (RIGHT, [("Looks correct.", 0.0), ("Looks correct.", 2.0), ("Step 1 is wrong.", 1.0)]),
+            (WRONG_AT_1, [("Step 1 is wrong.", 0.0), ("Step 1 is wrong.", 1.0)]),  # all useful: not mixed
+            (RIGHT, [("Check your work.", 0.0), ("Step 2 is wrong.", 1.0)]),  # all useless: not mixed
+        ]
+    )
     m = critic_signal_measures(rows)
     assert m == {"critic_signal": pytest.approx((1 + 0 - 1 + 1) / 4), "critic_useful_mixed_frac": 2 / 4}
     # a critic whose reward ranks every useful feedback first scores 1, the reverse -1
@@ -184,11 +208,20 @@ def test_refine_zero_adv_frac_takes_one_unshaped_refinement_per_attempt():
 
     rows = [
         # p1: the feedback_idx 0 refinements are 1, 1: collapsed, though feedback 1's differ
-        row("p1", 0, 0, 1.0), row("p1", 0, 1, 0.0), row("p1", 1, 0, 1.0), row("p1", 1, 1, 1.0),
+        row("p1", 0, 0, 1.0),
+        row("p1", 0, 1, 0.0),
+        row("p1", 1, 0, 1.0),
+        row("p1", 1, 1, 1.0),
         # p2: 0, 1: signal
-        row("p2", 0, 0, 0.0), row("p2", 0, 1, 0.0), row("p2", 1, 0, 1.0), row("p2", 1, 1, 0.0),
+        row("p2", 0, 0, 0.0),
+        row("p2", 0, 1, 0.0),
+        row("p2", 1, 0, 1.0),
+        row("p2", 1, 1, 0.0),
         # p3: 0, 0: collapsed
-        row("p3", 0, 0, 0.0), row("p3", 0, 1, 1.0), row("p3", 1, 0, 0.0), row("p3", 1, 1, 1.0),
+        row("p3", 0, 0, 0.0),
+        row("p3", 0, 1, 1.0),
+        row("p3", 1, 0, 0.0),
+        row("p3", 1, 1, 1.0),
     ]
     assert refine_zero_adv_frac(rows) == pytest.approx(2 / 3)
     assert refine_zero_adv_frac([]) is None
@@ -224,8 +257,10 @@ def _random_attempt(rng: random.Random, question: str) -> str:
             k = rng.randrange(len(pieces))
             pieces[k] = pieces[k].lstrip("0") if width == 2 else "0" + pieces[k]
         case 3:
-            pieces.append(f"{synthetic.render_value(steps[-1].c, width)}+1="
-                          f"{synthetic.render_value((steps[-1].c + 1) % mod, width)}")
+            pieces.append(
+                f"{synthetic.render_value(steps[-1].c, width)}+1="
+                f"{synthetic.render_value((steps[-1].c + 1) % mod, width)}"
+            )
         case 4:
             answer = f" A: {synthetic.render_value((steps[-1].c + 1) % mod, width)}"
         case 5:
@@ -255,8 +290,12 @@ def test_the_oracle_never_false_alarms_always_hits_and_never_approves_a_wrong_at
     right_answers = [r for r in rows if r["attempt_reward"] > 0]
     approved = sum(r["feedback"] == synthetic.LOOKS_CORRECT for r in right_answers) / len(right_answers)
     assert any(r["first_wrong_step"] is not None for r in right_answers) and approved < 1
-    assert m == {"critic_hits_first_error": 1.0, "critic_false_alarm": 0.0, "critic_approves_wrong": 0.0,
-                 "critic_approves_right": pytest.approx(approved)}
+    assert m == {
+        "critic_hits_first_error": 1.0,
+        "critic_false_alarm": 0.0,
+        "critic_approves_wrong": 0.0,
+        "critic_approves_right": pytest.approx(approved),
+    }
     wrong = [r for r in rows if r["first_wrong_step"] is not None]
     right = [r for r in rows if r["first_wrong_step"] is None]
     assert len(wrong) > 500 and len(right) > 300 and moduli == {10, 100}
@@ -273,8 +312,17 @@ def _simulated_rows(rng: random.Random, n_groups: int, reward) -> list[dict]:
     for g in range(n_groups):
         for k in range(4):
             u = rng.random() < 0.5
-            rows.append({"problem_id": f"p{g}", "sample_idx": 0, "feedback_idx": k, "first_wrong_step": 1,
-                         "feedback_step": 1 if u else None, "feedback_approves": not u, "critic_reward": reward(u)})
+            rows.append(
+                {
+                    "problem_id": f"p{g}",
+                    "sample_idx": 0,
+                    "feedback_idx": k,
+                    "first_wrong_step": 1,
+                    "feedback_step": 1 if u else None,
+                    "feedback_approves": not u,
+                    "critic_reward": reward(u),
+                }
+            )
     return rows
 
 

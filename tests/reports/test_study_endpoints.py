@@ -18,20 +18,56 @@ ENDPOINTS = (REPO / "sql" / "study_endpoints.sql").read_text()
 
 def _row(run_id: str, parent: str, step: int, protocol: str, i: int, **cols) -> dict:
     row = {c: None for c in storage.columns()}
-    row.update(run_id=run_id, parent_run_id=parent, method="critic_only", preset="micro", seed=3, step=step,
-               split="eval", protocol=protocol, benchmark="synthetic", problem_id=f"q{i}", sample_idx=0,
-               feedback_idx=0, round=1, prompt="Solve: 1+2-3", attempt="a", attempt_reward=0.0, attempt_tokens=1,
-               created_at=datetime(2025, 1, 2, 10, step))
+    row.update(
+        run_id=run_id,
+        parent_run_id=parent,
+        method="critic_only",
+        preset="micro",
+        seed=3,
+        step=step,
+        split="eval",
+        protocol=protocol,
+        benchmark="synthetic",
+        problem_id=f"q{i}",
+        sample_idx=0,
+        feedback_idx=0,
+        round=1,
+        prompt="Solve: 1+2-3",
+        attempt="a",
+        attempt_reward=0.0,
+        attempt_tokens=1,
+        created_at=datetime(2025, 1, 2, 10, step),
+    )
     row.update(cols)
     return row
 
 
 def _feedback(ws, run_id, parent, step, protocol, rows):
     """rows: (first_wrong_step, feedback_step, approves, verdict, attempt_reward)."""
-    storage.write_shard(ws, run_id, f"eval-{protocol}", step, [
-        _row(run_id, parent, step, protocol, i, first_wrong_step=f, feedback_step=s, feedback_approves=a,
-             feedback_verdict=v, attempt_reward=r0, feedback="z", refined="y", refined_reward=1.0)
-        for i, (f, s, a, v, r0) in enumerate(rows)])
+    storage.write_shard(
+        ws,
+        run_id,
+        f"eval-{protocol}",
+        step,
+        [
+            _row(
+                run_id,
+                parent,
+                step,
+                protocol,
+                i,
+                first_wrong_step=f,
+                feedback_step=s,
+                feedback_approves=a,
+                feedback_verdict=v,
+                attempt_reward=r0,
+                feedback="z",
+                refined="y",
+                refined_reward=1.0,
+            )
+            for i, (f, s, a, v, r0) in enumerate(rows)
+        ],
+    )
 
 
 @pytest.fixture
@@ -40,11 +76,22 @@ def store(tmp_path) -> Workspace:
     [1, 0]; `feedback` at steps 0 and 20 only; `feedback_frozen` at step 20. Run x of another study Q."""
     ws = Workspace(tmp_path / "home")
     for step, rewards in ((0, [0, 1]), (10, [1, 1]), (12, [0, 0]), (20, [1, 0])):
-        storage.write_shard(ws, "r", "eval-single", step, [
-            _row("r", "P", step, "single", i, attempt_reward=float(r)) for i, r in enumerate(rewards)])
+        storage.write_shard(
+            ws,
+            "r",
+            "eval-single",
+            step,
+            [_row("r", "P", step, "single", i, attempt_reward=float(r)) for i, r in enumerate(rewards)],
+        )
     _feedback(ws, "r", "P", 0, "feedback", [(2, 2, False, "incorrect", 0.0), (None, None, True, "correct", 1.0)])
-    _feedback(ws, "r", "P", 20, "feedback", [(1, 2, False, "incorrect", 0.0), (3, None, True, "correct", 0.0),
-                                             (None, None, True, "none", 1.0)])
+    _feedback(
+        ws,
+        "r",
+        "P",
+        20,
+        "feedback",
+        [(1, 2, False, "incorrect", 0.0), (3, None, True, "correct", 0.0), (None, None, True, "none", 1.0)],
+    )
     _feedback(ws, "r", "P", 20, "feedback_frozen", [(1, 1, False, "incorrect", 0.0)])
     storage.write_shard(ws, "x", "eval-single", 0, [_row("x", "Q", 0, "single", 0, method="grpo")])
     return ws

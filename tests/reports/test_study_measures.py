@@ -19,9 +19,18 @@ from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
 
 MEASURES = (REPO / "sql" / "study_measures.sql").read_text()
-NAMES = ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",
-         "critic_approves_wrong", "critic_approves_right", "critic_signal", "critic_useful_mixed_frac",
-         "critic_signal_frac", "feedback_gain")
+NAMES = (
+    "zero_adv_frac",
+    "refine_zero_adv_frac",
+    "critic_hits_first_error",
+    "critic_false_alarm",
+    "critic_approves_wrong",
+    "critic_approves_right",
+    "critic_signal",
+    "critic_useful_mixed_frac",
+    "critic_signal_frac",
+    "feedback_gain",
+)
 META = RunIdentity(run_id="r", parent_run_id="P", method="binac", preset="micro", seed=0, benchmark="synthetic")
 
 # question 7+5-3+4: correct steps 7+5=2 2-3=9 9+4=3, answer 3
@@ -72,8 +81,15 @@ def _complete(rows: list[dict]) -> list[dict]:
 
 def _train_rows(groups, run_id: str = "r") -> tuple[list[dict], ScoredBatch, list[float]]:
     scored, critic = _scored(groups)
-    rows = trajectory_rows(dataclasses.replace(META, run_id=run_id), 1, scored, split="train", protocol="train",
-                           critic_rewards=critic, questions={"p1": Q, "p2": Q})
+    rows = trajectory_rows(
+        dataclasses.replace(META, run_id=run_id),
+        1,
+        scored,
+        split="train",
+        protocol="train",
+        critic_rewards=critic,
+        questions={"p1": Q, "p2": Q},
+    )
     return _complete(rows), scored, critic
 
 
@@ -98,8 +114,14 @@ def test_a_method_without_critic_rewards_or_feedback_gets_null_for_what_it_lacks
     rows = [{**r, "critic_reward": None} for r in rows]  # a method whose critic is not trained
     storage.write_shard(ws, "r", "train", 1, rows)
     grpo = ScoredBatch(scored.attempts, [0.0, 1.0, 1.0, 1.0])
-    no_feedback = trajectory_rows(dataclasses.replace(META, run_id="g", method="grpo"), 1, grpo, split="train",
-                                  protocol="train", questions={"p1": Q, "p2": Q})
+    no_feedback = trajectory_rows(
+        dataclasses.replace(META, run_id="g", method="grpo"),
+        1,
+        grpo,
+        split="train",
+        protocol="train",
+        questions={"p1": Q, "p2": Q},
+    )
     storage.write_shard(ws, "g", "train", 1, _complete(no_feedback))
     got = {r["run_id"]: r for r in _measures(ws)}
     assert got["r"]["critic_signal"] is None and got["r"]["critic_signal_frac"] is None
@@ -121,8 +143,16 @@ def test_the_eval_split_gives_the_held_out_feedback_protocols_critic_measures(tm
     assert got["critic_hits_first_error"] == pytest.approx(2 / 3)
     assert got["critic_false_alarm"] == 0.0 and got["critic_approves_wrong"] == 0.0
     assert got["critic_approves_right"] == pytest.approx(1 / 2)  # RIGHT's "Looks correct.", LUCKY's "Step 2 ..."
-    assert all(got[k] is None for k in ("zero_adv_frac", "refine_zero_adv_frac", "critic_signal",
-                                        "critic_useful_mixed_frac", "critic_signal_frac"))
+    assert all(
+        got[k] is None
+        for k in (
+            "zero_adv_frac",
+            "refine_zero_adv_frac",
+            "critic_signal",
+            "critic_useful_mixed_frac",
+            "critic_signal_frac",
+        )
+    )
 
 
 def test_shards_written_before_feedback_approves_existed_still_read(tmp_path):
@@ -136,17 +166,27 @@ def test_shards_written_before_feedback_approves_existed_still_read(tmp_path):
     cols = [c for c in storage.columns() if c != "feedback_approves"]
     con = duckdb.connect()
     con.execute(storage.schema_sql())
-    con.executemany(f"INSERT INTO trajectory_rows ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                    [[r[c] for c in cols] for r in rows])
+    con.executemany(
+        f"INSERT INTO trajectory_rows ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+        [[r[c] for c in cols] for r in rows],
+    )
     con.execute(f"COPY (SELECT {', '.join(cols)} FROM trajectory_rows) TO {storage.sql_string(old)} (FORMAT parquet)")
-    con.execute(f"COPY (SELECT {', '.join(cols)} FROM trajectory_rows LIMIT 0) TO "
-                f"{storage.sql_string(ws.shards / '_schema' / 'empty.parquet')} (FORMAT parquet)")
+    con.execute(
+        f"COPY (SELECT {', '.join(cols)} FROM trajectory_rows LIMIT 0) TO "
+        f"{storage.sql_string(ws.shards / '_schema' / 'empty.parquet')} (FORMAT parquet)"
+    )
     con.close()
     read = sqlrun.run(ws, "SELECT count(*) AS n, count(feedback_approves) AS approves FROM trajectories")
     assert read.to_dict("records") == [{"n": 8, "approves": 0}]
     [got] = _measures(ws)
-    for k in ("zero_adv_frac", "refine_zero_adv_frac", "critic_hits_first_error", "critic_false_alarm",
-              "critic_signal_frac", "feedback_gain"):
+    for k in (
+        "zero_adv_frac",
+        "refine_zero_adv_frac",
+        "critic_hits_first_error",
+        "critic_false_alarm",
+        "critic_signal_frac",
+        "feedback_gain",
+    ):
         assert got[k] == pytest.approx(HAND[k]), k
     assert got["critic_approves_wrong"] is None and got["critic_signal"] is None
     assert got["critic_approves_right"] is None
@@ -157,4 +197,3 @@ def test_shards_written_before_feedback_approves_existed_still_read(tmp_path):
     got = {r["run_id"]: r for r in _measures(ws)}
     assert got["new"]["critic_approves_wrong"] == pytest.approx(HAND["critic_approves_wrong"])
     assert got["old"]["critic_approves_wrong"] is None
-

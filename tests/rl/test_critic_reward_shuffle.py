@@ -13,7 +13,9 @@ R1 = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
 
 
 def _rewards(shuffle: bool, seed: int = 0, step: int = 1) -> list[float]:
-    return critic_reward(CriticRewardForm.R1, R1, None, lam=0.5, alpha=1.0, shuffle_seed=shuffle_seed_of(shuffle, seed, step))
+    return critic_reward(
+        CriticRewardForm.R1, R1, None, lam=0.5, alpha=1.0, shuffle_seed=shuffle_seed_of(shuffle, seed, step)
+    )
 
 
 def test_the_switch_is_off_by_default_and_off_leaves_the_rewards_untouched():
@@ -47,25 +49,37 @@ def test_the_verdict_bonus_is_shuffled_with_the_reward_it_belongs_to(tmp_path):
     from tasks.critic_update import reward_feedback as stage
 
     cfg = load_config("micro").model_copy(deep=True)
-    cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"benchmark": "math"}),
-                                 "train": cfg.train.model_copy(update={"lam": 0.5, "alpha_shaping": 1.0,
-                                                                       "critic_reward_shuffle": True})})
-    attempts = [Attempt(problem_id="p", sample_idx=k, prompt_text="", prompt_ids=[], text="x", token_ids=[1],
-                        logprobs=[0.0]) for k in (0, 1)]
+    cfg = cfg.model_copy(
+        update={
+            "task": cfg.task.model_copy(update={"benchmark": "math"}),
+            "train": cfg.train.model_copy(update={"lam": 0.5, "alpha_shaping": 1.0, "critic_reward_shuffle": True}),
+        }
+    )
+    attempts = [
+        Attempt(problem_id="p", sample_idx=k, prompt_text="", prompt_ids=[], text="x", token_ids=[1], logprobs=[0.0])
+        for k in (0, 1)
+    ]
     texts = ["Step 2 is off.\nVerdict: incorrect", "Fine.\nVerdict: correct", "Verdict: correct", "Hmm."]
-    feedback = [Feedback(problem_id="p", sample_idx=i // 2, feedback_idx=i % 2, text=t, prompt_ids=[], token_ids=[1],
-                         logprobs=[0.0]) for i, t in enumerate(texts)]
-    files = {"refined_rewards": write_json(tmp_path / "r1.json", [1.0, 0.0, 1.0, 1.0]),
-             "lookahead_rewards": write_json(tmp_path / "r1plus.json", [1.0, 0.0, 0.0, 1.0]),
-             "first_rewards": write_json(tmp_path / "r0.json", [0.0, 1.0]),
-             "attempts": write_records(tmp_path / "attempts.json", attempts),
-             "feedback": write_records(tmp_path / "feedback.json", feedback)}
+    feedback = [
+        Feedback(
+            problem_id="p", sample_idx=i // 2, feedback_idx=i % 2, text=t, prompt_ids=[], token_ids=[1], logprobs=[0.0]
+        )
+        for i, t in enumerate(texts)
+    ]
+    files = {
+        "refined_rewards": write_json(tmp_path / "r1.json", [1.0, 0.0, 1.0, 1.0]),
+        "lookahead_rewards": write_json(tmp_path / "r1plus.json", [1.0, 0.0, 0.0, 1.0]),
+        "first_rewards": write_json(tmp_path / "r0.json", [0.0, 1.0]),
+        "attempts": write_records(tmp_path / "attempts.json", attempts),
+        "feedback": write_records(tmp_path / "feedback.json", feedback),
+    }
     cfg_d = cfg.model_dump(mode="json")
 
     def reward(folder: str, **at) -> list[float]:
         (tmp_path / folder).mkdir()
-        return read_json(stage.fn(cfg_d, out_dir=str(tmp_path / folder), form="penalty", verdict_weight=0.5, **files,
-                                  **at))
+        return read_json(
+            stage.fn(cfg_d, out_dir=str(tmp_path / folder), form="penalty", verdict_weight=0.5, **files, **at)
+        )
 
     first = reward("a", seed=0, step=2)
     assert sorted(first) == pytest.approx(sorted([1.5, 0.0, 2.5, 1.0]))

@@ -5,6 +5,7 @@ import pytest
 
 # --- Feedback protocols and feedback sources, unit level (a recording fake backend, real MBPP rows and sandbox) ---
 
+
 class _RecordingBackend:
     """Answers every prompt with the same wrong program; keeps every prompt it was sent."""
 
@@ -31,8 +32,9 @@ def _critic_results(sent: list[str]) -> list[str]:
     """The 'Execution result' section of every critic prompt sent."""
     from binac_core.benchmarks.prompts import CODE_CRITIC
 
-    return [p.split("Execution result:\n", 1)[1].rsplit("\n\nInstruction:", 1)[0]
-            for p in sent if p.startswith(CODE_CRITIC)]
+    return [
+        p.split("Execution result:\n", 1)[1].rsplit("\n\nInstruction:", 1)[0] for p in sent if p.startswith(CODE_CRITIC)
+    ]
 
 
 def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_shows_it():
@@ -48,16 +50,36 @@ def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_sho
     assert scores.rewards == [0.0] * 3 and all(reasons), reasons  # the graded asserts fail, with a reason to show
 
     unassisted = _RecordingBackend()
-    res = evaluate_protocols(unassisted, "mbpp", rows, actor=None, critic=None, samples=1, gen=_GEN, seed=0, step=0,
-                             protocols=("single", "feedback", "gated"))
+    res = evaluate_protocols(
+        unassisted,
+        "mbpp",
+        rows,
+        actor=None,
+        critic=None,
+        samples=1,
+        gen=_GEN,
+        seed=0,
+        step=0,
+        protocols=("single", "feedback", "gated"),
+    )
     shown = _critic_results(unassisted.sent)
     assert len(shown) == 3 + 3  # feedback (= gated round 1) and gated round 2
     assert not any(reason in text for reason in reasons for text in shown), shown
     assert set(res.metrics) == {"acc_single", "acc_feedback", "acc_gated_k2"}
 
     assisted = _RecordingBackend()
-    res = evaluate_protocols(assisted, "mbpp", rows, actor=None, critic=None, samples=1, gen=_GEN, seed=0, step=0,
-                             protocols=("single", "feedback_exec", "gated_exec"))
+    res = evaluate_protocols(
+        assisted,
+        "mbpp",
+        rows,
+        actor=None,
+        critic=None,
+        samples=1,
+        gen=_GEN,
+        seed=0,
+        step=0,
+        protocols=("single", "feedback_exec", "gated_exec"),
+    )
     shown = _critic_results(assisted.sent)
     assert shown[:3] == reasons  # the execution result of the very asserts that grade the answer
     assert len(shown) == 6 and all(text.strip() and text != "(not run)" for text in shown[3:])  # round 2: y1's result
@@ -86,8 +108,19 @@ def test_fixed_feedback_replaces_the_critic_in_every_feedback_round():
     from binac_core.rl.methods import FeedbackSource
 
     be = _RecordingBackend()
-    res = evaluate_protocols(be, "mbpp", _mbpp_rows(), actor=None, critic=None, samples=1, gen=_GEN, seed=0, step=0,
-                             protocols=("single", "feedback", "gated"), source=FeedbackSource.FIXED)
+    res = evaluate_protocols(
+        be,
+        "mbpp",
+        _mbpp_rows(),
+        actor=None,
+        critic=None,
+        samples=1,
+        gen=_GEN,
+        seed=0,
+        step=0,
+        protocols=("single", "feedback", "gated"),
+        source=FeedbackSource.FIXED,
+    )
     assert not any(p.startswith(CODE_CRITIC) for p in be.sent)  # no critic was asked
     texts = [f.text for f in res.feedback.feedback] + [f.text for r in res.gated for f in r.feedback]
     assert len(texts) == 3 + 3 + 3 and set(texts) == {SELF_CORRECT_FEEDBACK}  # feedback, gated rounds 1 and 2
@@ -98,15 +131,35 @@ def test_method_feedback_sources_and_the_report_column(tmp_path):
     from binac_core.reports.report import build_report
     from binac_core.rl.methods import SPECS
 
-    assert {m: SPECS[m].eval_feedback.label for m in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")} \
-        == {"grpo": "critic (base, frozen)", "fixed_critic": "critic (base, frozen)", "binac": "critic (trained)",
-            "critic_only": "critic (trained)", "self_correct": "fixed instruction"}
-    ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25, "eval/acc_feedback_exec": 0.75,
-          "eval/acc_gated_k2": 0.5, "eval/acc_gated_exec_k2": 1.0}
-    runs = [{"method": m, "seed": 0, "samples_per_iteration": 4, "evals": {0: ev, 1: ev}}
-            for m in ("grpo", "binac", "self_correct")]
-    meta = {"preset": "p", "seeds": [0], "budget": 4, "steps": 1, "n_eval": 2, "eval_samples": 1,
-            "eval_temperature": 1.0}
+    assert {
+        m: SPECS[m].eval_feedback.label for m in ("grpo", "fixed_critic", "binac", "critic_only", "self_correct")
+    } == {
+        "grpo": "critic (base, frozen)",
+        "fixed_critic": "critic (base, frozen)",
+        "binac": "critic (trained)",
+        "critic_only": "critic (trained)",
+        "self_correct": "fixed instruction",
+    }
+    ev = {
+        "eval/acc_single": 0.5,
+        "eval/acc_feedback": 0.25,
+        "eval/acc_feedback_exec": 0.75,
+        "eval/acc_gated_k2": 0.5,
+        "eval/acc_gated_exec_k2": 1.0,
+    }
+    runs = [
+        {"method": m, "seed": 0, "samples_per_iteration": 4, "evals": {0: ev, 1: ev}}
+        for m in ("grpo", "binac", "self_correct")
+    ]
+    meta = {
+        "preset": "p",
+        "seeds": [0],
+        "budget": 4,
+        "steps": 1,
+        "n_eval": 2,
+        "eval_samples": 1,
+        "eval_temperature": 1.0,
+    }
     text = build_report(runs, meta, tmp_path)["text"]
     header = next(line for line in text.splitlines() if line.startswith("| method"))
     assert header.split(" | ")[1] == "feedback source"
@@ -136,13 +189,27 @@ def test_the_frozen_protocol_asks_the_base_critic_about_the_same_attempts():
     rows = [syn.make_row(q) for q in ("7+5", "3-4", "9+9")]
     critic = AdapterRef("critic", "/nowhere", "d")
     be = Backend()
-    res = evaluate_protocols(be, "synthetic", rows, actor=None, critic=critic, samples=2, gen=_GEN, seed=0, step=0,
-                             protocols=("single", "feedback", "feedback_frozen"))
+    res = evaluate_protocols(
+        be,
+        "synthetic",
+        rows,
+        actor=None,
+        critic=critic,
+        samples=2,
+        gen=_GEN,
+        seed=0,
+        step=0,
+        protocols=("single", "feedback", "feedback_frozen"),
+    )
     critic_calls = [adapter for role, adapter in be.calls if role == "Check"]
     assert critic_calls == [critic, None]  # the trained critic, then the frozen base
     assert res.feedback_frozen.attempts == res.single.attempts == res.feedback.attempts
     assert res.metrics["acc_feedback_frozen"] == 1 / 3  # "7+5=2 A: 2" is right for 7+5 only
-    assert training_protocols("synthetic", FeedbackSource.CRITIC_BASE, trains_critic=True) == ("single", "feedback", "gated",
-                                                                          "feedback_frozen")
+    assert training_protocols("synthetic", FeedbackSource.CRITIC_BASE, trains_critic=True) == (
+        "single",
+        "feedback",
+        "gated",
+        "feedback_frozen",
+    )
     again = type(res).from_json(res.to_json())
     assert again.feedback_frozen.refined_rewards == res.feedback_frozen.refined_rewards

@@ -39,8 +39,18 @@ def backend(tmp_path_factory):
 def _evaluate(backend, seed: int, step: int) -> Evaluation:
     be, actor = backend
     rows = [synthetic.make_row(q) for q in QUESTIONS]
-    return evaluate_protocols(be, "synthetic", rows, actor=actor, critic=None, samples=2, gen=GEN, seed=seed,
-                              step=step, protocols=("single", GREEDY))
+    return evaluate_protocols(
+        be,
+        "synthetic",
+        rows,
+        actor=actor,
+        critic=None,
+        samples=2,
+        gen=GEN,
+        seed=seed,
+        step=step,
+        protocols=("single", GREEDY),
+    )
 
 
 def test_a_greedy_evaluation_is_deterministic_and_the_sampled_one_is_not(backend):
@@ -74,16 +84,20 @@ def test_the_greedy_protocol_is_stored_under_its_name_and_logged_as_acc_single_g
 
     rows = [synthetic.make_row(q) for q in ("7+5", "3-4")]
     be = Fixed()
-    result = evaluate_protocols(be, "synthetic", rows, actor=None, critic=None, samples=3, gen=GEN, seed=0, step=0,
-                                protocols=("single", GREEDY))
+    result = evaluate_protocols(
+        be, "synthetic", rows, actor=None, critic=None, samples=3, gen=GEN, seed=0, step=0, protocols=("single", GREEDY)
+    )
     assert be.temperatures == [1.0, 0.0]
     assert result.metrics == {"acc_single": 0.5, "acc_single_greedy": 0.5}
     ws = Workspace(tmp_path / "home")
     run = RunIdentity(run_id="r", method="grpo", preset="micro", seed=0, benchmark="synthetic")
     metrics = eval_metrics(result, store_eval(ws, run, 0, result, rows), critic_measures=True)
     assert metrics["eval/acc_single_greedy"] == 0.5
-    stored = sqlrun.run(ws, "SELECT protocol, count(*) AS n, avg(attempt_reward) AS acc FROM trajectories "
-                            "GROUP BY protocol ORDER BY protocol").to_dict("records")
+    stored = sqlrun.run(
+        ws,
+        "SELECT protocol, count(*) AS n, avg(attempt_reward) AS acc FROM trajectories "
+        "GROUP BY protocol ORDER BY protocol",
+    ).to_dict("records")
     assert stored == [{"protocol": "single", "n": 6, "acc": 0.5}, {"protocol": "single_greedy", "n": 2, "acc": 0.5}]
 
 

@@ -57,8 +57,9 @@ def test_critic_reward_is_the_value_penalty_weight_worked_out_by_hand_from_the_o
     expected = torch.tensor([c[1] for c in cases])
     assert torch.allclose(penalty_reward(r1, r1_plus, lam, alpha), expected)
     # α = 0 (no shaping), λ = 0.5, (r0, r1, r1⁺) = (0, 1, 0): 1 + 0.5·[0 + 1] − 0.5·[0 + 0] = 1.5; (0, 0, 1): −0.5
-    assert torch.allclose(penalty_reward(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), 0.5, 0.0),
-                          torch.tensor([1.5, -0.5]))
+    assert torch.allclose(
+        penalty_reward(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), 0.5, 0.0), torch.tensor([1.5, -0.5])
+    )
 
 
 def test_critic_reward_is_r1_without_penalty_or_without_lookahead():
@@ -137,8 +138,15 @@ def test_entropy_bonus_gradient_pushes_the_logits_toward_uniform():
     """dH/dz_i = −p_i (z_i − Σ_j p_j z_j): for z = (ln 3, 0), p = (3/4, 1/4), ∓(3/16) ln 3; for a uniform row 0."""
     z = torch.tensor([[0.0, 0.0], [math.log(3), 0.0]], requires_grad=True)
     lp = torch.zeros(1, 2)
-    loss, _ = clipped_policy_loss(lp, lp.clone(), torch.tensor([0.0]), torch.ones(1, 2), 0.2,
-                                  entropy=token_entropy(z).unsqueeze(0), entropy_coef=0.1)
+    loss, _ = clipped_policy_loss(
+        lp,
+        lp.clone(),
+        torch.tensor([0.0]),
+        torch.ones(1, 2),
+        0.2,
+        entropy=token_entropy(z).unsqueeze(0),
+        entropy_coef=0.1,
+    )
     loss.backward()
     g = 0.1 / 2 * 3 / 16 * math.log(3)  # loss = −0.1 · (H_1 + H_2) / 2
     assert torch.allclose(z.grad, torch.tensor([[0.0, 0.0], [g, -g]]), atol=1e-7)

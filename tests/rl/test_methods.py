@@ -30,8 +30,9 @@ def test_actor_training_and_generated_samples_per_iteration():
     from binac_core.rl.methods import SPECS
 
     cfg = _cfg_8_8_4()
-    got = {m: (s.actor_train_samples_per_iteration(cfg), s.generated_samples_per_iteration(cfg))
-           for m, s in SPECS.items()}
+    got = {
+        m: (s.actor_train_samples_per_iteration(cfg), s.generated_samples_per_iteration(cfg)) for m, s in SPECS.items()
+    }
     assert got == COUNTS_8_8_4
 
 
@@ -41,31 +42,42 @@ def test_iterations_for_a_budget_count_actor_training_samples_only():
     cfg = _cfg_8_8_4()
     budget = 8 * 64  # 8 GRPO iterations
     assert {m: method_spec(m).iterations_for_budget(cfg, budget) for m in COUNTS_8_8_4} == {
-        "grpo": 8, "fixed_critic": 1, "binac": 1, "binac_lam0": 1, "binac_after": 1,
+        "grpo": 8,
+        "fixed_critic": 1,
+        "binac": 1,
+        "binac_lam0": 1,
+        "binac_after": 1,
         "critic_only": 8,  # trains no actor: GRPO's iterations, budget // (B·G)
-        "self_correct": 1, "oracle_critic": 1, "binac_disc": 1}
+        "self_correct": 1,
+        "oracle_critic": 1,
+        "binac_disc": 1,
+    }
     assert method_spec("binac").iterations_for_budget(cfg, 2560) == 8, "2560 / 320: binac as many as fixed_critic"
 
 
-@pytest.mark.parametrize("method, at_samples_step, at_generated_step", [
-    ("grpo", 60, 60),  # 64 per iteration on both axes: 60 · 64 = 3840
-    ("fixed_critic", 12, 7),  # 12 · 320 = 3840; 7 · 576 = 4032 ≥ 3840 > 6 · 576
-    ("binac", 12, 5),  # 5 · 832 = 4160 ≥ 3840 > 4 · 832
-    ("critic_only", None, 7),  # 0 actor training samples: never reaches 3840 on that axis
-])
+@pytest.mark.parametrize(
+    "method, at_samples_step, at_generated_step",
+    [
+        ("grpo", 60, 60),  # 64 per iteration on both axes: 60 · 64 = 3840
+        ("fixed_critic", 12, 7),  # 12 · 320 = 3840; 7 · 576 = 4032 ≥ 3840 > 6 · 576
+        ("binac", 12, 5),  # 5 · 832 = 4160 ≥ 3840 > 4 · 832
+        ("critic_only", None, 7),  # 0 actor training samples: never reaches 3840 on that axis
+    ],
+)
 def test_evaluation_steps_add_the_equal_budget_point_on_each_axis(method, at_samples_step, at_generated_step):
     from binac_core.runs.plans import evaluation_steps
 
     trained, generated = COUNTS_8_8_4[method]
     every = {10, 20, 30, 40, 50, 60}
-    steps = evaluation_steps(60, 10, None, trained, 3840, None, generated_per_iteration=generated,
-                             at_generated=3840)
+    steps = evaluation_steps(60, 10, None, trained, 3840, None, generated_per_iteration=generated, at_generated=3840)
     assert steps == every | {s for s in (at_samples_step, at_generated_step) if s is not None}
-    assert evaluation_steps(60, 10, None, trained, None, None, generated_per_iteration=generated,
-                            at_generated=3840) == every | {at_generated_step}
+    assert evaluation_steps(
+        60, 10, None, trained, None, None, generated_per_iteration=generated, at_generated=3840
+    ) == every | {at_generated_step}
     # A run too short to reach either count has no such point.
-    assert evaluation_steps(3, 10, None, trained, 3840, None, generated_per_iteration=generated,
-                            at_generated=3840) == {3}
+    assert evaluation_steps(3, 10, None, trained, 3840, None, generated_per_iteration=generated, at_generated=3840) == {
+        3
+    }
 
 
 def test_shared_evaluation_counts_leave_out_a_method_training_no_actor():
@@ -83,14 +95,22 @@ def test_trajectory_rows_carry_the_cumulative_counts_of_their_step():
     from binac_core.store.identity import RunIdentity
     from binac_core.store.records import sample_counts, trajectory_rows
 
-    meta = RunIdentity(run_id="r", method="binac", preset="p", seed=0, benchmark="synthetic",
-                       actor_samples_per_iteration=320, generated_samples_per_iteration=832)
+    meta = RunIdentity(
+        run_id="r",
+        method="binac",
+        preset="p",
+        seed=0,
+        benchmark="synthetic",
+        actor_samples_per_iteration=320,
+        generated_samples_per_iteration=832,
+    )
     assert sample_counts(meta, 0) == {"actor_samples": 0, "generated_samples": 0}
     assert sample_counts(meta, 5) == {"actor_samples": 1600, "generated_samples": 4160}
     evaluate = dataclasses.replace(meta, actor_samples_per_iteration=None, generated_samples_per_iteration=None)
     assert sample_counts(evaluate, 5) == {"actor_samples": None, "generated_samples": None}  # `binac evaluate`
-    a = Attempt(problem_id="q", sample_idx=0, prompt_text="p", prompt_ids=[1], text="A: 1", token_ids=[1],
-                logprobs=[0.0])
+    a = Attempt(
+        problem_id="q", sample_idx=0, prompt_text="p", prompt_ids=[1], text="A: 1", token_ids=[1], logprobs=[0.0]
+    )
     (row,) = trajectory_rows(meta, 3, ScoredBatch([a], [0.0]), split="eval", protocol="single")
     assert (row["actor_samples"], row["generated_samples"]) == (960, 2496)
     assert "actor_samples_per_iteration" not in row and row["parent_run_id"] is None
@@ -106,10 +126,27 @@ def test_old_shards_without_the_count_columns_still_read(tmp_path):
 
     ws = Workspace(tmp_path / "home")
     row = {c: None for c in storage.columns()}
-    row.update(run_id="new", method="binac", preset="micro", seed=0, step=2, split="train", protocol="train",
-               benchmark="synthetic", problem_id="q0", sample_idx=0, feedback_idx=0, round=0, prompt="p",
-               attempt="a", attempt_reward=0.0, attempt_tokens=1, created_at=datetime(2025, 1, 2),
-               actor_samples=640, generated_samples=1664)
+    row.update(
+        run_id="new",
+        method="binac",
+        preset="micro",
+        seed=0,
+        step=2,
+        split="train",
+        protocol="train",
+        benchmark="synthetic",
+        problem_id="q0",
+        sample_idx=0,
+        feedback_idx=0,
+        round=0,
+        prompt="p",
+        attempt="a",
+        attempt_reward=0.0,
+        attempt_tokens=1,
+        created_at=datetime(2025, 1, 2),
+        actor_samples=640,
+        generated_samples=1664,
+    )
     storage.write_shard(ws, "new", "train", 2, [row])
     old = storage.shard_path(ws, "old", "train", 1)
     old.parent.mkdir(parents=True)
@@ -117,10 +154,12 @@ def test_old_shards_without_the_count_columns_still_read(tmp_path):
     con.execute(storage.schema_sql())
     con.execute("ALTER TABLE trajectory_rows DROP COLUMN actor_samples")
     con.execute("ALTER TABLE trajectory_rows DROP COLUMN generated_samples")
-    con.execute("INSERT INTO trajectory_rows BY NAME SELECT 'old' AS run_id, 'grpo' AS method, 'micro' AS preset, "
-                "0 AS seed, 1 AS step, 'train' AS split, 'train' AS protocol, 'synthetic' AS benchmark, "
-                "'q0' AS problem_id, 0 AS sample_idx, 0 AS feedback_idx, 0 AS round, 'p' AS prompt, 'a' AS attempt, "
-                "0.0 AS attempt_reward, 1 AS attempt_tokens, TIMESTAMP '2025-01-01' AS created_at")
+    con.execute(
+        "INSERT INTO trajectory_rows BY NAME SELECT 'old' AS run_id, 'grpo' AS method, 'micro' AS preset, "
+        "0 AS seed, 1 AS step, 'train' AS split, 'train' AS protocol, 'synthetic' AS benchmark, "
+        "'q0' AS problem_id, 0 AS sample_idx, 0 AS feedback_idx, 0 AS round, 'p' AS prompt, 'a' AS attempt, "
+        "0.0 AS attempt_reward, 1 AS attempt_tokens, TIMESTAMP '2025-01-01' AS created_at"
+    )
     con.execute(f"COPY trajectory_rows TO {storage.sql_string(old)} (FORMAT parquet)")
     con.close()
     con = storage.connect(ws)
@@ -137,18 +176,31 @@ def test_the_run_table_shows_both_counts():
     ev = {"eval/acc_single": 0.5}
     assert _evals_table({0: ev, 2: ev}, 48, 112).splitlines() == [
         "| iteration | actor training samples | generated samples | acc_single |",
-        "| --- | --- | --- | --- |", "| 0 | 0 | 0 | 0.500 |", "| 2 | 96 | 224 | 0.500 |"]
+        "| --- | --- | --- | --- |",
+        "| 0 | 0 | 0 | 0.500 |",
+        "| 2 | 96 | 224 | 0.500 |",
+    ]
 
 
 def test_the_comparison_report_states_both_counts(tmp_path):
     from binac_core.reports.report import build_report
 
     ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25}
-    runs = [{"method": m, "seed": 0, "samples_per_iteration": a, "generated_per_iteration": g,
-             "evals": {0: ev, n: ev}}
-            for m, a, g, n in (("grpo", 16, 16, 5), ("binac", 48, 112, 1), ("critic_only", 0, 80, 5))]
-    meta = {"preset": "micro", "seeds": [0], "budget": 80, "steps": 5, "n_eval": 2, "eval_samples": 1,
-            "eval_temperature": 1.0, "shared_samples": [48], "common_samples": 48}
+    runs = [
+        {"method": m, "seed": 0, "samples_per_iteration": a, "generated_per_iteration": g, "evals": {0: ev, n: ev}}
+        for m, a, g, n in (("grpo", 16, 16, 5), ("binac", 48, 112, 1), ("critic_only", 0, 80, 5))
+    ]
+    meta = {
+        "preset": "micro",
+        "seeds": [0],
+        "budget": 80,
+        "steps": 5,
+        "n_eval": 2,
+        "eval_samples": 1,
+        "eval_temperature": 1.0,
+        "shared_samples": [48],
+        "common_samples": 48,
+    }
     report = build_report(runs, meta, tmp_path)
     lines = report["text"].splitlines()
     assert "| iterations | actor training samples | generated samples |" in next(x for x in lines if "| method" in x)
@@ -165,10 +217,28 @@ def test_the_comparison_report_names_the_code_sandbox(tmp_path):
     from binac_core.reports.report import build_report, sandbox_line
 
     ev = {"eval/acc_single": 0.5}
-    runs = [{"method": "grpo", "seed": s, "samples_per_iteration": 16, "generated_per_iteration": 16,
-             "evals": {0: ev, 1: ev}, "isolation": "rlimits"} for s in (0, 1)]
-    meta = {"preset": "llama1b-mbpp", "seeds": [0, 1], "budget": 16, "steps": 1, "n_eval": 2, "eval_samples": 1,
-            "eval_temperature": 1.0, "grading_sandbox": "rlimits", "isolation": [r["isolation"] for r in runs]}
+    runs = [
+        {
+            "method": "grpo",
+            "seed": s,
+            "samples_per_iteration": 16,
+            "generated_per_iteration": 16,
+            "evals": {0: ev, 1: ev},
+            "isolation": "rlimits",
+        }
+        for s in (0, 1)
+    ]
+    meta = {
+        "preset": "llama1b-mbpp",
+        "seeds": [0, 1],
+        "budget": 16,
+        "steps": 1,
+        "n_eval": 2,
+        "eval_samples": 1,
+        "eval_temperature": 1.0,
+        "grading_sandbox": "rlimits",
+        "isolation": [r["isolation"] for r in runs],
+    }
     line = next(x for x in build_report(runs, meta, tmp_path)["text"].splitlines() if x.startswith("Code sandbox"))
     assert "`grading.sandbox: rlimits`" in line and line.endswith("isolation used: `rlimits`.")
     assert sandbox_line("bwrap", ["none", None]).endswith("isolation used: `none`.")
@@ -183,10 +253,23 @@ def test_method_specs_are_built_by_keyword_and_name_one_feedback_source():
     with pytest.raises(ValueError, match="CRITIC_TRAINED"):
         MethodSpec(name="x", feedback=FeedbackSource.CRITIC_BASE, train_critic=True)
     sources = {m: (s.feedback and s.feedback.value) for m, s in SPECS.items()}
-    assert sources == {"grpo": None, "fixed_critic": "critic_frozen", "binac": "critic", "binac_lam0": "critic",
-                       "binac_after": "critic", "critic_only": "critic", "self_correct": "fixed",
-                       "oracle_critic": "oracle", "binac_disc": "critic"}
+    assert sources == {
+        "grpo": None,
+        "fixed_critic": "critic_frozen",
+        "binac": "critic",
+        "binac_lam0": "critic",
+        "binac_after": "critic",
+        "critic_only": "critic",
+        "self_correct": "fixed",
+        "oracle_critic": "oracle",
+        "binac_disc": "critic",
+    }
     assert SPECS["grpo"].eval_feedback is FeedbackSource.CRITIC_BASE
     assert [s.value for s in FeedbackSource if s.sampled] == ["critic", "critic_frozen", "critic_adapter"]
     assert {m: s.critic_reward.value for m, s in SPECS.items() if s.train_critic} == {
-        "binac": "penalty", "binac_lam0": "r1", "binac_after": "after", "critic_only": "r1", "binac_disc": "penalty"}
+        "binac": "penalty",
+        "binac_lam0": "r1",
+        "binac_after": "after",
+        "critic_only": "r1",
+        "binac_disc": "penalty",
+    }

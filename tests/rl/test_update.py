@@ -48,7 +48,8 @@ def _snapshot(policy) -> tuple[dict, dict]:
 
 def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(
-        _same(a[k], b[k]) if isinstance(a[k], dict) else torch.equal(a[k], b[k]) for k in a)
+        _same(a[k], b[k]) if isinstance(a[k], dict) else torch.equal(a[k], b[k]) for k in a
+    )
 
 
 def _steps(policy) -> float:
@@ -63,9 +64,19 @@ def test_zero_signal_needs_every_advantage_exactly_zero_and_no_kl_or_entropy_ter
 
 
 def test_a_zero_advantage_batch_leaves_the_adapter_and_its_optimizer_bit_identical(policy, tmp_path):
-    policy_update(policy, "actor", _samples(policy, tmp_path / "a", MIXED), UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))  # momentum
+    policy_update(
+        policy,
+        "actor",
+        _samples(policy, tmp_path / "a", MIXED),
+        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0),
+    )  # momentum
     weights, moments = _snapshot(policy)
-    stats = policy_update(policy, "actor", _samples(policy, tmp_path / "b", ZERO), UpdateSettings.of(policy.cfg, "actor", passes=2, kl_coef=0.0))
+    stats = policy_update(
+        policy,
+        "actor",
+        _samples(policy, tmp_path / "b", ZERO),
+        UpdateSettings.of(policy.cfg, "actor", passes=2, kl_coef=0.0),
+    )
     assert stats["skipped_steps"] == 2 and stats["loss"] == 0.0 and stats["tokens"] > 0
     assert stats["entropy"] > 0, "the skipped batch is still measured"
     after_weights, after_moments = _snapshot(policy)
@@ -79,10 +90,20 @@ def test_a_zero_advantage_batch_leaves_the_adapter_and_its_optimizer_bit_identic
 
 
 def test_a_batch_with_a_signal_moves_the_adapter(policy, tmp_path):
-    policy_update(policy, "actor", _samples(policy, tmp_path / "a", MIXED), UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))
+    policy_update(
+        policy,
+        "actor",
+        _samples(policy, tmp_path / "a", MIXED),
+        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0),
+    )
     weights, _ = _snapshot(policy)
     steps = _steps(policy)
-    stats = policy_update(policy, "actor", _samples(policy, tmp_path / "b", MIXED), UpdateSettings.of(policy.cfg, "actor", passes=2, kl_coef=0.0))
+    stats = policy_update(
+        policy,
+        "actor",
+        _samples(policy, tmp_path / "b", MIXED),
+        UpdateSettings.of(policy.cfg, "actor", passes=2, kl_coef=0.0),
+    )
     assert stats["skipped_steps"] == 0 and _steps(policy) == steps + 2
     assert not _same(weights, policy.adapter_state("actor"))
 
@@ -91,10 +112,20 @@ def test_a_batch_with_a_signal_moves_the_adapter(policy, tmp_path):
 def test_a_kl_or_entropy_term_gives_a_zero_advantage_batch_a_step(policy, tmp_path, kl_coef, entropy_coef):
     """The actor already moved off the base (the KL reference) in the tests above; the entropy's gradient is never
     zero on a non-uniform distribution."""
-    policy_update(policy, "actor", _samples(policy, tmp_path / "a", MIXED), UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0))
+    policy_update(
+        policy,
+        "actor",
+        _samples(policy, tmp_path / "a", MIXED),
+        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0),
+    )
     weights, _ = _snapshot(policy)
     steps = _steps(policy)
-    stats = policy_update(policy, "actor", _samples(policy, tmp_path / "b", ZERO), UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=kl_coef, entropy_coef=entropy_coef))
+    stats = policy_update(
+        policy,
+        "actor",
+        _samples(policy, tmp_path / "b", ZERO),
+        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=kl_coef, entropy_coef=entropy_coef),
+    )
     assert stats["skipped_steps"] == 0 and _steps(policy) == steps + 1
     assert not _same(weights, policy.adapter_state("actor"))
 
@@ -104,8 +135,12 @@ def test_the_entropy_bonus_raises_the_entropy_of_a_zero_advantage_batch(policy, 
     small step against the gradient's sign) raises the batch's mean entropy under that adapter."""
     batch = _samples(policy, tmp_path, ZERO)
     assert "critic" not in policy.optimizers
-    before = policy_update(policy, "critic", batch, UpdateSettings.of(policy.cfg, "critic", passes=1, kl_coef=0.0, entropy_coef=0.05))["entropy"]
-    after = policy_update(policy, "critic", batch, UpdateSettings.of(policy.cfg, "critic", passes=1, kl_coef=0.0))  # skipped: measures only
+    before = policy_update(
+        policy, "critic", batch, UpdateSettings.of(policy.cfg, "critic", passes=1, kl_coef=0.0, entropy_coef=0.05)
+    )["entropy"]
+    after = policy_update(
+        policy, "critic", batch, UpdateSettings.of(policy.cfg, "critic", passes=1, kl_coef=0.0)
+    )  # skipped: measures only
     assert after["skipped_steps"] == 1 and after["entropy"] > before
 
 

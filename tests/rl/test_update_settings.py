@@ -9,16 +9,33 @@ from binac_core.rl.update import UpdateSettings
 
 
 def test_each_role_reads_its_own_fields_and_the_shared_ones():
-    cfg = load_config("micro", {"train.actor_lr": 0.1, "train.critic_lr": 0.2, "train.t_low": 3, "train.t_high": 4,
-                                "train.kl_coef": 0.5, "train.critic_kl_coef": 0.6, "train.entropy_coef": 0.7,
-                                "train.critic_entropy_coef": 0.8, "train.clip_eps": 0.3, "train.max_grad_norm": 2.0,
-                                "train.micro_batch_size": 5, "train.activation_checkpointing": True,
-                                "generation.temperature": 0.9})
-    shared = {"clip_eps": 0.3, "max_grad_norm": 2.0, "micro_batch_size": 5, "activation_checkpointing": True,
-              "temperature": 0.9}
+    cfg = load_config(
+        "micro",
+        {
+            "train.actor_lr": 0.1,
+            "train.critic_lr": 0.2,
+            "train.t_low": 3,
+            "train.t_high": 4,
+            "train.kl_coef": 0.5,
+            "train.critic_kl_coef": 0.6,
+            "train.entropy_coef": 0.7,
+            "train.critic_entropy_coef": 0.8,
+            "train.clip_eps": 0.3,
+            "train.max_grad_norm": 2.0,
+            "train.micro_batch_size": 5,
+            "train.activation_checkpointing": True,
+            "generation.temperature": 0.9,
+        },
+    )
+    shared = {
+        "clip_eps": 0.3,
+        "max_grad_norm": 2.0,
+        "micro_batch_size": 5,
+        "activation_checkpointing": True,
+        "temperature": 0.9,
+    }
     assert UpdateSettings.of(cfg, "actor") == UpdateSettings(lr=0.1, passes=3, kl_coef=0.5, entropy_coef=0.7, **shared)
-    assert UpdateSettings.of(cfg, "critic") == UpdateSettings(lr=0.2, passes=4, kl_coef=0.6, entropy_coef=0.8,
-                                                              **shared)
+    assert UpdateSettings.of(cfg, "critic") == UpdateSettings(lr=0.2, passes=4, kl_coef=0.6, entropy_coef=0.8, **shared)
     assert UpdateSettings.of(cfg, "critic", passes=1).passes == 1
     with pytest.raises(ValueError, match="no update settings"):
         UpdateSettings.of(cfg, "judge")

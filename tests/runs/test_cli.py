@@ -64,8 +64,13 @@ def test_train_help_names_its_defaults(binac):
     rc, out, _ = binac("train", "-h")
     text = " ".join(out.split())
     assert rc == 0 and text.startswith("usage: binac train")
-    for needle in ("--preset PRESET", "(default: tiny)", "(default: grpo)", "--steps STEPS training iterations "
-                   "(default: 20)", "(default: 0)"):
+    for needle in (
+        "--preset PRESET",
+        "(default: tiny)",
+        "(default: grpo)",
+        "--steps STEPS training iterations (default: 20)",
+        "(default: 0)",
+    ):
         assert needle in text, (needle, text)
 
 
@@ -74,20 +79,34 @@ def test_set_unknown_field_names_the_closest_and_the_valid_fields(binac):
     assert rc == 2 and out == ""
     lines = err.strip().splitlines()
     valid = ", ".join(sorted(TrainConfig.model_fields))
-    assert lines == ["error: --set train.lr: unknown field of section train (did you mean train.actor_lr or "
-                     f"train.critic_lr?); valid: {valid}"], err
+    assert lines == [
+        "error: --set train.lr: unknown field of section train (did you mean train.actor_lr or "
+        f"train.critic_lr?); valid: {valid}"
+    ], err
     assert valid.startswith("activation_checkpointing, actor_lr, alpha_shaping, batch_problems")
 
 
-@pytest.mark.parametrize("item, needle", [
-    ("train.actor_l=1", "--set train.actor_l: unknown field of section train (did you mean train.actor_lr?); "),
-    ("model.temperature=0", "--set model.temperature: unknown field of section model (did you mean "
-                            "generation.temperature?); valid: architecture, dtype, "),
-    ("train.zzz=1", "--set train.zzz: unknown field of section train; valid: activation_checkpointing, actor_lr, "),
-    ("trian.actor_lr=1", "--set trian.actor_lr: unknown section trian (did you mean train?); valid sections: "
-                         "critic, generation, grading, lora, model, task, train"),
-    ("name.x=1", "--set name.x: unknown section name; valid sections: critic, generation, grading, lora, model, task, train"),
-])
+@pytest.mark.parametrize(
+    "item, needle",
+    [
+        ("train.actor_l=1", "--set train.actor_l: unknown field of section train (did you mean train.actor_lr?); "),
+        (
+            "model.temperature=0",
+            "--set model.temperature: unknown field of section model (did you mean "
+            "generation.temperature?); valid: architecture, dtype, ",
+        ),
+        ("train.zzz=1", "--set train.zzz: unknown field of section train; valid: activation_checkpointing, actor_lr, "),
+        (
+            "trian.actor_lr=1",
+            "--set trian.actor_lr: unknown section trian (did you mean train?); valid sections: "
+            "critic, generation, grading, lora, model, task, train",
+        ),
+        (
+            "name.x=1",
+            "--set name.x: unknown section name; valid sections: critic, generation, grading, lora, model, task, train",
+        ),
+    ],
+)
 def test_set_unknown_key_is_one_line_naming_it(binac, item, needle):
     rc, _, err = binac("compare", "--preset", "micro", "--set", item)
     lines = err.strip().splitlines()
@@ -96,36 +115,54 @@ def test_set_unknown_key_is_one_line_naming_it(binac, item, needle):
 
 def test_a_valid_field_with_a_bad_value_still_names_the_constraint(binac):
     rc, _, err = binac("train", "--preset", "micro", "--set", "train.group_size=1")
-    assert rc == 2 and err.strip() == "error: invalid config micro: train.group_size: Input should be greater than " \
-                                      "or equal to 2 (got 1)", err
+    assert (
+        rc == 2
+        and err.strip()
+        == "error: invalid config micro: train.group_size: Input should be greater than or equal to 2 (got 1)"
+    ), err
 
 
 def test_overrides_outside_the_cli_and_preset_files_get_the_same_hint(tmp_path):
     """A deployment's or study file's `overrides` and a preset file's keys go through `load_config` alone."""
-    with pytest.raises(BinacError, match=r"^override train\.lr: unknown field of section train \(did you mean "
-                                         r"train\.actor_lr or train\.critic_lr\?\); valid: activation_checkpointing, actor_lr, "):
+    with pytest.raises(
+        BinacError,
+        match=r"^override train\.lr: unknown field of section train \(did you mean "
+        r"train\.actor_lr or train\.critic_lr\?\); valid: activation_checkpointing, actor_lr, ",
+    ):
         load_config("micro", {"train.lr": 0.1})
     preset = tmp_path / "mine.yaml"
     preset.write_text("train:\n  lr: 0.1\n")
     with pytest.raises(BinacError) as info:
         load_config(str(preset))
-    assert str(info.value).startswith(f"invalid config {preset}: train.lr: unknown field of section train (did you "
-                                      "mean train.actor_lr or train.critic_lr?); valid: activation_checkpointing, actor_lr, ")
+    assert str(info.value).startswith(
+        f"invalid config {preset}: train.lr: unknown field of section train (did you "
+        "mean train.actor_lr or train.critic_lr?); valid: activation_checkpointing, actor_lr, "
+    )
     preset.write_text("trian:\n  actor_lr: 0.1\n")
     with pytest.raises(BinacError) as info:
         load_config(str(preset))
-    assert str(info.value) == (f"invalid config {preset}: unknown top-level key trian (did you mean train?); valid "
-                               "top-level keys: critic, generation, grading, lora, model, name, task, train")
+    assert str(info.value) == (
+        f"invalid config {preset}: unknown top-level key trian (did you mean train?); valid "
+        "top-level keys: critic, generation, grading, lora, model, name, task, train"
+    )
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["train", "--stesp", "3"], "binac train: error: unrecognized arguments: --stesp 3 (did you mean --steps?)"),
-    (["train", "--steps", "abc"], "binac train: error: argument --steps: invalid int value: 'abc'"),
-    (["compare", "--method", "grpo", "--steps", "5"], None),  # argparse's prefix match: --method is --methods
-    (["compare", "--sedes", "0"], "binac compare: error: unrecognized arguments: --sedes 0 (did you mean --seeds?)"),
-    (["evaluate", "--benchmark", "gsm8k", "--model", "m", "--protcol", "gated"],
-     "binac evaluate: error: unrecognized arguments: --protcol gated (did you mean --protocol?)"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["train", "--stesp", "3"], "binac train: error: unrecognized arguments: --stesp 3 (did you mean --steps?)"),
+        (["train", "--steps", "abc"], "binac train: error: argument --steps: invalid int value: 'abc'"),
+        (["compare", "--method", "grpo", "--steps", "5"], None),  # argparse's prefix match: --method is --methods
+        (
+            ["compare", "--sedes", "0"],
+            "binac compare: error: unrecognized arguments: --sedes 0 (did you mean --seeds?)",
+        ),
+        (
+            ["evaluate", "--benchmark", "gsm8k", "--model", "m", "--protcol", "gated"],
+            "binac evaluate: error: unrecognized arguments: --protcol gated (did you mean --protocol?)",
+        ),
+    ],
+)
 def test_a_mistyped_option_prints_its_subcommands_usage(binac, argv, needle):
     if needle is None:
         assert cli.build_parser().parse_args(argv).methods == "grpo"
@@ -137,18 +174,24 @@ def test_a_mistyped_option_prints_its_subcommands_usage(binac, argv, needle):
 
 
 def test_budget_below_one_iteration_of_a_method_is_refused_with_the_smallest_steps(binac):
-    rc, out, err = binac("compare", "--preset", "micro", "--methods", "grpo,fixed_critic,binac", "--seeds", "0",
-                         "--steps", "2")
+    rc, out, err = binac(
+        "compare", "--preset", "micro", "--methods", "grpo,fixed_critic,binac", "--seeds", "0", "--steps", "2"
+    )
     assert rc == 2 and out == ""
-    assert err.strip() == ("error: --steps 2 gives a budget of 32 actor training samples, less than one iteration "
-                           "of fixed_critic (48), binac (48); the smallest budget that fits every method is --steps "
-                           "3 (48 actor training samples)"), err
+    assert err.strip() == (
+        "error: --steps 2 gives a budget of 32 actor training samples, less than one iteration "
+        "of fixed_critic (48), binac (48); the smallest budget that fits every method is --steps "
+        "3 (48 actor training samples)"
+    ), err
     # Every method trained on its second turn needs 48; critic_only (no actor training) and grpo fit any budget.
-    with pytest.raises(BinacError, match=r"^--steps 2 gives a budget of 32 actor training samples, less than one "
-                                         r"iteration of fixed_critic \(48\), binac \(48\), binac_lam0 \(48\), "
-                                         r"binac_after \(48\), self_correct \(48\), oracle_critic \(48\), binac_disc \(48\); the "
-                                         r"smallest budget that fits every method is --steps 3 \(48 actor training "
-                                         r"samples\)$"):
+    with pytest.raises(
+        BinacError,
+        match=r"^--steps 2 gives a budget of 32 actor training samples, less than one "
+        r"iteration of fixed_critic \(48\), binac \(48\), binac_lam0 \(48\), "
+        r"binac_after \(48\), self_correct \(48\), oracle_critic \(48\), binac_disc \(48\); the "
+        r"smallest budget that fits every method is --steps 3 \(48 actor training "
+        r"samples\)$",
+    ):
         plan_compare("micro", list(METHODS), [0], 2, None)
     assert plan_compare("micro", ["grpo", "critic_only"], [0], 1, None)[1] == 16
     assert plan_compare("micro", ["grpo", "fixed_critic"], [0], 3, None)[1] == 48
@@ -164,23 +207,33 @@ def test_budget_refusal_writes_nothing(tmp_path):
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
     env.update(BINAC_HOME=str(home), HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "compare", "--preset", "micro", "--seeds", "0",
-                           "--steps", "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "compare", "--preset", "micro", "--seeds", "0", "--steps", "1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: --steps 1 gives a budget of 16 actor training samples, less than one iteration of fixed_critic "
-        "(48), binac (48); the smallest budget that fits every method is --steps 3 (48 actor training samples)"]
+        "(48), binac (48); the smallest budget that fits every method is --steps 3 (48 actor training samples)"
+    ]
     assert not (home / "mlflow.db").exists() and not (home / "runs").exists()
 
 
-@pytest.mark.parametrize("budget, expected", [  # critic_only runs grpo's iterations (budget // 16)
-    (48, {"grpo": 3, "fixed_critic": 1, "binac": 1, "critic_only": 3}),
-    (80, {"grpo": 5, "fixed_critic": 1, "binac": 1, "critic_only": 5}),
-    (95, {"grpo": 5, "fixed_critic": 1, "binac": 1, "critic_only": 5}),
-    (96, {"grpo": 6, "fixed_critic": 2, "binac": 2, "critic_only": 6}),
-    (159, {"grpo": 9, "fixed_critic": 3, "binac": 3, "critic_only": 9}),
-    (480, {"grpo": 30, "fixed_critic": 10, "binac": 10, "critic_only": 30}),
-])
+@pytest.mark.parametrize(
+    "budget, expected",
+    [  # critic_only runs grpo's iterations (budget // 16)
+        (48, {"grpo": 3, "fixed_critic": 1, "binac": 1, "critic_only": 3}),
+        (80, {"grpo": 5, "fixed_critic": 1, "binac": 1, "critic_only": 5}),
+        (95, {"grpo": 5, "fixed_critic": 1, "binac": 1, "critic_only": 5}),
+        (96, {"grpo": 6, "fixed_critic": 2, "binac": 2, "critic_only": 6}),
+        (159, {"grpo": 9, "fixed_critic": 3, "binac": 3, "critic_only": 9}),
+        (480, {"grpo": 30, "fixed_critic": 10, "binac": 10, "critic_only": 30}),
+    ],
+)
 def test_iterations_are_the_whole_ones_within_the_budget(budget, expected):
     cfg = load_config("micro")
     for method, iterations in expected.items():
@@ -211,8 +264,11 @@ def test_every_default_comparison_fits_its_budget():
     assert d.preset == cli.DEMO_PRESET == "demo"
     for preset in (d.preset, "tiny"):  # `binac demo`, and `binac demo --preset tiny` (docs/results-tiny.md)
         plan_compare(preset, cli.DEMO_METHODS.split(","), [0], d.steps, None)
-    deployments = [dep for dep in yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
-                   if dep["entrypoint"] == "flows/compare.py:compare"]
+    deployments = [
+        dep
+        for dep in yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
+        if dep["entrypoint"] == "flows/compare.py:compare"
+    ]
     assert {dep["name"] for dep in deployments} >= {"micro", "tiny", "nightly"}
     for dep in deployments:
         p = dep["parameters"]
@@ -223,8 +279,10 @@ def test_every_default_comparison_fits_its_budget():
 
 # --- train.micro_batch_size, formerly train.minibatch_size (config.RENAMED) ---
 
-DEPRECATION = ("warning: train.minibatch_size is deprecated: it is train.micro_batch_size (a gradient-accumulation "
-               "micro-batch); read as that")
+DEPRECATION = (
+    "warning: train.minibatch_size is deprecated: it is train.micro_batch_size (a gradient-accumulation "
+    "micro-batch); read as that"
+)
 
 
 @pytest.fixture
@@ -247,16 +305,21 @@ def _preset(tmp_path, name: str, train: dict) -> Path:
 def test_the_micro_batch_field_says_it_is_gradient_accumulation():
     doc = TrainConfig.model_fields["micro_batch_size"].description
     text = " ".join(doc.split())
-    for needle in ("forward/backward chunk", "gradients accumulate", "one optimizer step per pass",
-                   "changes memory, not the update's math", "gradient-accumulation micro-batch",
-                   "ppo_micro_batch_size_per_gpu", "micro_train_batch_size"):
+    for needle in (
+        "forward/backward chunk",
+        "gradients accumulate",
+        "one optimizer step per pass",
+        "changes memory, not the update's math",
+        "gradient-accumulation micro-batch",
+        "ppo_micro_batch_size_per_gpu",
+        "micro_train_batch_size",
+    ):
         assert needle in text, (needle, text)
     assert "minibatch_size" not in TrainConfig.model_fields  # the old name lives in RENAMED, not in the docstring
     assert RENAMED["train.minibatch_size"][0] == "train.micro_batch_size"
 
 
-def test_the_old_name_in_a_preset_file_is_the_same_config_with_one_deprecation_line(tmp_path, capsys,
-                                                                                      fresh_warnings):
+def test_the_old_name_in_a_preset_file_is_the_same_config_with_one_deprecation_line(tmp_path, capsys, fresh_warnings):
     new = load_config(str(_preset(tmp_path, "new", {"micro_batch_size": 3})))
     assert capsys.readouterr().err == ""
     old_path = _preset(tmp_path, "old", {"minibatch_size": 3})
@@ -290,14 +353,23 @@ def test_both_names_with_different_values_are_one_line_naming_both(tmp_path, bin
     path = _preset(tmp_path, "both", {"micro_batch_size": 4, "minibatch_size": 3})
     with pytest.raises(BinacError) as info:
         load_config(str(path))
-    assert str(info.value) == (f"invalid config {path}: train.minibatch_size=3 and train.micro_batch_size=4 both "
-                               "given: train.minibatch_size is the old name of train.micro_batch_size; give "
-                               "train.micro_batch_size alone")
-    rc, out, err = binac("compare", "--preset", "micro", "--set", "train.micro_batch_size=8",
-                         "--set", "train.minibatch_size=4")
-    assert rc == 2 and out == "" and err.splitlines() == [
-        "error: overrides: train.minibatch_size=4 and train.micro_batch_size=8 both given: train.minibatch_size is "
-        "the old name of train.micro_batch_size; give train.micro_batch_size alone"], err
+    assert str(info.value) == (
+        f"invalid config {path}: train.minibatch_size=3 and train.micro_batch_size=4 both "
+        "given: train.minibatch_size is the old name of train.micro_batch_size; give "
+        "train.micro_batch_size alone"
+    )
+    rc, out, err = binac(
+        "compare", "--preset", "micro", "--set", "train.micro_batch_size=8", "--set", "train.minibatch_size=4"
+    )
+    assert (
+        rc == 2
+        and out == ""
+        and err.splitlines()
+        == [
+            "error: overrides: train.minibatch_size=4 and train.micro_batch_size=8 both given: train.minibatch_size is "
+            "the old name of train.micro_batch_size; give train.micro_batch_size alone"
+        ]
+    ), err
 
 
 def test_a_study_file_may_give_the_old_name(tmp_path, capsys, fresh_warnings):
@@ -307,8 +379,11 @@ def test_a_study_file_may_give_the_old_name(tmp_path, capsys, fresh_warnings):
     keys, configs = [], []
     for name in ("micro_batch_size", "minibatch_size"):
         path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump({**raw, "overrides": {f"train.{name}": 2},
-                                        "variants": {"grpo": {"a": {f"train.{name}": 3}}}}))
+        path.write_text(
+            yaml.safe_dump(
+                {**raw, "overrides": {f"train.{name}": 2}, "variants": {"grpo": {"a": {f"train.{name}": 3}}}}
+            )
+        )
         st = load_study(path)
         assert st.overrides == {"train.micro_batch_size": 2}
         assert st.variants == {"grpo": {"a": {"train.micro_batch_size": 3}}}

@@ -23,11 +23,28 @@ METRICS = {"eval/acc_single": {0: 0.25, 5: 0.5, 10: 0.75}, "train/loss": {1: 2.0
 
 def _row(run_id: str, parent: str, step: int, split: str, protocol: str, i: int, reward: float) -> dict:
     row = {c: None for c in storage.columns()}
-    row.update(run_id=run_id, parent_run_id=parent, method="binac", preset="micro", seed=3, step=step, split=split,
-               protocol=protocol, benchmark="synthetic", problem_id=f"q{i}", sample_idx=i, feedback_idx=0, round=0,
-               prompt=f"2+{i}=", attempt=str(2 + i), attempt_reward=reward, attempt_tokens=2,
-               feedback="step 1 is wrong" if i % 2 else None, first_wrong_step=1 if reward == 0 else None,
-               created_at=datetime(2026, 1, 2, 10, step, i))
+    row.update(
+        run_id=run_id,
+        parent_run_id=parent,
+        method="binac",
+        preset="micro",
+        seed=3,
+        step=step,
+        split=split,
+        protocol=protocol,
+        benchmark="synthetic",
+        problem_id=f"q{i}",
+        sample_idx=i,
+        feedback_idx=0,
+        round=0,
+        prompt=f"2+{i}=",
+        attempt=str(2 + i),
+        attempt_reward=reward,
+        attempt_tokens=2,
+        feedback="step 1 is wrong" if i % 2 else None,
+        first_wrong_step=1 if reward == 0 else None,
+        created_at=datetime(2026, 1, 2, 10, step, i),
+    )
     return row
 
 
@@ -48,13 +65,24 @@ def _study_parent(ws: Workspace) -> str:
 def _plant(ws: Workspace, key: str, parent: str, finished: bool) -> str:
     """A training run: two parameters, the points of METRICS, shards `eval-single-step00000` (3 rows, the second
     and third reversed in problem order so row order is checked) and `train-step00001` (1 row)."""
-    run_id = tracking.find_or_create_run(ws, key, f"binac-{key}", {"method": "binac", "seed": "3"},
-                                         {"train.actor_lr": "0.005", "train.group_size": "8"}, parent)
+    run_id = tracking.find_or_create_run(
+        ws,
+        key,
+        f"binac-{key}",
+        {"method": "binac", "seed": "3"},
+        {"train.actor_lr": "0.005", "train.group_size": "8"},
+        parent,
+    )
     for name, points in METRICS.items():
         for step, value in points.items():
             tracking.log_metrics_once(ws, run_id, {name: value}, step)
-    storage.write_shard(ws, run_id, "eval-single", 0, [_row(run_id, parent, 0, "eval", "single", i, r)
-                                                       for i, r in ((0, 1.0), (2, 0.0), (1, 1.0))])
+    storage.write_shard(
+        ws,
+        run_id,
+        "eval-single",
+        0,
+        [_row(run_id, parent, 0, "eval", "single", i, r) for i, r in ((0, 1.0), (2, 0.0), (1, 1.0))],
+    )
     storage.write_shard(ws, run_id, "train", 1, [_row(run_id, parent, 1, "train", "train", 0, 0.0)])
     if finished:
         tracking.finish(ws, run_id, "FINISHED")
@@ -66,9 +94,11 @@ def _rows(ws: Workspace, run_id: str) -> list[tuple]:
     con = storage.connect(ws)
     try:
         cols = [c for c in storage.columns() if c not in ("run_id", "parent_run_id")]
-        return con.execute(f"SELECT regexp_extract(filename, '[^/]+$'), {', '.join(cols)} FROM read_parquet("
-                           f"{storage.sql_string(ws.shards / run_id / '*.parquet')}, filename = true) "
-                           "ORDER BY filename, file_row_number").fetchall()
+        return con.execute(
+            f"SELECT regexp_extract(filename, '[^/]+$'), {', '.join(cols)} FROM read_parquet("
+            f"{storage.sql_string(ws.shards / run_id / '*.parquet')}, filename = true) "
+            "ORDER BY filename, file_row_number"
+        ).fetchall()
     finally:
         con.close()
 
@@ -76,16 +106,19 @@ def _rows(ws: Workspace, run_id: str) -> list[tuple]:
 def _ids(ws: Workspace, run_id: str) -> set[tuple]:
     con = storage.connect(ws)
     try:
-        return set(con.execute("SELECT DISTINCT run_id, parent_run_id FROM trajectories WHERE run_id = ?",
-                               [run_id]).fetchall())
+        return set(
+            con.execute("SELECT DISTINCT run_id, parent_run_id FROM trajectories WHERE run_id = ?", [run_id]).fetchall()
+        )
     finally:
         con.close()
 
 
 def _points(ws: Workspace, run_id: str) -> dict:
     c = tracking.client(ws)
-    return {k: sorted((m.step, str(m.value), m.timestamp) for m in c.get_metric_history(run_id, k))
-            for k in c.get_run(run_id).data.metrics}
+    return {
+        k: sorted((m.step, str(m.value), m.timestamp) for m in c.get_metric_history(run_id, k))
+        for k in c.get_run(run_id).data.metrics
+    }
 
 
 def _active(ws: Workspace, key: str) -> list:
@@ -130,10 +163,13 @@ def test_a_restored_run_reads_back_what_was_archived(exported, tmp_path):
     assert run_b.data.tags == {k: v for k, v in a.data.tags.items() if k != "mlflow.parentRunId"}
     assert _points(ws_b, run_b.info.run_id) == _points(ws_a, run_a)
     assert _points(ws_b, run_b.info.run_id)["eval/acc_single"] == [
-        (s, str(v), _points(ws_a, run_a)["eval/acc_single"][i][2]) for i, (s, v) in enumerate(METRICS["eval/acc_single"].items())]
+        (s, str(v), _points(ws_a, run_a)["eval/acc_single"][i][2])
+        for i, (s, v) in enumerate(METRICS["eval/acc_single"].items())
+    ]
     assert _rows(ws_b, run_b.info.run_id) == _rows(ws_a, run_a)
     assert [r[0] for r in _rows(ws_b, run_b.info.run_id)] == ["eval-single-step00000.parquet"] * 3 + [
-        "train-step00001.parquet"]
+        "train-step00001.parquet"
+    ]
     problem = [c for c in storage.columns() if c not in ("run_id", "parent_run_id")].index("problem_id") + 1
     assert [r[problem] for r in _rows(ws_b, run_b.info.run_id)][:3] == ["q0", "q2", "q1"]  # the shard's own row order
     assert _ids(ws_b, run_b.info.run_id) == {(run_b.info.run_id, parent_b)}
@@ -154,11 +190,13 @@ def test_a_run_of_the_stores_own_is_never_replaced(exported, tmp_path):
 def test_a_killed_restore_is_redone_without_a_duplicate(exported, tmp_path, point):
     ws_a, run_a, folder, _ = exported
     home = tmp_path / "d"
-    code = ("from pathlib import Path; from binac_core.foundation.workspace import Workspace; "
-            "from binac_core.store import archive, tracking; "
-            f"home = Path({str(home)!r}); home.mkdir(); ws = Workspace(home); "
-            "p = tracking.find_or_create_run(ws, 'study-x', 'study-x', {'kind': 'study'}, {'study': 'x'}); "
-            f"archive.restore_runs(ws, Path({str(folder)!r}), p, ['k1'])")
+    code = (
+        "from pathlib import Path; from binac_core.foundation.workspace import Workspace; "
+        "from binac_core.store import archive, tracking; "
+        f"home = Path({str(home)!r}); home.mkdir(); ws = Workspace(home); "
+        "p = tracking.find_or_create_run(ws, 'study-x', 'study-x', {'kind': 'study'}, {'study': 'x'}); "
+        f"archive.restore_runs(ws, Path({str(folder)!r}), p, ['k1'])"
+    )
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "BINAC_FAULT": f"{point}:kill"})
     assert proc.returncode == -9

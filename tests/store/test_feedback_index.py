@@ -28,18 +28,44 @@ UNROUNDED = SEARCH.replace("round(score, 4) AS bm25", "score AS bm25")
 OLD_UNROUNDED = OLD_SEARCH.replace("round(score, 4) AS bm25", "score AS bm25")
 assert UNROUNDED != SEARCH and OLD_UNROUNDED != OLD_SEARCH
 
-TEXTS = ["Step 3 is wrong.", "Looks correct.", "", "The the and of", "Naïve café résumé: step 2's sign is wrong!",
-         "Check the sign in step 2; the carry was dropped before multiplying.", "wrong wrong wrong step",
-         "Steps 1-4 are right, but the final answer forgets the remainder.", "Überprüfe Schritt 3", "12345 ... ???",
-         "The multiplication in step 5 carries incorrectly; recompute the partial products and add them again."]
+TEXTS = [
+    "Step 3 is wrong.",
+    "Looks correct.",
+    "",
+    "The the and of",
+    "Naïve café résumé: step 2's sign is wrong!",
+    "Check the sign in step 2; the carry was dropped before multiplying.",
+    "wrong wrong wrong step",
+    "Steps 1-4 are right, but the final answer forgets the remainder.",
+    "Überprüfe Schritt 3",
+    "12345 ... ???",
+    "The multiplication in step 5 carries incorrectly; recompute the partial products and add them again.",
+]
 
 
 def _row(run_id: str, i: int, feedback, **cols) -> dict:
     row = {c: None for c in storage.columns()}
-    row.update(run_id=run_id, parent_run_id=None, method="binac", preset="micro", seed=0, step=1, split="train",
-               protocol="train", benchmark="synthetic", problem_id=f"q{i}", sample_idx=i, feedback_idx=0, round=1,
-               prompt="p", attempt="a", attempt_reward=0.0, attempt_tokens=1, feedback=feedback,
-               created_at=datetime(2025, 1, 2, 10, 0, 0))
+    row.update(
+        run_id=run_id,
+        parent_run_id=None,
+        method="binac",
+        preset="micro",
+        seed=0,
+        step=1,
+        split="train",
+        protocol="train",
+        benchmark="synthetic",
+        problem_id=f"q{i}",
+        sample_idx=i,
+        feedback_idx=0,
+        round=1,
+        prompt="p",
+        attempt="a",
+        attempt_reward=0.0,
+        attempt_tokens=1,
+        feedback=feedback,
+        created_at=datetime(2025, 1, 2, 10, 0, 0),
+    )
     row.update(cols)
     return row
 
@@ -52,9 +78,17 @@ def _store(ws: Workspace, seed: int = 0, runs: int = 3) -> None:
             rows = []
             for i in range(12):
                 text = rnd.choice(TEXTS) if rnd.random() < 0.5 else " ".join(rnd.choices(words, k=rnd.randint(1, 25)))
-                rows.append(_row(f"run{r}", i, None if rnd.random() < 0.1 else text, step=step,
-                                 method=rnd.choice(["binac", "fixed_critic"]), split=rnd.choice(["train", "eval"]),
-                                 parent_run_id=rnd.choice([None, "P1", "P2"])))
+                rows.append(
+                    _row(
+                        f"run{r}",
+                        i,
+                        None if rnd.random() < 0.1 else text,
+                        step=step,
+                        method=rnd.choice(["binac", "fixed_critic"]),
+                        split=rnd.choice(["train", "eval"]),
+                        parent_run_id=rnd.choice([None, "P1", "P2"]),
+                    )
+                )
             storage.write_shard(ws, f"run{r}", "train", step, rows)
 
 
@@ -63,18 +97,32 @@ def _old(ws: Workspace, params: dict):
 
 
 def test_columnar_write_stores_the_rows_and_types_of_the_row_by_row_writer(tmp_path):
-    rows = [_row("r", 0, "Step 3 is wrong."),
-            _row("r", 1, None, refined=None, refined_reward=None, critic_reward=None, parent_run_id="P"),
-            _row("r", 2, "", attempt="", prompt="ünïcødé ✓ 漢字", refined="y1", refined_reward=1.0,
-                 attempt_reward=1, feedback_tokens=7, first_wrong_step=None, feedback_step=3),
-            _row("r", 3, "x", attempt_reward=True)]  # cast as DuckDB casts it
+    rows = [
+        _row("r", 0, "Step 3 is wrong."),
+        _row("r", 1, None, refined=None, refined_reward=None, critic_reward=None, parent_run_id="P"),
+        _row(
+            "r",
+            2,
+            "",
+            attempt="",
+            prompt="ünïcødé ✓ 漢字",
+            refined="y1",
+            refined_reward=1.0,
+            attempt_reward=1,
+            feedback_tokens=7,
+            first_wrong_step=None,
+            feedback_step=3,
+        ),
+        _row("r", 3, "x", attempt_reward=True),
+    ]  # cast as DuckDB casts it
     new, old = tmp_path / "new.parquet", tmp_path / "old.parquet"
     storage._write_rows(new, rows)
     con = duckdb.connect()
     con.execute(storage.schema_sql())
     cols = storage.columns()
-    con.executemany(f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})",
-                    [[r[c] for c in cols] for r in rows])
+    con.executemany(
+        f"INSERT INTO trajectory_rows VALUES ({', '.join('?' for _ in cols)})", [[r[c] for c in cols] for r in rows]
+    )
     con.execute(f"COPY trajectory_rows TO {storage.sql_string(old)} (FORMAT parquet)")
     describe = "DESCRIBE SELECT * FROM read_parquet(?)"
     assert con.execute(describe, [str(new)]).fetchall() == con.execute(describe, [str(old)]).fetchall()
@@ -83,8 +131,10 @@ def test_columnar_write_stores_the_rows_and_types_of_the_row_by_row_writer(tmp_p
     import pyarrow.parquet as pq
 
     assert pq.read_schema(new) == pq.read_schema(old)
-    for odd in ([{**r, "created_at": "2025-01-02 10:00:01"} for r in rows],  # text for a timestamp: cast
-                [{**r, "created_at": "2025-01-02 10:00:01"} for r in rows[:2]] + rows[2:]):  # mixed: row by row
+    for odd in (
+        [{**r, "created_at": "2025-01-02 10:00:01"} for r in rows],  # text for a timestamp: cast
+        [{**r, "created_at": "2025-01-02 10:00:01"} for r in rows[:2]] + rows[2:],
+    ):  # mixed: row by row
         storage._write_rows(tmp_path / "odd.parquet", odd)
         assert pq.read_schema(tmp_path / "odd.parquet") == pq.read_schema(old)
         stored = con.execute("SELECT created_at FROM read_parquet(?)", [str(tmp_path / "odd.parquet")]).fetchall()
@@ -98,11 +148,22 @@ def test_columnar_write_stores_the_rows_and_types_of_the_row_by_row_writer(tmp_p
     assert not (tmp_path / "bad.parquet").exists() and not list(tmp_path.glob(".bad*"))
 
 
-@pytest.mark.parametrize("params", [
-    {"query": "step wrong"}, {"query": "wrong"}, {"query": "the sign"}, {"query": "café naive"},
-    {"query": "carry multiplying remainder", "k": "50"}, {"query": "step wrong", "all_words": "1"},
-    {"query": "step the wrong", "all_words": "1"}, {"query": "sign", "method": "fixed%", "split": "eval"},
-    {"query": "step answer", "comparison": "P1"}, {"query": "zzz nothing"}, {"query": "step", "k": "1000"}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"query": "step wrong"},
+        {"query": "wrong"},
+        {"query": "the sign"},
+        {"query": "café naive"},
+        {"query": "carry multiplying remainder", "k": "50"},
+        {"query": "step wrong", "all_words": "1"},
+        {"query": "step the wrong", "all_words": "1"},
+        {"query": "sign", "method": "fixed%", "split": "eval"},
+        {"query": "step answer", "comparison": "P1"},
+        {"query": "zzz nothing"},
+        {"query": "step", "k": "1000"},
+    ],
+)
 def test_bm25_matches_a_fresh_fts_index(tmp_path, params):
     ws = Workspace(tmp_path / "home")
     _store(ws)
@@ -160,7 +221,8 @@ def test_shards_without_index_files_are_indexed_on_first_query(tmp_path):
     assert not feedback_index.root(ws).exists()
     params = {"query": "step wrong", "k": "100"}
     assert sqlrun.run(ws, UNROUNDED, params)["bm25"].tolist() == pytest.approx(
-        _old(ws, params)["bm25"].tolist(), abs=1e-6)
+        _old(ws, params)["bm25"].tolist(), abs=1e-6
+    )
 
 
 def test_a_reader_searches_while_a_writer_is_stopped_mid_write(tmp_path):
@@ -173,12 +235,14 @@ def test_a_reader_searches_while_a_writer_is_stopped_mid_write(tmp_path):
     assert sqlrun.run(ws, SEARCH, {"query": "giraffe"}).empty
     faults = tmp_path / "faults"
     faults.mkdir()
-    code = ("import sys; sys.path[:0] = ['tests', 'tests/store'];"
-            "from test_feedback_index import _row; from binac_core.store import storage; "
-            "from binac_core.foundation.workspace import Workspace; from pathlib import Path; "
-            f"ws = Workspace(Path({str(home)!r})); "
-            "storage.write_shard(ws, 'w', 'train', 5, [_row('w', 0, 'giraffe step 5')]); "
-            "storage.write_shard(ws, 'w', 'train', 6, [_row('w', 1, 'giraffe step 6')])")
+    code = (
+        "import sys; sys.path[:0] = ['tests', 'tests/store'];"
+        "from test_feedback_index import _row; from binac_core.store import storage; "
+        "from binac_core.foundation.workspace import Workspace; from pathlib import Path; "
+        f"ws = Workspace(Path({str(home)!r})); "
+        "storage.write_shard(ws, 'w', 'train', 5, [_row('w', 0, 'giraffe step 5')]); "
+        "storage.write_shard(ws, 'w', 'train', 6, [_row('w', 1, 'giraffe step 6')])"
+    )
     env = {**os.environ, "BINAC_FAULT": "shard:train@5:pause", "BINAC_FAULT_DIR": str(faults)}
     writer = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env)
     try:

@@ -28,10 +28,26 @@ P1, P2 = "p1aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "p2bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 def _row(run_id: str, parent: str | None, seed: int, when: str, **cols) -> dict:
     """One trajectory row with every schema column (a grpo attempt without feedback unless `cols` say more)."""
     row = {c: None for c in storage.columns()}
-    row.update(run_id=run_id, parent_run_id=parent, method="grpo", preset="micro", seed=seed, step=0, split="eval",
-               protocol="single", benchmark="synthetic", problem_id="q0", sample_idx=0, feedback_idx=0, round=0,
-               prompt="p", attempt="a", attempt_reward=0.0, attempt_tokens=1,
-               created_at=datetime.fromisoformat(f"2025-01-02 {when}"))
+    row.update(
+        run_id=run_id,
+        parent_run_id=parent,
+        method="grpo",
+        preset="micro",
+        seed=seed,
+        step=0,
+        split="eval",
+        protocol="single",
+        benchmark="synthetic",
+        problem_id="q0",
+        sample_idx=0,
+        feedback_idx=0,
+        round=0,
+        prompt="p",
+        attempt="a",
+        attempt_reward=0.0,
+        attempt_tokens=1,
+        created_at=datetime.fromisoformat(f"2025-01-02 {when}"),
+    )
     row.update(cols)
     return row
 
@@ -39,15 +55,27 @@ def _row(run_id: str, parent: str | None, seed: int, when: str, **cols) -> dict:
 def _plant_run(ws: Workspace, run_id: str, parent: str | None, seed: int, hour: int, eval_rewards: list[float]):
     """A run's shards: its step-0 evaluation (two samples, reward 0), one train step, and the step-1 evaluation
     with `eval_rewards` (so its final acc_single is their mean)."""
+
     def at(minute):
         return f"{hour:02d}:{minute:02d}:00"
 
-    storage.write_shard(ws, run_id, "eval-single", 0, [
-        _row(run_id, parent, seed, at(0), sample_idx=i) for i in range(2)])
-    storage.write_shard(ws, run_id, "train", 1, [
-        _row(run_id, parent, seed, at(1), step=1, split="train", protocol="train", attempt_reward=1.0)])
-    storage.write_shard(ws, run_id, "eval-single", 1, [
-        _row(run_id, parent, seed, at(2), step=1, sample_idx=i, attempt_reward=r) for i, r in enumerate(eval_rewards)])
+    storage.write_shard(
+        ws, run_id, "eval-single", 0, [_row(run_id, parent, seed, at(0), sample_idx=i) for i in range(2)]
+    )
+    storage.write_shard(
+        ws,
+        run_id,
+        "train",
+        1,
+        [_row(run_id, parent, seed, at(1), step=1, split="train", protocol="train", attempt_reward=1.0)],
+    )
+    storage.write_shard(
+        ws,
+        run_id,
+        "eval-single",
+        1,
+        [_row(run_id, parent, seed, at(2), step=1, sample_idx=i, attempt_reward=r) for i, r in enumerate(eval_rewards)],
+    )
 
 
 @pytest.fixture
@@ -66,11 +94,13 @@ def _summary(ws: Workspace, **params) -> sqlrun.Result:
 
 # --- which runs: latest, all, an id ---
 
+
 def test_latest_is_the_comparison_whose_runs_started_last_not_the_newest_row(three_runs):
     res = _summary(three_runs)
     assert res.comparison.id == P2 and res.comparison.requested == "latest"
     assert res.df[["comparison", "method", "runs", "eval/acc_single"]].to_dict("records") == [
-        {"comparison": P2, "method": "grpo", "runs": 1, "eval/acc_single": 0.0}]
+        {"comparison": P2, "method": "grpo", "runs": 1, "eval/acc_single": 0.0}
+    ]
     assert pd.isna(res.df["eval/acc_single_ci95"][0])  # one seed: no interval, as MLflow logs none
 
 
@@ -99,16 +129,23 @@ def test_latest_without_any_comparison_in_the_store_means_all(tmp_path):
     _plant_run(ws, "s", None, 0, 12, [1.0, 0.0])
     res = _summary(ws)
     assert res.comparison.id == "all" and res.df["runs"].tolist() == [1]
-    assert res.comparison.describe() == ("comparison all (latest: no run in the store belongs to a comparison, so "
-                                         "every run): preset micro, 1 run, rows from 2025-01-02 12:00:00 to "
-                                         "2025-01-02 12:02:00 UTC")
+    assert res.comparison.describe() == (
+        "comparison all (latest: no run in the store belongs to a comparison, so "
+        "every run): preset micro, 1 run, rows from 2025-01-02 12:00:00 to "
+        "2025-01-02 12:02:00 UTC"
+    )
 
 
 def test_every_query_over_runs_takes_the_comparison_and_returns_it(three_runs):
-    for name, default in [("method_summary", "latest"), ("feedback_over_training", "latest"),
-                          ("feedback_use", "latest"), ("study_measures", "latest"), ("feedback_top_gain", "latest"),
-                          ("study_endpoints", "latest"),
-                          ("feedback_search", "all")]:
+    for name, default in [
+        ("method_summary", "latest"),
+        ("feedback_over_training", "latest"),
+        ("feedback_use", "latest"),
+        ("study_measures", "latest"),
+        ("feedback_top_gain", "latest"),
+        ("study_endpoints", "latest"),
+        ("feedback_search", "all"),
+    ]:
         text = (REPO / "sql" / f"{name}.sql").read_text()
         assert sqlrun.declared_params(text)["comparison"] == default, name
         df = sqlrun.run(three_runs, text, {"comparison": P1})
@@ -119,14 +156,18 @@ def test_every_query_over_runs_takes_the_comparison_and_returns_it(three_runs):
 
 # --- the header, the table, the empty result ---
 
+
 def test_the_header_names_the_comparison_and_its_rows(three_runs):
     assert _summary(three_runs).comparison.describe() == (
-        f"comparison {P2} (latest): preset micro, 1 run, rows from 2025-01-02 11:00:00 to 2025-01-02 11:02:00 UTC")
+        f"comparison {P2} (latest): preset micro, 1 run, rows from 2025-01-02 11:00:00 to 2025-01-02 11:02:00 UTC"
+    )
     assert _summary(three_runs, comparison=P1).comparison.describe() == (
-        f"comparison {P1}: preset micro, 2 runs, rows from 2025-01-02 10:00:00 to 2025-01-02 10:02:00 UTC")
+        f"comparison {P1}: preset micro, 2 runs, rows from 2025-01-02 10:00:00 to 2025-01-02 10:02:00 UTC"
+    )
     assert _summary(three_runs, comparison="all").comparison.describe() == (
         "comparison all (every run in the store pooled: 2 comparisons, 1 standalone run): preset micro, 4 runs, "
-        "rows from 2025-01-02 10:00:00 to 2025-01-02 12:02:00 UTC")
+        "rows from 2025-01-02 10:00:00 to 2025-01-02 12:02:00 UTC"
+    )
 
 
 def _cli(ws: Workspace, monkeypatch, capsys, query: str, *params: str, out: str | None = None) -> str:
@@ -135,8 +176,9 @@ def _cli(ws: Workspace, monkeypatch, capsys, query: str, *params: str, out: str 
     return capsys.readouterr().out
 
 
-def test_the_cli_prints_the_header_then_the_table_without_repeating_the_comparison(three_runs, monkeypatch, capsys,
-                                                                                    tmp_path):
+def test_the_cli_prints_the_header_then_the_table_without_repeating_the_comparison(
+    three_runs, monkeypatch, capsys, tmp_path
+):
     out = _cli(three_runs, monkeypatch, capsys, str(REPO / "sql" / "method_summary.sql"))
     header, columns = out.splitlines()[:2]
     assert header.startswith(f"comparison {P2} (latest): preset micro, 1 run, rows from 2025-01-02 11:00:00")
@@ -150,13 +192,16 @@ def test_the_cli_prints_the_header_then_the_table_without_repeating_the_comparis
 def test_an_empty_result_says_no_rows_and_the_filters(three_runs, monkeypatch, capsys):
     out = _cli(three_runs, monkeypatch, capsys, str(REPO / "sql" / "method_summary.sql"), "method=binac")
     assert "Empty DataFrame" not in out
-    assert out.splitlines()[1:] == ["(no rows)",
-                                    f"filters: comparison=latest (-> {P2}), preset=%, method=binac, per_run=0"]
+    assert out.splitlines()[1:] == [
+        "(no rows)",
+        f"filters: comparison=latest (-> {P2}), preset=%, method=binac, per_run=0",
+    ]
     out = _cli(three_runs, monkeypatch, capsys, "SELECT 1 AS x WHERE FALSE")
     assert out.splitlines() == ["(no rows)", "filters: none (the query has no parameters)"]
 
 
 # --- errors that help ---
+
 
 def test_a_misspelt_column_or_table_keeps_duckdbs_hint(three_runs):
     with pytest.raises(BinacError) as err:
@@ -177,8 +222,11 @@ def test_an_error_in_a_later_statement_says_which(three_runs):
 
 
 def test_a_value_that_is_not_of_the_parameters_kind_names_the_parameter(three_runs):
-    with pytest.raises(BinacError, match=r"^query parameter \$per_run: could not convert 'abc' to an integer "
-                                         r"\(its default is 0\)$"):
+    with pytest.raises(
+        BinacError,
+        match=r"^query parameter \$per_run: could not convert 'abc' to an integer "
+        r"\(its default is 0\)$",
+    ):
         _summary(three_runs, per_run="abc")
     top_gain = (REPO / "sql" / "feedback_top_gain.sql").read_text()
     with pytest.raises(BinacError, match=r"^query parameter \$k: could not convert '2.5' to an integer"):
@@ -205,14 +253,20 @@ def test_an_unknown_comparison_is_one_line_that_lists_the_recent_ones(three_runs
 
 def test_the_cli_prints_errors_whole_after_error_colon(three_runs, tmp_path):
     env = {"BINAC_HOME": str(three_runs.home), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "SELECT metod FROM trajectories"], cwd=REPO,
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "sql", "SELECT metod FROM trajectories"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith('error: SQL error: Binder Error: Referenced column "metod" not found')
     assert 'Candidate bindings: "method"' in proc.stderr
 
 
 # --- old stores ---
+
 
 def test_a_store_from_before_parent_run_ids_reads_them_as_null(tmp_path):
     """Shards and a schema shard written without the column: the current schema shard (named by the schema's
@@ -225,14 +279,19 @@ def test_a_store_from_before_parent_run_ids_reads_them_as_null(tmp_path):
     (ws.shards / "_schema").mkdir()
     row = {k: v for k, v in _row("old-run", None, 0, "09:00:00").items() if k != "parent_run_id"}
     con = duckdb.connect()
-    con.execute("CREATE TABLE t AS SELECT * FROM (SELECT " + ", ".join(f"$v{i} AS {k}" for i, k in enumerate(row))
-                + ")", {f"v{i}": v for i, v in enumerate(row.values())})
+    con.execute(
+        "CREATE TABLE t AS SELECT * FROM (SELECT " + ", ".join(f"$v{i} AS {k}" for i, k in enumerate(row)) + ")",
+        {f"v{i}": v for i, v in enumerate(row.values())},
+    )
     con.execute(f"COPY t TO {storage.sql_string(old)} (FORMAT parquet)")
-    con.execute(f"COPY (SELECT * FROM t LIMIT 0) TO {storage.sql_string(ws.shards / '_schema' / 'empty.parquet')} "
-                "(FORMAT parquet)")
+    con.execute(
+        f"COPY (SELECT * FROM t LIMIT 0) TO {storage.sql_string(ws.shards / '_schema' / 'empty.parquet')} "
+        "(FORMAT parquet)"
+    )
     con.close()
     shard = storage.ensure_schema_shard(ws)
     assert shard.name.startswith("empty-") and len(shard.stem) == len("empty-") + 8
     assert sqlrun.run(ws, "SELECT run_id, parent_run_id FROM trajectories").to_dict("records") == [
-        {"run_id": "old-run", "parent_run_id": None}]
+        {"run_id": "old-run", "parent_run_id": None}
+    ]
     assert _summary(ws).comparison.id == "all"  # no comparison in the store: latest means every run

@@ -14,8 +14,9 @@ from binac_core.store import sqlrun, storage
 
 
 def test_the_sql_files_live_in_the_top_level_sql_folder_once():
-    tracked = subprocess.run(["git", "ls-files", "*.sql"], cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.sql"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert tracked and all(name.startswith("sql/") and name.count("/") == 1 for name in tracked), tracked
     assert storage.SQL_DIR == REPO / "sql" and sqlrun.QUERY_DIR == storage.SQL_DIR
     assert storage.SCHEMA_SQL == REPO / "sql" / "schema.sql" and "CREATE TABLE" in storage.schema_sql()

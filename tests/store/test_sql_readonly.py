@@ -19,18 +19,37 @@ from binac_core.store import sqlrun, storage
 def ws(tmp_path):
     ws = Workspace(tmp_path / "home")
     row = {c: None for c in storage.columns()}
-    row.update(run_id="r", method="grpo", preset="micro", seed=0, step=0, split="eval", protocol="feedback",
-               benchmark="synthetic", problem_id="q0", sample_idx=0, feedback_idx=0, round=0, prompt="p",
-               attempt="a", attempt_reward=0.0, attempt_tokens=1, feedback="Step 2 is wrong.",
-               created_at=datetime(2025, 1, 2))
+    row.update(
+        run_id="r",
+        method="grpo",
+        preset="micro",
+        seed=0,
+        step=0,
+        split="eval",
+        protocol="feedback",
+        benchmark="synthetic",
+        problem_id="q0",
+        sample_idx=0,
+        feedback_idx=0,
+        round=0,
+        prompt="p",
+        attempt="a",
+        attempt_reward=0.0,
+        attempt_tokens=1,
+        feedback="Step 2 is wrong.",
+        created_at=datetime(2025, 1, 2),
+    )
     storage.write_shard(ws, "r", "eval-feedback", 0, [row])
     sqlrun.run(ws, "SELECT count(*) FROM trajectories")  # the first query installs the extension and the schema shard
     return ws
 
 
 def _digests(root) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 REFUSED = {
@@ -65,9 +84,12 @@ def test_a_statement_that_could_write_outside_is_refused_before_it_runs(ws, tmp_
 def test_persistent_secrets_and_extension_installs_are_off_and_settings_locked(ws, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     before = _digests(ws.home)
-    df = sqlrun.run(ws, "SELECT current_setting('allow_persistent_secrets') AS secrets, "
-                        "current_setting('autoinstall_known_extensions') AS installs, "
-                        "current_setting('lock_configuration') AS locked")
+    df = sqlrun.run(
+        ws,
+        "SELECT current_setting('allow_persistent_secrets') AS secrets, "
+        "current_setting('autoinstall_known_extensions') AS installs, "
+        "current_setting('lock_configuration') AS locked",
+    )
     assert df.to_dict("list") == {"secrets": [False], "installs": [False], "locked": [True]}
     with pytest.raises(BinacError):
         sqlrun.execute(ws, "CREATE PERSISTENT SECRET s (TYPE s3, KEY_ID 'k', SECRET 's')", {})
@@ -76,10 +98,13 @@ def test_persistent_secrets_and_extension_installs_are_off_and_settings_locked(w
 
 def test_temp_tables_macros_and_an_fts_index_still_work(ws):
     before = _digests(ws.home)
-    df = sqlrun.run(ws, "CREATE OR REPLACE TEMP TABLE docs AS SELECT problem_id AS id, feedback AS t FROM trajectories;"
-                        "CREATE OR REPLACE TEMP MACRO twice(x) AS 2 * x;"
-                        "PRAGMA create_fts_index('docs', 'id', 't', overwrite = 1);"
-                        "SELECT id, twice(1) AS two, fts_main_docs.match_bm25(id, 'wrong') IS NOT NULL AS hit "
-                        "FROM docs")
+    df = sqlrun.run(
+        ws,
+        "CREATE OR REPLACE TEMP TABLE docs AS SELECT problem_id AS id, feedback AS t FROM trajectories;"
+        "CREATE OR REPLACE TEMP MACRO twice(x) AS 2 * x;"
+        "PRAGMA create_fts_index('docs', 'id', 't', overwrite = 1);"
+        "SELECT id, twice(1) AS two, fts_main_docs.match_bm25(id, 'wrong') IS NOT NULL AS hit "
+        "FROM docs",
+    )
     assert df.to_dict("list") == {"id": ["q0"], "two": [2], "hit": [True]}
     assert _digests(ws.home) == before

@@ -11,8 +11,16 @@ SEEDS = (0, 1, 2)
 
 
 def _study(tmp_path, methods):
-    raw = {"name": "v3", "preset": "micro", "iterations": 20, "eval_every": 10, "methods": methods,
-           "seeds": list(SEEDS), "regimes": {"sparse": {"difficulty": 2}}, "hypotheses": "third_edition"}
+    raw = {
+        "name": "v3",
+        "preset": "micro",
+        "iterations": 20,
+        "eval_every": 10,
+        "methods": methods,
+        "seeds": list(SEEDS),
+        "regimes": {"sparse": {"difficulty": 2}},
+        "hypotheses": "third_edition",
+    }
     path = tmp_path / "v3.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_study(path)
@@ -22,9 +30,18 @@ def _run(method: str, seed: int, evals: dict, train: dict | None = None) -> dict
     metrics = {f"eval/{k}": dict(v) for k, v in evals.items()}
     metrics |= {f"train/{k}": dict(v) for k, v in (train or {}).items()}
     per = {"grpo": (64, 64), "critic_only": (0, 576)}.get(method, (320, 832))
-    return {"regime": "sparse", "difficulty": 2, "method": method, "variant": "", "seed": seed, "finished": True,
-            "state": "FINISHED", "metrics": metrics, "actor_train_per_iteration": per[0],
-            "generated_per_iteration": per[1]}
+    return {
+        "regime": "sparse",
+        "difficulty": 2,
+        "method": method,
+        "variant": "",
+        "seed": seed,
+        "finished": True,
+        "state": "FINISHED",
+        "metrics": metrics,
+        "actor_train_per_iteration": per[0],
+        "generated_per_iteration": per[1],
+    }
 
 
 def _curve(a, b, c):
@@ -42,17 +59,34 @@ def _runs():
     runs = []
     for i, s in enumerate(SEEDS):
         m = (0.7, 0.6, 0.8)[i]
-        runs += [_run("grpo", s, {"acc_single": _curve(0.1, 0.1, 0.3)}),
-                 _run("fixed_critic", s, {"acc_single": _curve(0.1, 0.5, 0.6)}),
-                 _run("binac", s, {"acc_single": _curve(0.1, m, 0.7),
-                                   "critic_approves_wrong": {0: 0.10, 20: (0.11, 0.09, 0.10)[i]},
-                                   "critic_approves_right": {0: 0.50, 20: (0.40, 0.38, 0.42)[i]},
-                                   "critic/balanced_accuracy": {0: 0.5, 20: 0.60}}),
-                 _run("critic_only", s, {"acc_single": _curve(0.1, 0.1, 0.1),
-                                         "acc_feedback": {0: 0.20, 20: (0.40, 0.45, 0.35)[i]},
-                                         "critic_hits_first_error": {0: 0.15, 20: (0.35, 0.30, 0.40)[i]}}),
-                 _run("binac_disc", s, {"acc_single": _curve(0.1, 0.5, 0.6),
-                                        "critic/balanced_accuracy": {0: 0.5, 20: (0.80, 0.85, 0.90)[i]}})]
+        runs += [
+            _run("grpo", s, {"acc_single": _curve(0.1, 0.1, 0.3)}),
+            _run("fixed_critic", s, {"acc_single": _curve(0.1, 0.5, 0.6)}),
+            _run(
+                "binac",
+                s,
+                {
+                    "acc_single": _curve(0.1, m, 0.7),
+                    "critic_approves_wrong": {0: 0.10, 20: (0.11, 0.09, 0.10)[i]},
+                    "critic_approves_right": {0: 0.50, 20: (0.40, 0.38, 0.42)[i]},
+                    "critic/balanced_accuracy": {0: 0.5, 20: 0.60},
+                },
+            ),
+            _run(
+                "critic_only",
+                s,
+                {
+                    "acc_single": _curve(0.1, 0.1, 0.1),
+                    "acc_feedback": {0: 0.20, 20: (0.40, 0.45, 0.35)[i]},
+                    "critic_hits_first_error": {0: 0.15, 20: (0.35, 0.30, 0.40)[i]},
+                },
+            ),
+            _run(
+                "binac_disc",
+                s,
+                {"acc_single": _curve(0.1, 0.5, 0.6), "critic/balanced_accuracy": {0: 0.5, 20: (0.80, 0.85, 0.90)[i]}},
+            ),
+        ]
     return runs
 
 
@@ -63,7 +97,7 @@ def _line(text: str, tag: str) -> str:
 def _block(text: str, tag: str) -> str:
     start = text.index(f"- **{tag}**")
     end = text.find("\n- **", start + 1)
-    return text[start:end if end > 0 else None]
+    return text[start : end if end > 0 else None]
 
 
 def test_h1_on_areas_with_per_seed_differences(tmp_path):

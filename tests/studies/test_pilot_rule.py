@@ -48,8 +48,12 @@ def test_choose_paired_without_data_or_with_one_common_seed():
 
 
 def test_edges_name_a_changed_field_at_the_grids_extreme():
-    grid = {"lr1": {"train.critic_lr": 0.001}, "lr2": {"train.critic_lr": 0.002},
-            "lr5": {"train.critic_lr": 0.005}, "kl": {"train.critic_kl_coef": 0.1}}
+    grid = {
+        "lr1": {"train.critic_lr": 0.001},
+        "lr2": {"train.critic_lr": 0.002},
+        "lr5": {"train.critic_lr": 0.005},
+        "kl": {"train.critic_kl_coef": 0.1},
+    }
     defaults = {"train.critic_lr": 0.002, "train.critic_kl_coef": 0.0}
     assert edges("lr5", grid, defaults) == [("train.critic_lr", "highest")]
     assert edges("lr1", grid, defaults) == [("train.critic_lr", "lowest")]
@@ -57,4 +61,3 @@ def test_edges_name_a_changed_field_at_the_grids_extreme():
     assert edges("kl", grid, defaults) == [("train.critic_kl_coef", "highest")], "the others keep the default 0"
     inner = {**grid, "lr10": {"train.critic_lr": 0.01}}
     assert edges("lr5", inner, defaults) == []
-

@@ -9,17 +9,43 @@ import pytest
 from binac_core.studies import preconditions as pc
 from binac_core.studies.preconditions import AttemptRecord
 
-GATES = {"greedy_single_at_most": 0.1, "all_wrong_frac_at_least": 0.5, "hint_gap_at_least": 0.2,
-         "hint_over_self_correct_at_least": 2.0, "critic_over_chance_above": 0.0,
-         "critic_hits_of_oracle_at_most": 0.5, "approval_gap_above": 0.0, "oracle_over_verifier_at_least": 0.05}
+GATES = {
+    "greedy_single_at_most": 0.1,
+    "all_wrong_frac_at_least": 0.5,
+    "hint_gap_at_least": 0.2,
+    "hint_over_self_correct_at_least": 2.0,
+    "critic_over_chance_above": 0.0,
+    "critic_hits_of_oracle_at_most": 0.5,
+    "approval_gap_above": 0.0,
+    "oracle_over_verifier_at_least": 0.05,
+}
 
 
-def _record(p: int, right: bool, first=None, other=True, critic=None, approves=False, oracle=1.0, other_after=0.0,
-            self_after=0.0, approval_after=0.0) -> AttemptRecord:
-    return AttemptRecord(problem_id=f"p{p}", right=right, first_wrong_step=first, has_other_step=other,
-                         critic_step=critic, critic_approves=approves, oracle_step=first, after_oracle=oracle,
-                         after_other_step=other_after if other else None, after_self_correct=self_after,
-                         after_approval=approval_after)
+def _record(
+    p: int,
+    right: bool,
+    first=None,
+    other=True,
+    critic=None,
+    approves=False,
+    oracle=1.0,
+    other_after=0.0,
+    self_after=0.0,
+    approval_after=0.0,
+) -> AttemptRecord:
+    return AttemptRecord(
+        problem_id=f"p{p}",
+        right=right,
+        first_wrong_step=first,
+        has_other_step=other,
+        critic_step=critic,
+        critic_approves=approves,
+        oracle_step=first,
+        after_oracle=oracle,
+        after_other_step=other_after if other else None,
+        after_self_correct=self_after,
+        after_approval=approval_after,
+    )
 
 
 def passing_base(problems: int = 100) -> list[AttemptRecord]:
@@ -28,12 +54,17 @@ def passing_base(problems: int = 100) -> list[AttemptRecord]:
     wrong attempt, another step's none, the self-correction 1 in 6."""
     out = []
     for p in range(problems):
-        out += [_record(p, True, approves=True, approval_after=1.0, oracle=1.0),
-                _record(p, True, approves=False, approval_after=1.0, oracle=1.0)]
+        out += [
+            _record(p, True, approves=True, approval_after=1.0, oracle=1.0),
+            _record(p, True, approves=False, approval_after=1.0, oracle=1.0),
+        ]
         for k in range(6):
             first = 1 + k % 3
-            out.append(_record(p, False, first=first, critic=first if k < 2 else 4, oracle=1.0,
-                               self_after=1.0 if k == 5 else 0.0))
+            out.append(
+                _record(
+                    p, False, first=first, critic=first if k < 2 else 4, oracle=1.0, self_after=1.0 if k == 5 else 0.0
+                )
+            )
     return out
 
 
@@ -85,24 +116,49 @@ def _wrong_map(records, fn):
     return [fn(r) if not r.right else r for r in records]
 
 
-@pytest.mark.parametrize("gate, make", [
-    ("greedy_single_at_most", lambda: (passing_base(), {"greedy": 12})),
-    ("all_wrong_frac_at_least", lambda: (passing_base(), {"all_wrong": 52})),
-    ("hint_gap_at_least", lambda: (_wrong_map(passing_base(), lambda r: replace(r, after_other_step=0.9)), {})),
-    ("hint_over_self_correct_at_least",
-     lambda: (_wrong_map(passing_base(), lambda r: replace(r, after_self_correct=0.6, after_other_step=0.0)), {})),
-    ("critic_over_chance_above",  # the critic names step 4 whatever the attempt: no hits, no chance
-     lambda: (_wrong_map(passing_base(), lambda r: replace(r, critic_step=4)), {})),
-    ("critic_hits_of_oracle_at_most",
-     lambda: (_wrong_map(passing_base(), lambda r: replace(r, critic_step=r.first_wrong_step)), {})),
-    ("approval_gap_above",  # it approves two wrong attempts in three, one right attempt in two
-     lambda: ([replace(r, critic_approves=r.first_wrong_step in (1, 2) or r.critic_approves)
-               for r in passing_base()], {})),
-    ("oracle_over_verifier_at_least",  # the oracle's hint fixes 3 wrong attempts in 10 (3 x the self-correction's)
-     # and its approval keeps only half of the right ones: 0.35 against a verifier-only critic's 0.325
-     lambda: ([replace(r, after_oracle=0.3, after_self_correct=0.1) if not r.right else replace(r, after_oracle=0.5)
-               for r in passing_base()], {})),
-])
+@pytest.mark.parametrize(
+    "gate, make",
+    [
+        ("greedy_single_at_most", lambda: (passing_base(), {"greedy": 12})),
+        ("all_wrong_frac_at_least", lambda: (passing_base(), {"all_wrong": 52})),
+        ("hint_gap_at_least", lambda: (_wrong_map(passing_base(), lambda r: replace(r, after_other_step=0.9)), {})),
+        (
+            "hint_over_self_correct_at_least",
+            lambda: (
+                _wrong_map(passing_base(), lambda r: replace(r, after_self_correct=0.6, after_other_step=0.0)),
+                {},
+            ),
+        ),
+        (
+            "critic_over_chance_above",  # the critic names step 4 whatever the attempt: no hits, no chance
+            lambda: (_wrong_map(passing_base(), lambda r: replace(r, critic_step=4)), {}),
+        ),
+        (
+            "critic_hits_of_oracle_at_most",
+            lambda: (_wrong_map(passing_base(), lambda r: replace(r, critic_step=r.first_wrong_step)), {}),
+        ),
+        (
+            "approval_gap_above",  # it approves two wrong attempts in three, one right attempt in two
+            lambda: (
+                [replace(r, critic_approves=r.first_wrong_step in (1, 2) or r.critic_approves) for r in passing_base()],
+                {},
+            ),
+        ),
+        (
+            "oracle_over_verifier_at_least",  # the oracle's hint fixes 3 wrong attempts in 10 (3 x the self-correction's)
+            # and its approval keeps only half of the right ones: 0.35 against a verifier-only critic's 0.325
+            lambda: (
+                [
+                    replace(r, after_oracle=0.3, after_self_correct=0.1)
+                    if not r.right
+                    else replace(r, after_oracle=0.5)
+                    for r in passing_base()
+                ],
+                {},
+            ),
+        ),
+    ],
+)
 def test_a_base_failing_one_gate_fails_that_gate_alone(gate, make):
     records, counts = make()
     lines = _fail(records, **counts)

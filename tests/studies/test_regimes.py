@@ -50,12 +50,10 @@ class ScriptedStudent:
         return syn.make_row(question)["solution"]
 
 
-@pytest.mark.parametrize("after_approval, right, copy", [("copy", 0.0, 1.0), ("answer", 0.0, 1.0),
-                                                               ("solve", 1.0, 0.0)])
+@pytest.mark.parametrize("after_approval, right, copy", [("copy", 0.0, 1.0), ("answer", 0.0, 1.0), ("solve", 1.0, 0.0)])
 def test_the_shortcut_check_tells_a_copying_student_from_a_shortcut(after_approval, right, copy):
     gen = load_config("micro").generation
-    out = measure_base(ScriptedStudent(after_approval), PROBLEMS, group_size=2, gen=gen, seed=0,
-                       benchmark="synthetic")
+    out = measure_base(ScriptedStudent(after_approval), PROBLEMS, group_size=2, gen=gen, seed=0, benchmark="synthetic")
     assert out["single"] == 0.5 and out["shortcut_n"] == 4  # one wrong attempt per problem
     assert out["shortcut_right"] == right and out["shortcut_copy"] == copy
     # the initial critic (always "Looks correct.") approves every wrong attempt and names no step
@@ -85,9 +83,26 @@ def test_the_base_checks_script_measures_a_micro_base(tmp_path, micro_base):
     from conftest import REPO
 
     shutil.copytree(micro_base, tmp_path / "model")
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "base_checks.py"), "--preset", "micro",
-                           "--difficulties", "2", "--group-size", "2", "--split", "eval", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "base_checks.py"),
+            "--preset",
+            "micro",
+            "--difficulties",
+            "2",
+            "--group-size",
+            "2",
+            "--split",
+            "eval",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "d2: single" in proc.stdout and "right after approval" in proc.stdout
     checks = json.loads((tmp_path / "checks.json").read_text())["2"]
@@ -107,12 +122,19 @@ def test_the_base_checks_script_applies_a_study_files_rules_and_gates(tmp_path, 
 
     shutil.copytree(micro_base, tmp_path / "model")
     study = tmp_path / "s.yaml"
-    study.write_text("name: s\npreset: micro\niterations: 1\nmethods: [grpo]\nseeds: [0]\n"
-                     "regimes: {easy: {rule: {single_closest_to: 0.3, search: [2, 3]}}}\n"
-                     "rule_measure: {group_size: 2, seed: 0}\n"
-                     "gates: {all: {all_wrong_frac_at_least: 1.0}, easy: {greedy_single_at_most: 1.0}}\n")
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "base_checks.py"), "--study", str(study),
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=900, cwd=REPO)
+    study.write_text(
+        "name: s\npreset: micro\niterations: 1\nmethods: [grpo]\nseeds: [0]\n"
+        "regimes: {easy: {rule: {single_closest_to: 0.3, search: [2, 3]}}}\n"
+        "rule_measure: {group_size: 2, seed: 0}\n"
+        "gates: {all: {all_wrong_frac_at_least: 1.0}, easy: {greedy_single_at_most: 1.0}}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "base_checks.py"), "--study", str(study), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     checks = json.loads((tmp_path / "checks.json").read_text())
     d = checks["difficulties"]["easy"]

@@ -16,18 +16,32 @@ from binac_core.studies.study_report import build_study_report, choose_variant
 from binac_core.studies.verdicts import NO_DATA, claim, margin_verdict
 
 # The design's per-iteration counts (B = 8, G = 8, K = 4): (actor training, generated).
-PER = {"grpo": (64, 64), "fixed_critic": (320, 576), "critic_only": (0, 832), "binac": (320, 832),
-       "binac_after": (320, 832), "binac_lam0": (320, 576)}
+PER = {
+    "grpo": (64, 64),
+    "fixed_critic": (320, 576),
+    "critic_only": (0, 832),
+    "binac": (320, 832),
+    "binac_after": (320, 832),
+    "binac_lam0": (320, 576),
+}
 SIZES = {"train.batch_problems": 8, "train.group_size": 8, "train.critic_group_size": 4}
 ACCURACY = {"grpo": 0.20, "fixed_critic": 0.30, "critic_only": 0.10, "binac": 0.40, "binac_after": 0.35}
 
 
 def _study(tmp_path, **edit):
-    raw = {"name": "report-test", "preset": "micro", "iterations": 60, "eval_every": 10,
-           "equal_samples_method": "grpo", "methods": ["grpo", "fixed_critic", "critic_only", "binac", "binac_after"],
-           "seeds": [0, 1, 2], "regimes": {"moderate": {"rule": {"single_closest_to": 0.35, "search": [2, 3]}},
-                                           "sparse": {"difficulty": 2}},
-           "rule_measure": {"group_size": 8, "seed": 0}, "overrides": SIZES, **edit}
+    raw = {
+        "name": "report-test",
+        "preset": "micro",
+        "iterations": 60,
+        "eval_every": 10,
+        "equal_samples_method": "grpo",
+        "methods": ["grpo", "fixed_critic", "critic_only", "binac", "binac_after"],
+        "seeds": [0, 1, 2],
+        "regimes": {"moderate": {"rule": {"single_closest_to": 0.35, "search": [2, 3]}}, "sparse": {"difficulty": 2}},
+        "rule_measure": {"group_size": 8, "seed": 0},
+        "overrides": SIZES,
+        **edit,
+    }
     path = tmp_path / f"{raw['name']}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_study(path)
@@ -40,48 +54,86 @@ def _eval_steps(method: str, iterations: int, total: int, every: int = 10) -> li
     return sorted(steps)
 
 
-def _run(method: str, seed: int, regime: str, iterations: int = 60, total: int = 3840, variant: str = "",
-         evals: dict | None = None, finished: bool = True) -> dict:
+def _run(
+    method: str,
+    seed: int,
+    regime: str,
+    iterations: int = 60,
+    total: int = 3840,
+    variant: str = "",
+    evals: dict | None = None,
+    finished: bool = True,
+) -> dict:
     """A finished run with hand-chosen metrics: held-out accuracy climbing linearly to the method's level (plus a
     small per-seed offset), binac's critic learning (hits 0.20 → 0.30, the frozen critic staying at 0.20) and its
     approval drifting by 0, 1, 2 points over seeds 0, 1, 2; at iteration 1 GRPO's groups 60 % zero-advantage, the
     refinement groups 30 %."""
     steps = _eval_steps(method, iterations, total)
     base, jitter = ACCURACY.get(method, 0.2), 0.003 * ((seed * 7 + len(method)) % 3)
-    metrics = {"eval/acc_single": {s: 0.1 + (base - 0.1) * s / iterations + jitter for s in steps},
-               "eval/acc_feedback": {s: 0.12 + (base - 0.1) * s / iterations + jitter for s in steps},
-               "eval/acc_gated_k2": {s: 0.5 for s in steps},
-               "train/zero_adv_frac": {i: 0.6 if method == "grpo" else 0.55 for i in range(1, iterations + 1)},
-               "train/critic_signal": {i: 0.1 for i in range(1, iterations + 1)}}
+    metrics = {
+        "eval/acc_single": {s: 0.1 + (base - 0.1) * s / iterations + jitter for s in steps},
+        "eval/acc_feedback": {s: 0.12 + (base - 0.1) * s / iterations + jitter for s in steps},
+        "eval/acc_gated_k2": {s: 0.5 for s in steps},
+        "train/zero_adv_frac": {i: 0.6 if method == "grpo" else 0.55 for i in range(1, iterations + 1)},
+        "train/critic_signal": {i: 0.1 for i in range(1, iterations + 1)},
+    }
     if method != "grpo":
-        metrics |= {"train/refine_zero_adv_frac": {i: 0.3 for i in range(1, iterations + 1)},
-                    "eval/critic_hits_first_error": {s: 0.2 + (0.1 * s / iterations if method == "binac" else 0)
-                                                     for s in steps},
-                    "eval/critic_approves_wrong": {s: 0.1 + (0.01 * seed * s / iterations if method == "binac" else 0)
-                                                   for s in steps}}
+        metrics |= {
+            "train/refine_zero_adv_frac": {i: 0.3 for i in range(1, iterations + 1)},
+            "eval/critic_hits_first_error": {
+                s: 0.2 + (0.1 * s / iterations if method == "binac" else 0) for s in steps
+            },
+            "eval/critic_approves_wrong": {
+                s: 0.1 + (0.01 * seed * s / iterations if method == "binac" else 0) for s in steps
+            },
+        }
     if method in ("binac", "binac_after", "critic_only"):
         metrics["eval/frozen_critic_hits_first_error"] = {s: 0.2 for s in steps}
     for name, values in (evals or {}).items():
         metrics[f"eval/{name}"] = values
-    return {"regime": regime, "difficulty": 2, "method": method, "variant": variant, "seed": seed, "overrides": {},
-            "finished": finished, "run_id": f"{regime}-{method}-{variant}-{seed}", "state": "done", "notes": "",
-            "metrics": metrics, "actor_train_per_iteration": PER[method][0], "generated_per_iteration": PER[method][1]}
+    return {
+        "regime": regime,
+        "difficulty": 2,
+        "method": method,
+        "variant": variant,
+        "seed": seed,
+        "overrides": {},
+        "finished": finished,
+        "run_id": f"{regime}-{method}-{variant}-{seed}",
+        "state": "done",
+        "notes": "",
+        "metrics": metrics,
+        "actor_train_per_iteration": PER[method][0],
+        "generated_per_iteration": PER[method][1],
+    }
 
 
 MEASURED = {
-    2: {"single": 0.04, "all_wrong_frac": 0.62, "zero_adv_frac": 0.66,
-        **{f"{s}{x}": v for s in ("initial_critic", "oracle", "self_correct", "approve")
-           for x, v in (("", 0.05), ("_fixed", 0.02), ("_broken", 0.01))},
-        "shortcut_n": 400, "shortcut_right": 0.005, "shortcut_copy": 0.97, "critic_approved_wrong_n": 50,
-        "critic_approved_wrong_right": 0.02, "critic_hits_first_error": 0.3, "critic_false_alarm": 0.1,
-        "critic_agrees_with_oracle": 0.25},  # no critic_approves_wrong: a measurement from before it existed
+    2: {
+        "single": 0.04,
+        "all_wrong_frac": 0.62,
+        "zero_adv_frac": 0.66,
+        **{
+            f"{s}{x}": v
+            for s in ("initial_critic", "oracle", "self_correct", "approve")
+            for x, v in (("", 0.05), ("_fixed", 0.02), ("_broken", 0.01))
+        },
+        "shortcut_n": 400,
+        "shortcut_right": 0.005,
+        "shortcut_copy": 0.97,
+        "critic_approved_wrong_n": 50,
+        "critic_approved_wrong_right": 0.02,
+        "critic_hits_first_error": 0.3,
+        "critic_false_alarm": 0.1,
+        "critic_agrees_with_oracle": 0.25,
+    },  # no critic_approves_wrong: a measurement from before it existed
     3: {"single": 0.33, "all_wrong_frac": 0.1, "zero_adv_frac": 0.2},  # no bounds measured
 }
 
 
 def _section(text: str, start: str, end: str = "\n\n**") -> str:
-    part = text[text.index(start):]
-    return part[:part.index(end, len(start))]
+    part = text[text.index(start) :]
+    return part[: part.index(end, len(start))]
 
 
 def _hypothesis(text: str, tag: str) -> str:
@@ -108,7 +160,7 @@ def test_every_row_is_labelled_with_the_iteration_and_the_counts_that_method_rea
     st = _study(tmp_path)
     runs = [_run(m, s, r) for r in ("moderate", "sparse") for m in st.methods for s in st.seeds]
     text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
-    sparse = text[text.index("## Regime `sparse`"):]
+    sparse = text[text.index("## Regime `sparse`") :]
     actor = _section(sparse, "**At (b)")
     generated = _section(sparse, "**At (c)")
     # | method | iteration | actor training samples | generated samples | acc ...
@@ -170,8 +222,9 @@ def test_the_hypotheses_follow_their_rules_and_one_without_data_is_inconclusive(
     st = _study(tmp_path)  # no binac_lam0: H4 has no data
     runs = [_run(m, s, r) for r in ("moderate", "sparse") for m in st.methods for s in st.seeds]
     runs.append({**_run("binac", 3, "sparse"), "finished": False, "state": "crashed"})
-    report = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, ["a listed deviation"], runs,
-                                tmp_path / "out")
+    report = build_study_report(
+        st, MEASURED, {"moderate": 3, "sparse": 2}, ["a listed deviation"], runs, tmp_path / "out"
+    )
     text = report["text"]
     assert "applied mechanically" in text
     assert "**supported**" in _hypothesis(text, "H1")
@@ -213,33 +266,65 @@ def test_choose_variant_takes_the_highest_mean_and_breaks_a_tie_by_the_smaller_v
 
 def _pilot(tmp_path):
     critic = {f"c{lr}_t{t}": {"train.critic_lr": lr, "train.t_high": t} for lr in (0.002, 0.005, 0.01) for t in (1, 2)}
-    return _study(tmp_path, name="pilot", iterations=20, methods=["grpo", "critic_only"], seeds=[100, 101, 102],
-                  regimes={"moderate": {"difficulty": 2}},
-                  variants={"grpo": {"lr1e-3": {"train.actor_lr": 0.001}, "lr2e-3": {"train.actor_lr": 0.002},
-                                     "lr5e-3": {"train.actor_lr": 0.005}}, "critic_only": critic},
-                  select={"grpo": "acc_single", "critic_only": "acc_feedback"})
+    return _study(
+        tmp_path,
+        name="pilot",
+        iterations=20,
+        methods=["grpo", "critic_only"],
+        seeds=[100, 101, 102],
+        regimes={"moderate": {"difficulty": 2}},
+        variants={
+            "grpo": {
+                "lr1e-3": {"train.actor_lr": 0.001},
+                "lr2e-3": {"train.actor_lr": 0.002},
+                "lr5e-3": {"train.actor_lr": 0.005},
+            },
+            "critic_only": critic,
+        },
+        select={"grpo": "acc_single", "critic_only": "acc_feedback"},
+    )
 
 
 def test_the_pilot_table_chooses_each_methods_variant_by_the_rule_with_a_tie(tmp_path):
     st = _pilot(tmp_path)
-    finals = {("grpo", "lr1e-3"): [0.300, 0.301, 0.299], ("grpo", "lr2e-3"): [0.3006] * 3,  # a tie: 1e-3 wins
-              ("grpo", "lr5e-3"): [0.25] * 3}
-    feedback = {"c0.002_t1": 0.20, "c0.002_t2": 0.21, "c0.005_t1": 0.22, "c0.005_t2": 0.30, "c0.01_t1": 0.3008,
-                "c0.01_t2": 0.28}  # a tie between (0.005, 2) and (0.01, 1): the smaller learning rate wins
+    finals = {
+        ("grpo", "lr1e-3"): [0.300, 0.301, 0.299],
+        ("grpo", "lr2e-3"): [0.3006] * 3,  # a tie: 1e-3 wins
+        ("grpo", "lr5e-3"): [0.25] * 3,
+    }
+    feedback = {
+        "c0.002_t1": 0.20,
+        "c0.002_t2": 0.21,
+        "c0.005_t1": 0.22,
+        "c0.005_t2": 0.30,
+        "c0.01_t1": 0.3008,
+        "c0.01_t2": 0.28,
+    }  # a tie between (0.005, 2) and (0.01, 1): the smaller learning rate wins
     finals |= {("critic_only", v): [a] * 3 for v, a in feedback.items()}
     runs = []
     for (method, variant), values in finals.items():
         metric = "acc_single" if method == "grpo" else "acc_feedback"
         for seed, value in zip(st.seeds, values, strict=True):
-            runs.append(_run(method, seed, "moderate", iterations=20, total=1280, variant=variant,
-                             evals={metric: {0: 0.1, 10: 0.2, 20: value}, "acc_single": {0: 0.1, 10: 0.2, 20: value}}))
+            runs.append(
+                _run(
+                    method,
+                    seed,
+                    "moderate",
+                    iterations=20,
+                    total=1280,
+                    variant=variant,
+                    evals={metric: {0: 0.1, 10: 0.2, 20: value}, "acc_single": {0: 0.1, 10: 0.2, 20: value}},
+                )
+            )
     text = build_study_report(st, {2: MEASURED[2]}, {"moderate": 2}, [], runs, tmp_path / "out")["text"]
-    pilot = text[text.index("## Pilot"):]
-    assert "| lr1e-3 | `{\"train.actor_lr\": 0.001}` | 30.0 ± 0.2 | 20 | **chosen** |" in pilot
-    assert "| lr2e-3 | `{\"train.actor_lr\": 0.002}` | 30.1 ± 0.0 | 20 | tie, not chosen |" in pilot
-    assert "| c0.005_t2 | `{\"train.critic_lr\": 0.005, \"train.t_high\": 2}` | 30.0 ± 0.0 | 20 | **chosen** |" in pilot
-    assert ('main-study overrides: {"train.actor_lr": 0.001, "train.critic_lr": 0.005, "train.t_high": 2}'
-            in pilot.splitlines())
+    pilot = text[text.index("## Pilot") :]
+    assert '| lr1e-3 | `{"train.actor_lr": 0.001}` | 30.0 ± 0.2 | 20 | **chosen** |' in pilot
+    assert '| lr2e-3 | `{"train.actor_lr": 0.002}` | 30.1 ± 0.0 | 20 | tie, not chosen |' in pilot
+    assert '| c0.005_t2 | `{"train.critic_lr": 0.005, "train.t_high": 2}` | 30.0 ± 0.0 | 20 | **chosen** |' in pilot
+    assert (
+        'main-study overrides: {"train.actor_lr": 0.001, "train.critic_lr": 0.005, "train.t_high": 2}'
+        in pilot.splitlines()
+    )
     assert "Not tested in a pilot" in text
     assert "| grpo [lr5e-3] |" in text, "the accuracy tables show every variant"
 
@@ -251,21 +336,45 @@ def test_a_pilot_with_auc_paired_tables_areas_ties_the_choice_and_the_edge(tmp_p
     lr5e-3 − lr2e-3: +3.0, 0.0, +6.0 (mean 3.0, sd 3.0, t(0.975, 2)·3.0/√3 = 7.5: a tie); − lr1e-3: +5.5, −0.5,
     +11.5 (mean 5.5, sd 6.0, half-width 14.9: a tie); lr2e-3 changes nothing from micro's actor_lr 0.002:
     chosen. The leader holds the grid's highest learning rate: an edge."""
-    grid = {"lr1e-3": {"train.actor_lr": 0.001}, "lr2e-3": {"train.actor_lr": 0.002},
-            "lr5e-3": {"train.actor_lr": 0.005}}
-    st = _study(tmp_path, name="pilot", iterations=20, methods=["grpo"], seeds=[100, 101, 102],
-                regimes={"moderate": {"difficulty": 2}}, variants={"grpo": grid}, select={"grpo": "acc_single"},
-                select_rule="auc_paired")
+    grid = {
+        "lr1e-3": {"train.actor_lr": 0.001},
+        "lr2e-3": {"train.actor_lr": 0.002},
+        "lr5e-3": {"train.actor_lr": 0.005},
+    }
+    st = _study(
+        tmp_path,
+        name="pilot",
+        iterations=20,
+        methods=["grpo"],
+        seeds=[100, 101, 102],
+        regimes={"moderate": {"difficulty": 2}},
+        variants={"grpo": grid},
+        select={"grpo": "acc_single"},
+        select_rule="auc_paired",
+    )
     at_10 = {"lr1e-3": [0.20, 0.26, 0.14], "lr2e-3": [0.25] * 3, "lr5e-3": [0.30, 0.24, 0.36]}
     at_20 = {"lr1e-3": 0.3, "lr2e-3": 0.3, "lr5e-3": 0.32}
-    runs = [_run("grpo", seed, "moderate", iterations=20, total=1280, variant=v,
-                 evals={"acc_single": {0: 0.1, 10: mid, 20: at_20[v]}})
-            for v, mids in at_10.items() for seed, mid in zip(st.seeds, mids, strict=True)]
+    runs = [
+        _run(
+            "grpo",
+            seed,
+            "moderate",
+            iterations=20,
+            total=1280,
+            variant=v,
+            evals={"acc_single": {0: 0.1, 10: mid, 20: at_20[v]}},
+        )
+        for v, mids in at_10.items()
+        for seed, mid in zip(st.seeds, mids, strict=True)
+    ]
     text = build_study_report(st, {2: MEASURED[2]}, {"moderate": 2}, [], runs, tmp_path / "out")["text"]
-    pilot = text[text.index("## Pilot"):]
-    assert "| lr5e-3 | `{\"train.actor_lr\": 0.005}` | 1 | 25.5 ± 7.5 | 32.0 ± 0.0 | leader | leader |" in pilot
-    assert "| lr2e-3 | `{\"train.actor_lr\": 0.002}` | 0 | 22.5 ± 0.0 | 30.0 ± 0.0 | +3.0 ± 7.5 (n=3) | **chosen** (tie) |" in pilot
-    assert "| lr1e-3 | `{\"train.actor_lr\": 0.001}` | 1 | 20.0 ± 7.5 | 30.0 ± 0.0 | +5.5 ± 14.9 (n=3) | tie |" in pilot
+    pilot = text[text.index("## Pilot") :]
+    assert '| lr5e-3 | `{"train.actor_lr": 0.005}` | 1 | 25.5 ± 7.5 | 32.0 ± 0.0 | leader | leader |' in pilot
+    assert (
+        '| lr2e-3 | `{"train.actor_lr": 0.002}` | 0 | 22.5 ± 0.0 | 30.0 ± 0.0 | +3.0 ± 7.5 (n=3) | **chosen** (tie) |'
+        in pilot
+    )
+    assert '| lr1e-3 | `{"train.actor_lr": 0.001}` | 1 | 20.0 ± 7.5 | 30.0 ± 0.0 | +5.5 ± 14.9 (n=3) | tie |' in pilot
     assert "**Edge**: the leader `lr5e-3` holds the highest `train.actor_lr` of the grid (0.005)" in pilot
     assert 'main-study overrides: {"train.actor_lr": 0.002}' in pilot.splitlines()
 
@@ -287,8 +396,9 @@ def test_widen_adds_variants_that_run_but_leave_the_key_and_the_first_runs_as_th
 
     grid_ = {"grpo": {"lr1e-3": {"train.actor_lr": 0.001}, "lr1e-2": {"train.actor_lr": 0.01}}}
     first = _study(tmp_path, variants=grid_, select={"grpo": "acc_single"})
-    wider = _study(tmp_path, variants=grid_, select={"grpo": "acc_single"},
-                   widen={"grpo": {"lr2e-2": {"train.actor_lr": 0.02}}})
+    wider = _study(
+        tmp_path, variants=grid_, select={"grpo": "acc_single"}, widen={"grpo": {"lr2e-2": {"train.actor_lr": 0.02}}}
+    )
     assert wider.key() == first.key(), "the first runs keep their keys"
     assert set(wider.variants["grpo"]) == {"lr1e-3", "lr1e-2", "lr2e-2"} and wider.widened == {("grpo", "lr2e-2")}
     runs = grid(wider, {"moderate": 2, "sparse": 2})
@@ -350,10 +460,13 @@ def test_a_table_cell_whose_seeds_split_gives_the_values_seed_by_seed(tmp_path):
     mean ± interval, in seed order; fixed_critic's seeds lie within a point: mean ± interval only."""
     st = _study(tmp_path)
     finals = {0: 0.004, 1: 0.885, 2: 0.911}
-    runs = [_run(m, s, "sparse", evals={"acc_single": {0: 0.05, 60: finals[s]}} if m == "grpo" else None)
-            for m in st.methods for s in (2, 0, 1)]  # not in seed order: the cell puts them in it
+    runs = [
+        _run(m, s, "sparse", evals={"acc_single": {0: 0.05, 60: finals[s]}} if m == "grpo" else None)
+        for m in st.methods
+        for s in (2, 0, 1)
+    ]  # not in seed order: the cell puts them in it
     text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
-    table = _section(text[text.index("## Regime `sparse`"):], "**At (a)")
+    table = _section(text[text.index("## Regime `sparse`") :], "**At (a)")
     grpo = next(line for line in table.splitlines() if line.startswith("| grpo |"))
     assert "| 60.0 ± 128.3 (per seed: 0.4, 88.5, 91.1) |" in grpo  # t(0.975, 2)·51.6/√3
     fixed = next(line for line in table.splitlines() if line.startswith("| fixed_critic |"))
@@ -363,11 +476,14 @@ def test_a_table_cell_whose_seeds_split_gives_the_values_seed_by_seed(tmp_path):
 
 def test_the_greedy_protocol_is_a_column_beside_acc_single_and_named_in_the_protocol(tmp_path):
     st = _study(tmp_path)  # preset micro: the synthetic task, where the greedy protocol runs by default
-    runs = [_run(m, s, "sparse", evals={"acc_single_greedy": {0: 1.0, 60: 1.0}} if m == "binac" else None)
-            for m in st.methods for s in st.seeds]
+    runs = [
+        _run(m, s, "sparse", evals={"acc_single_greedy": {0: 1.0, 60: 1.0}} if m == "binac" else None)
+        for m in st.methods
+        for s in st.seeds
+    ]
     text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
     assert "`acc_single_greedy` (actor alone, one greedy answer per problem: temperature 0)" in text
-    table = _section(text[text.index("## Regime `sparse`"):], "**At (a)")
+    table = _section(text[text.index("## Regime `sparse`") :], "**At (a)")
     assert "| acc_single | acc_single_greedy | acc_feedback | acc_gated_k2 |" in table
     binac = next(line for line in table.splitlines() if line.startswith("| binac |"))
     grpo = next(line for line in table.splitlines() if line.startswith("| grpo |"))
@@ -382,14 +498,25 @@ def test_approval_of_right_attempts_sits_beside_approval_of_wrong_ones(tmp_path)
     frozen critic) both give `critic_approves_right` after `critic_approves_wrong`."""
     st = _study(tmp_path)
     measured = {**MEASURED, 2: {**MEASURED[2], "critic_approves_wrong": 0.223, "critic_approves_right": 0.25}}
-    runs = [_run(m, s, "sparse", evals={"critic_approves_right": {0: 0.3, 60: 0.5},
-                                        "frozen_critic_approves_right": {60: 0.25}} if m == "binac" else None)
-            for m in st.methods for s in st.seeds]
+    runs = [
+        _run(
+            m,
+            s,
+            "sparse",
+            evals={"critic_approves_right": {0: 0.3, 60: 0.5}, "frozen_critic_approves_right": {60: 0.25}}
+            if m == "binac"
+            else None,
+        )
+        for m in st.methods
+        for s in st.seeds
+    ]
     text = build_study_report(st, measured, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
-    assert "| regime | hits the first error | false alarm | approves wrong | approves right | agrees with the oracle |" \
+    assert (
+        "| regime | hits the first error | false alarm | approves wrong | approves right | agrees with the oracle |"
         in text
+    )
     assert "| sparse (d2) | 30.0 % | 10.0 % | 22.3 % | 25.0 % | 25.0 % |" in text
-    held_out = _section(text[text.index("## Regime `sparse`"):], "**The critic on held-out attempts**", "\n\n![")
+    held_out = _section(text[text.index("## Regime `sparse`") :], "**The critic on held-out attempts**", "\n\n![")
     assert "| approves wrong | approves right | frozen critic: hits first error |" in held_out
     assert "frozen: approves wrong | frozen: approves right |" in held_out
     binac = next(line for line in held_out.splitlines() if line.startswith("| binac |"))
@@ -412,7 +539,7 @@ def test_the_gains_table_pairs_each_arms_last_evaluation_with_its_step_0(tmp_pat
     st = _study(tmp_path)
     runs = [_run(m, s, "sparse") for m in st.methods for s in st.seeds]
     text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
-    table = _section(text[text.index("## Regime `sparse`"):], "**Change over training", "\n\n!")
+    table = _section(text[text.index("## Regime `sparse`") :], "**Change over training", "\n\n!")
     header = next(line for line in table.splitlines() if line.startswith("| method |"))
     assert header == ("| method | acc_single | acc_feedback | critic_hits_first_error | critic_approves_wrong |")
     binac = next(line for line in table.splitlines() if line.startswith("| binac |")).split(" | ")

@@ -33,8 +33,16 @@ from binac_core.grading.sandbox.isolation import (
 from binac_core.grading.sandbox.plan import TestFormatError, _plan
 from binac_core.grading.sandbox.protocol import RESULT_CAP, _assemble, _payload, _read, _Results, _verdict
 
-__all__ = ["DEFAULT_TIMEOUT_S", "ExecResult", "IsolationRequired", "SandboxError", "TestFormatError", "accept",
-           "require_isolation", "run_python"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "ExecResult",
+    "IsolationRequired",
+    "SandboxError",
+    "TestFormatError",
+    "accept",
+    "require_isolation",
+    "run_python",
+]
 
 DEFAULT_TIMEOUT_S = 10.0
 

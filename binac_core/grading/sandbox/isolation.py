@@ -77,8 +77,10 @@ def require_isolation(accepted: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _warn_rlimits() -> None:
-    message = ("binac sandbox: bubblewrap does not work here; running with rlimits only, as `grading.sandbox: "
-               "rlimits` accepts: programs can reach the network and read world-readable files")
+    message = (
+        "binac sandbox: bubblewrap does not work here; running with rlimits only, as `grading.sandbox: "
+        "rlimits` accepts: programs can reach the network and read world-readable files"
+    )
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     log.warning(message)
 
@@ -125,9 +127,12 @@ def _limits(timeout_s: float, uid: int, mode: str) -> list[tuple[str, int, int]]
     tasks = MAX_TASKS + (1 if mode == "bwrap" else 0)
     procs = tasks if os.geteuid() == 0 else _tasks_of(uid) + tasks
     return [
-        ("RLIMIT_CPU", cpu, cpu + 1), ("RLIMIT_AS", MEMORY_BYTES, MEMORY_BYTES),
-        ("RLIMIT_FSIZE", FILE_BYTES, FILE_BYTES), ("RLIMIT_NPROC", procs, procs),
-        ("RLIMIT_NOFILE", MAX_FILES, MAX_FILES), ("RLIMIT_CORE", 0, 0),
+        ("RLIMIT_CPU", cpu, cpu + 1),
+        ("RLIMIT_AS", MEMORY_BYTES, MEMORY_BYTES),
+        ("RLIMIT_FSIZE", FILE_BYTES, FILE_BYTES),
+        ("RLIMIT_NPROC", procs, procs),
+        ("RLIMIT_NOFILE", MAX_FILES, MAX_FILES),
+        ("RLIMIT_CORE", 0, 0),
     ]
 
 
@@ -139,8 +144,17 @@ def _command(mode: str, fd: int, results_fd: int, limits: list) -> list[str]:
 
 
 def _bwrap_prefix() -> list[str]:
-    argv = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    argv = [
+        shutil.which("bwrap") or "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+    ]
     for path in SYSTEM_PATHS:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
@@ -159,8 +173,15 @@ def _execute(argv, fds, out, err, uid, cwd, timeout_s) -> tuple[bool, int | None
     env = dict(ENV, HOME=cwd, TMPDIR=cwd) if cwd else {"PATH": ENV["PATH"]}
     try:
         proc = subprocess.Popen(
-            prefix + argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, pass_fds=fds, cwd=cwd or "/",
-            env=env, start_new_session=True, **identity,
+            prefix + argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            pass_fds=fds,
+            cwd=cwd or "/",
+            env=env,
+            start_new_session=True,
+            **identity,
         )
     except OSError as exc:
         raise SandboxError(f"cannot start the sandbox: {exc}") from exc

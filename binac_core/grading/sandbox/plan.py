@@ -17,8 +17,28 @@ from dataclasses import dataclass
 
 PURE_CALLS = {
     f.__name__: f
-    for f in (abs, bool, chr, complex, dict, float, frozenset, int, len, list, max, min, ord, range, round, set,
-              sorted, str, sum, tuple)
+    for f in (
+        abs,
+        bool,
+        chr,
+        complex,
+        dict,
+        float,
+        frozenset,
+        int,
+        len,
+        list,
+        max,
+        min,
+        ord,
+        range,
+        round,
+        set,
+        sorted,
+        str,
+        sum,
+        tuple,
+    )
 }
 """Builtins an operand made of literals may call and still be evaluated here (pure, bounded)."""
 
@@ -27,12 +47,16 @@ PURE_KEYWORDS = {"reverse", "base", "ndigits", "start", "default", "rel_tol", "a
 MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, "nan": math.nan}
 
 
-MATH_CALLS = {f.__name__: f for f in (math.sqrt, math.floor, math.ceil, math.fabs, math.log, math.log2,
-                                     math.log10, math.exp, math.isclose)}
+MATH_CALLS = {
+    f.__name__: f
+    for f in (math.sqrt, math.floor, math.ceil, math.fabs, math.log, math.log2, math.log10, math.exp, math.isclose)
+}
 
 
-TYPE_NAMES = {t.__name__: t for t in (bool, bytearray, bytes, complex, dict, float, frozenset, int, list, set,
-                                      str, tuple, type(None))}
+TYPE_NAMES = {
+    t.__name__: t
+    for t in (bool, bytearray, bytes, complex, dict, float, frozenset, int, list, set, str, tuple, type(None))
+}
 
 
 _AST_LOCK = threading.Lock()
@@ -50,16 +74,32 @@ _SIZE_LIMIT = 10**7  # elements or bits an expression evaluated here may build
 
 
 _COMPARE = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-    ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
 }
 
 
 _BINARY = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift,
-    ast.RShift: operator.rshift, ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitOr: operator.or_,
+    ast.BitAnd: operator.and_,
+    ast.BitXor: operator.xor,
 }
 
 
@@ -147,8 +187,12 @@ def _is_checker(node: ast.expr, name: str) -> bool:
 
 
 def _is_math(node: ast.expr, attr: str | None = None) -> bool:
-    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math"
-            and (attr is None or node.attr == attr))
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "math"
+        and (attr is None or node.attr == attr)
+    )
 
 
 def _is_type_spec(node: ast.expr) -> bool:
@@ -195,9 +239,13 @@ def _is_pure(node: ast.expr) -> bool:
         return _is_math(node) and node.attr in MATH_CONSTANTS
     if isinstance(node, ast.Call):
         known = (isinstance(node.func, ast.Name) and node.func.id in PURE_CALLS) or (
-            _is_math(node.func) and node.func.attr in MATH_CALLS)
-        return (known and all(not isinstance(a, ast.Starred) and pure(a) for a in node.args)
-                and all(k.arg in PURE_KEYWORDS and pure(k.value) for k in node.keywords))
+            _is_math(node.func) and node.func.attr in MATH_CALLS
+        )
+        return (
+            known
+            and all(not isinstance(a, ast.Starred) and pure(a) for a in node.args)
+            and all(k.arg in PURE_KEYWORDS and pure(k.value) for k in node.keywords)
+        )
     return False
 
 

@@ -233,7 +233,8 @@ def _decode(node, depth: int):
         raise ValueError("not an encoded value")
     tag, rest = node[0], node[1:]
     if tag in ("i", "f", "c", "y", "Y") and not (
-        len(rest) == (2 if tag == "c" else 1) and all(type(r) is str for r in rest)
+        len(rest) == (2 if tag == "c" else 1)
+        and all(type(r) is str for r in rest)
         and (tag != "i" or _HEX_INT.fullmatch(rest[0]))
     ):
         raise ValueError(f"bad {tag!r} value")
