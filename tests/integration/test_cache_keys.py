@@ -150,7 +150,7 @@ def test_stage_code_digests_follow_the_files_they_cover(tmp_path):
     )
     assert after_loss[0] != before[0], "an edit to a module a stage imports changes the stage code digest"
     assert after_loss[1] == before[1], "a loss is not part of pretraining: the base model is kept"
-    report = project / "binac_core" / "reports" / "study_report.py"  # imported by flows only: computes no stage
+    report = project / "binac_core" / "studies" / "study_report.py"  # imported by flows only: computes no stage
     report.write_text(report.read_text() + "\n# edited\n")
     assert digest_in(project, "p.stage_code_digest()") == after_loss[0]
     helpers = project / "tasks" / "_common.py"  # the stages' own helpers count, not only the task sources
