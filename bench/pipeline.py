@@ -87,7 +87,7 @@ def _run(preset: str, iterations: int, method: str) -> dict:
         progress(message)
 
     printer.progress = stamped
-    outer, inner = _instrument(prefect.tasks.Task, flows.train)
+    outer, inner = _instrument(prefect.tasks.Task, _flow_modules())
     flows.train.train(preset=preset, method=method, steps=iterations, seed=0, fresh=f"bench-{time.time()}")
     gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)][:-1]  # the last iteration evaluates
     lo, hi = ends[0], ends[-2]  # the measured iterations: the calls that ended between these two lines
@@ -121,8 +121,18 @@ def _progress_printer():
     return flows.bookkeeping
 
 
-def _instrument(task_cls, flow_module) -> tuple[dict, dict]:
-    """Time every task call from outside and every task function from inside: {name: [(end, seconds)]}."""
+def _flow_modules() -> list:
+    """The loaded modules of flows/ and tasks/ (flows.train imports them all): the train flow's tasks are
+    module attributes there, whichever module calls them (flows/train.py, or flows/stages.py for the stages
+    of an iteration)."""
+    import sys
+
+    return [m for name, m in list(sys.modules.items()) if name.split(".")[0] in ("flows", "tasks") and m]
+
+
+def _instrument(task_cls, modules) -> tuple[dict, dict]:
+    """Time every task call from outside and, for every task that is an attribute of one of `modules`, its
+    function from inside: {name: [(end, seconds)]}. Each task's function is wrapped once."""
     outer: dict[str, list[tuple[float, float]]] = {}
     inner: dict[str, list[tuple[float, float]]] = {}
     call = task_cls.__call__
@@ -136,9 +146,9 @@ def _instrument(task_cls, flow_module) -> tuple[dict, dict]:
             outer.setdefault(self.name, []).append((t1, t1 - t0))
 
     task_cls.__call__ = timed_call
-    for obj in vars(flow_module).values():
-        if isinstance(obj, task_cls):
-            obj.fn = _timed_fn(obj.fn, obj.name, inner)
+    found = {id(obj): obj for m in modules for obj in vars(m).values() if isinstance(obj, task_cls)}
+    for obj in found.values():
+        obj.fn = _timed_fn(obj.fn, obj.name, inner)
     return outer, inner
 
 
