@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from trajectory_rows import STUDY_MEASURES
 
 from binac_core.foundation.workspace import Workspace
+from binac_core.reports.measures import CRITIC_HEALTH
 from binac_core.store import sqlrun, tracking
 
 
@@ -276,6 +278,7 @@ def test_each_method_is_evaluated_with_the_feedback_source_it_trains_with(micro_
     """self_correct's held-out feedback rows carry its fixed instruction (not the base critic's feedback); the
     critic methods' carry critic text; every run is tagged with its source, and the report names it per row."""
     from binac_core.benchmarks.prompts import SELF_CORRECT_FEEDBACK
+    from binac_core.rl.methods import method_spec
 
     ws = Workspace(micro_compare["home"])
     df = sqlrun.run(
@@ -293,33 +296,12 @@ def test_each_method_is_evaluated_with_the_feedback_source_it_trains_with(micro_
         for r in c.search_runs([tracking.experiment_id(c, ws)])
         if "mlflow.parentRunId" in r.data.tags
     }
-    assert sources == {
-        "grpo": "critic_frozen",
-        "fixed_critic": "critic_frozen",
-        "binac": "critic",
-        "binac_lam0": "critic",
-        "binac_after": "critic",
-        "critic_only": "critic",
-        "self_correct": "fixed",
-        "oracle_critic": "oracle",
-        "binac_disc": "critic",
-    }
+    # The specs' sources, pinned by hand in tests/rl/test_methods.py; grpo, without a second turn, the base critic's.
+    assert sources == {m: method_spec(m).eval_feedback.value for m in ALL}
     assert "| self_correct | fixed instruction |" in micro_compare["stdout"]
     assert "| method | feedback source |" in micro_compare["stdout"]
 
 
-STUDY_TRAIN = (
-    "zero_adv_frac",
-    "refine_zero_adv_frac",
-    "critic_hits_first_error",
-    "critic_false_alarm",
-    "critic_approves_wrong",
-    "critic_approves_right",
-    "critic_signal",
-    "critic_useful_mixed_frac",
-    "critic_signal_frac",
-    "feedback_gain",
-)
 STUDY_EVAL = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right")
 
 
@@ -349,7 +331,7 @@ def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
     iterations of all nine methods and for the held-out `feedback` protocol. (Hand-computed values on planted
     stores, including the measures micro's near-chance critic leaves empty: tests/reports/test_study_measures.py.)"""
     ws = Workspace(micro_compare["home"])
-    compared = _sql_equals_mlflow(ws, "train", STUDY_TRAIN)
+    compared = _sql_equals_mlflow(ws, "train", STUDY_MEASURES)
     assert {
         "zero_adv_frac",
         "refine_zero_adv_frac",
@@ -366,17 +348,6 @@ def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
 
 # (actor training, generated) samples per iteration, by hand: attempts B·G = 64, refinements, critic feedbacks and
 # look-ahead refinements B·G·K = 256 each.
-
-
-HEALTH = (
-    "verdict_accuracy",
-    "balanced_accuracy",
-    "approves_wrong",
-    "flags_right",
-    "verdict_missing",
-    "gain_when_flagged",
-    "gain_when_approved",
-)
 
 
 def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflow(micro_compare):
@@ -402,7 +373,7 @@ def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflo
         rows = sqlrun.run(ws, query, {"split": split, "per_run": 1})
         assert len(rows) > 0 and "self_correct" not in set(rows.method)
         for row in rows.itertuples(index=False):
-            for name in HEALTH:
+            for name in CRITIC_HEALTH:
                 history = {m.step: m.value for m in c.get_metric_history(row.run_id, f"{split}/critic/{name}")}
                 value = getattr(row, name)
                 if value is None or value != value:

@@ -41,26 +41,7 @@ def test_each_query_is_documented_and_runs_with_its_defaults(micro_compare, path
 def test_queries_run_from_the_cli_with_parameters_and_out(micro_compare, tmp_path):
     out = tmp_path / "top.csv"
     env = binac_env(micro_compare["home"], tmp_path / "prefect")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "sql",
-            "sql/feedback_top_gain.sql",
-            "--param",
-            "k=1",
-            "--param",
-            "split=eval",
-            "--out",
-            str(out),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_binac(["sql", "sql/feedback_top_gain.sql", "--param", "k=1", "--param", "split=eval", "--out", str(out)], env)
     import pandas as pd
 
     df = pd.read_csv(out)
@@ -236,14 +217,8 @@ def test_a_client_holding_the_store_file_blocks_no_query_and_no_run(micro_compar
     try:
         assert holder.stdout.readline().strip() == "holding"
         env = binac_env(home, tmp_path / "prefect")
-        proc = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "sql", "SELECT count(*) AS n FROM trajectories"],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert proc.returncode == 0 and str(_shard_rows(home)) in proc.stdout, proc.stderr
+        proc = run_binac(["sql", "SELECT count(*) AS n FROM trajectories"], env)
+        assert str(_shard_rows(home)) in proc.stdout, proc.stderr
         storage.ensure_view(ws)  # what `start-run` does
         row = _stored_row(ws)
         storage.write_shard(ws, "another-run", "train", 1, [{**row, "run_id": "another-run"}])

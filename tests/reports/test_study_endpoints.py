@@ -9,6 +9,7 @@ from datetime import datetime
 import pandas as pd
 import pytest
 from conftest import REPO
+from trajectory_rows import trajectory_row
 
 from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, storage
@@ -17,29 +18,10 @@ ENDPOINTS = (REPO / "sql" / "study_endpoints.sql").read_text()
 
 
 def _row(run_id: str, parent: str, step: int, protocol: str, i: int, **cols) -> dict:
-    row = {c: None for c in storage.columns()}
-    row.update(
-        run_id=run_id,
-        parent_run_id=parent,
-        method="critic_only",
-        preset="micro",
-        seed=3,
-        step=step,
-        split="eval",
-        protocol=protocol,
-        benchmark="synthetic",
-        problem_id=f"q{i}",
-        sample_idx=0,
-        feedback_idx=0,
-        round=1,
-        prompt="Solve: 1+2-3",
-        attempt="a",
-        attempt_reward=0.0,
-        attempt_tokens=1,
-        created_at=datetime(2025, 1, 2, 10, step),
-    )
-    row.update(cols)
-    return row
+    """Problem i's held-out critic_only row (seed 3, round 1) at `step` under `protocol`, unless `cols` say more."""
+    planted = {"run_id": run_id, "parent_run_id": parent, "step": step, "protocol": protocol, "problem_id": f"q{i}"}
+    study = {"method": "critic_only", "seed": 3, "round": 1, "prompt": "Solve: 1+2-3"}
+    return trajectory_row(**planted | study | {"created_at": datetime(2025, 1, 2, 10, step)} | cols)
 
 
 def _feedback(ws, run_id, parent, step, protocol, rows):

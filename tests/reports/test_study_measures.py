@@ -10,6 +10,7 @@ import dataclasses
 import duckdb
 import pytest
 from conftest import REPO
+from trajectory_rows import STUDY_MEASURES
 
 from binac_core.foundation.workspace import Workspace
 from binac_core.model.stage_io import Attempt, Feedback, Refinement, ScoredBatch
@@ -19,18 +20,6 @@ from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
 
 MEASURES = (REPO / "sql" / "study_measures.sql").read_text()
-NAMES = (
-    "zero_adv_frac",
-    "refine_zero_adv_frac",
-    "critic_hits_first_error",
-    "critic_false_alarm",
-    "critic_approves_wrong",
-    "critic_approves_right",
-    "critic_signal",
-    "critic_useful_mixed_frac",
-    "critic_signal_frac",
-    "feedback_gain",
-)
 META = RunIdentity(run_id="r", parent_run_id="P", method="binac", preset="micro", seed=0, benchmark="synthetic")
 
 # question 7+5-3+4: correct steps 7+5=2 2-3=9 9+4=3, answer 3
@@ -103,9 +92,9 @@ def test_the_sql_measures_equal_the_hand_computed_values_and_the_python_metrics(
     rows, scored, critic = _train_rows(STEP)
     storage.write_shard(ws, "r", "train", 1, rows)
     [got] = _measures(ws)
-    assert {k: got[k] for k in NAMES} == pytest.approx(HAND)
+    assert {k: got[k] for k in STUDY_MEASURES} == pytest.approx(HAND)
     python = train_metrics(rows, scored, critic_rewards=critic, critic_measures=True)
-    assert {k: python[f"train/{k}"] for k in NAMES} == pytest.approx(HAND)
+    assert {k: python[f"train/{k}"] for k in STUDY_MEASURES} == pytest.approx(HAND)
 
 
 def test_a_method_without_critic_rewards_or_feedback_gets_null_for_what_it_lacks(tmp_path):
@@ -129,7 +118,7 @@ def test_a_method_without_critic_rewards_or_feedback_gets_null_for_what_it_lacks
     python = train_metrics(rows, scored, critic_rewards=None, critic_measures=True)
     assert "train/critic_signal" not in python and python["train/critic_useful_mixed_frac"] == pytest.approx(3 / 4)
     assert got["g"]["zero_adv_frac"] == pytest.approx(1 / 2)  # p1: 0, 1; p2: 1, 1
-    assert all(got["g"][k] is None for k in NAMES if k != "zero_adv_frac")
+    assert all(got["g"][k] is None for k in STUDY_MEASURES if k != "zero_adv_frac")
 
 
 def test_the_eval_split_gives_the_held_out_feedback_protocols_critic_measures(tmp_path):

@@ -118,34 +118,14 @@ def test_trajectory_rows_carry_the_cumulative_counts_of_their_step():
 
 def test_old_shards_without_the_count_columns_still_read(tmp_path):
     """A shard written before the columns existed reads NULL in them, beside a new shard that has them."""
-    from datetime import datetime
-
     import duckdb
+    from trajectory_rows import trajectory_row
 
     from binac_core.store import storage
 
     ws = Workspace(tmp_path / "home")
-    row = {c: None for c in storage.columns()}
-    row.update(
-        run_id="new",
-        method="binac",
-        preset="micro",
-        seed=0,
-        step=2,
-        split="train",
-        protocol="train",
-        benchmark="synthetic",
-        problem_id="q0",
-        sample_idx=0,
-        feedback_idx=0,
-        round=0,
-        prompt="p",
-        attempt="a",
-        attempt_reward=0.0,
-        attempt_tokens=1,
-        created_at=datetime(2025, 1, 2),
-        actor_samples=640,
-        generated_samples=1664,
+    row = trajectory_row(
+        run_id="new", method="binac", step=2, split="train", protocol="train", actor_samples=640, generated_samples=1664
     )
     storage.write_shard(ws, "new", "train", 2, [row])
     old = storage.shard_path(ws, "old", "train", 1)

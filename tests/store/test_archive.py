@@ -13,6 +13,7 @@ from datetime import datetime
 
 import pytest
 from conftest import REPO
+from trajectory_rows import trajectory_row
 
 from binac_core.foundation.files import file_digest
 from binac_core.foundation.workspace import Workspace
@@ -22,21 +23,17 @@ METRICS = {"eval/acc_single": {0: 0.25, 5: 0.5, 10: 0.75}, "train/loss": {1: 2.0
 
 
 def _row(run_id: str, parent: str, step: int, split: str, protocol: str, i: int, reward: float) -> dict:
-    row = {c: None for c in storage.columns()}
-    row.update(
+    """Sample i of binac seed 3 on `2+i=`: feedback on odd i, a first wrong step where `reward` is 0."""
+    return trajectory_row(
         run_id=run_id,
         parent_run_id=parent,
         method="binac",
-        preset="micro",
         seed=3,
         step=step,
         split=split,
         protocol=protocol,
-        benchmark="synthetic",
         problem_id=f"q{i}",
         sample_idx=i,
-        feedback_idx=0,
-        round=0,
         prompt=f"2+{i}=",
         attempt=str(2 + i),
         attempt_reward=reward,
@@ -45,7 +42,6 @@ def _row(run_id: str, parent: str, step: int, split: str, protocol: str, i: int,
         first_wrong_step=1 if reward == 0 else None,
         created_at=datetime(2026, 1, 2, 10, step, i),
     )
-    return row
 
 
 def _ws(home) -> Workspace:

@@ -14,6 +14,7 @@ from datetime import datetime
 import duckdb
 import pytest
 from conftest import REPO
+from trajectory_rows import trajectory_row
 
 from binac_core.foundation.workspace import Workspace
 from binac_core.store import feedback_index, sqlrun, storage
@@ -44,30 +45,10 @@ TEXTS = [
 
 
 def _row(run_id: str, i: int, feedback, **cols) -> dict:
-    row = {c: None for c in storage.columns()}
-    row.update(
-        run_id=run_id,
-        parent_run_id=None,
-        method="binac",
-        preset="micro",
-        seed=0,
-        step=1,
-        split="train",
-        protocol="train",
-        benchmark="synthetic",
-        problem_id=f"q{i}",
-        sample_idx=i,
-        feedback_idx=0,
-        round=1,
-        prompt="p",
-        attempt="a",
-        attempt_reward=0.0,
-        attempt_tokens=1,
-        feedback=feedback,
-        created_at=datetime(2025, 1, 2, 10, 0, 0),
-    )
-    row.update(cols)
-    return row
+    """Sample i of run `run_id`'s step-1 binac training (round 1), carrying `feedback`, unless `cols` say otherwise."""
+    sample = {"run_id": run_id, "problem_id": f"q{i}", "sample_idx": i, "feedback": feedback}
+    training = {"method": "binac", "step": 1, "split": "train", "protocol": "train", "round": 1}
+    return trajectory_row(**sample | training | {"created_at": datetime(2025, 1, 2, 10)} | cols)
 
 
 def _store(ws: Workspace, seed: int = 0, runs: int = 3) -> None:

@@ -8,13 +8,12 @@ two samples; the eval rewards make each run's acc_single distinct: a 0.5, b 1.0,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import datetime
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, run_binac
+from trajectory_rows import trajectory_row
 
 from binac_core.errors import BinacError
 from binac_core.foundation.workspace import Workspace
@@ -26,30 +25,9 @@ P1, P2 = "p1aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "p2bbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 
 def _row(run_id: str, parent: str | None, seed: int, when: str, **cols) -> dict:
-    """One trajectory row with every schema column (a grpo attempt without feedback unless `cols` say more)."""
-    row = {c: None for c in storage.columns()}
-    row.update(
-        run_id=run_id,
-        parent_run_id=parent,
-        method="grpo",
-        preset="micro",
-        seed=seed,
-        step=0,
-        split="eval",
-        protocol="single",
-        benchmark="synthetic",
-        problem_id="q0",
-        sample_idx=0,
-        feedback_idx=0,
-        round=0,
-        prompt="p",
-        attempt="a",
-        attempt_reward=0.0,
-        attempt_tokens=1,
-        created_at=datetime.fromisoformat(f"2025-01-02 {when}"),
-    )
-    row.update(cols)
-    return row
+    """One trajectory row: a step-0 grpo attempt under `single`, at `when` on 2025-01-02, unless `cols` say more."""
+    created = datetime.fromisoformat(f"2025-01-02 {when}")
+    return trajectory_row(run_id=run_id, parent_run_id=parent, seed=seed, created_at=created, **cols)
 
 
 def _plant_run(ws: Workspace, run_id: str, parent: str | None, seed: int, hour: int, eval_rewards: list[float]):
@@ -253,13 +231,7 @@ def test_an_unknown_comparison_is_one_line_that_lists_the_recent_ones(three_runs
 
 def test_the_cli_prints_errors_whole_after_error_colon(three_runs, tmp_path):
     env = {"BINAC_HOME": str(three_runs.home), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "sql", "SELECT metod FROM trajectories"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = run_binac(["sql", "SELECT metod FROM trajectories"], env, check=False)
     assert proc.returncode == 2
     assert proc.stderr.startswith('error: SQL error: Binder Error: Referenced column "metod" not found')
     assert 'Candidate bindings: "method"' in proc.stderr

@@ -6,9 +6,9 @@ each attempt; TEMP tables, macros and an FTS index, which the shipped queries ma
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
 
 import pytest
+from trajectory_rows import trajectory_row
 
 from binac_core.errors import BinacError
 from binac_core.foundation.workspace import Workspace
@@ -18,27 +18,7 @@ from binac_core.store import sqlrun, storage
 @pytest.fixture
 def ws(tmp_path):
     ws = Workspace(tmp_path / "home")
-    row = {c: None for c in storage.columns()}
-    row.update(
-        run_id="r",
-        method="grpo",
-        preset="micro",
-        seed=0,
-        step=0,
-        split="eval",
-        protocol="feedback",
-        benchmark="synthetic",
-        problem_id="q0",
-        sample_idx=0,
-        feedback_idx=0,
-        round=0,
-        prompt="p",
-        attempt="a",
-        attempt_reward=0.0,
-        attempt_tokens=1,
-        feedback="Step 2 is wrong.",
-        created_at=datetime(2025, 1, 2),
-    )
+    row = trajectory_row(run_id="r", protocol="feedback", feedback="Step 2 is wrong.")
     storage.write_shard(ws, "r", "eval-feedback", 0, [row])
     sqlrun.run(ws, "SELECT count(*) FROM trajectories")  # the first query installs the extension and the schema shard
     return ws
