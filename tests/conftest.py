@@ -53,6 +53,39 @@ def run_binac(args: list[str], env: dict, timeout: int = 1500, check: bool = Tru
     return proc
 
 
+def binac_iteration_args(preset: str, *settings: str) -> list[str]:
+    """`binac train` arguments for one Bi-NAC iteration on `preset` (seed 0), each of `settings` as a `--set`."""
+    args = ["train", "--preset", preset, "--method", "binac", "--steps", "1", "--seed", "0"]
+    for item in settings:
+        args += ["--set", item]
+    return args
+
+
+MINIMAL_BATCH = (
+    "train.batch_problems=2",
+    "train.group_size=2",
+    "train.critic_group_size=1",
+    "train.micro_batch_size=4",
+    "task.n_test=2",
+)
+"""Settings of a minimal batch (2 problems, 2 attempts each, 1 feedback each; 2 held-out problems), for the tests
+that train a real model (tests/model/test_smol.py, tests/integration/test_vllm.py)."""
+SHORT_GENERATION = ("generation.max_new_tokens=12", "generation.feedback_max_new_tokens=8")
+"""Settings of short completions, for the same tests."""
+
+GPU_CHECK_ROWS = (
+    "actor T=1",
+    "actor T=0.7",
+    "actor T=0 (greedy)",
+    "critic T=1",
+    "actor re-saved (new digest) T=1",
+    "no adapter T=1",
+    "HFBackend actor T=1 (HF sampler vs trainer)",
+)
+"""The rows of `scripts/gpu_check.py`'s check of one dtype, in the order it writes them (tests/integration/
+test_gpu_check.py with HF standing in for vLLM, tests/integration/test_vllm.py on vLLM)."""
+
+
 def _free_port() -> int:
     import socket
 
@@ -140,7 +173,7 @@ def micro_base(micro_compare) -> Path:
     return folder
 
 
-# --- Shared by test_sql, test_reliability, test_deployment (issue 5) ---
+# --- Shared by test_sql, test_reliability, test_deployment, test_study (issue 5) ---
 
 
 def home_with_micro_base(tmp_path_factory, name: str, micro_compare: dict) -> Path:
@@ -152,6 +185,25 @@ def home_with_micro_base(tmp_path_factory, name: str, micro_compare: dict) -> Pa
     if (micro_compare["home"] / "models").exists():
         shutil.copytree(micro_compare["home"] / "models", home / "models")
     return home
+
+
+def serve_env(home: Path, micro_compare: dict, **extra: str) -> dict:
+    """Environment for `scripts/serve.py start` over the workspace `home` (test_deployment, test_study): free ports
+    for its Prefect and MLflow servers, workers that poll every second, no outer server's address, and the model
+    cache where `micro_compare` built the micro base model; `extra` adds variables."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
+    env.update(
+        BINAC_HOME=str(home),
+        BINAC_PREFECT_PORT="0",
+        BINAC_MLFLOW_PORT="0",
+        HF_HUB_OFFLINE="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="1",
+        **extra,
+    )
+    if micro_compare["env"].get("BINAC_MODEL_CACHE"):  # the workers' runs find the micro base model there
+        env["BINAC_MODEL_CACHE"] = micro_compare["env"]["BINAC_MODEL_CACHE"]
+    return env
 
 
 def trajectory_rows(home: Path, where: str = "TRUE", exclude: tuple[str, ...] = ("run_id", "created_at")) -> list:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from report_meta import report_meta
 
 from binac_core.errors import BinacError
 from binac_core.rl.kinds import (
@@ -174,15 +175,6 @@ def test_an_evaluation_file_with_a_label_reads_back_and_is_written_with_the_iden
     assert Evaluation.from_json(result.to_json()).feedback_source is FeedbackSource.FIXED
     ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25, "eval/acc_gated_k2": 0.5}
     runs = [{"method": "self_correct", "seed": 0, "samples_per_iteration": 4, "evals": {0: ev, 1: ev}}]
-    meta = {
-        "preset": "p",
-        "seeds": [0],
-        "budget": 4,
-        "steps": 1,
-        "n_eval": 2,
-        "eval_samples": 1,
-        "eval_temperature": 1.0,
-    }
-    text = build_report(runs, meta, tmp_path)["text"]
+    text = build_report(runs, report_meta(), tmp_path)["text"]
     assert f"| self_correct | {result.feedback_source.label} |" in text
     assert "| self_correct | fixed instruction |" in text

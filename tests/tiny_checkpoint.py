@@ -16,6 +16,14 @@ EOT = "<|eot_id|>"
 TEXTS = ["Solve: 7+5-3 A: 9", "Feedback: step 2 is wrong.", "1+2=3 then 3*4=12 A: 12", "Looks correct."] * 4
 
 
+def hostile_generation_config(eos_token_id: list[int], pad_token_id: int) -> GenerationConfig:
+    """A hub checkpoint's generation settings, which binac must not sample with: sampling at T = 0.3 with top-k 3
+    and top-p 0.5, and a repetition penalty, no repeated bigram and at least 4 new tokens."""
+    sampling = dict(do_sample=True, temperature=0.3, top_k=3, top_p=0.5)
+    constraints = dict(repetition_penalty=1.3, no_repeat_ngram_size=2, min_new_tokens=4)
+    return GenerationConfig(**sampling, **constraints, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+
+
 def build_checkpoint(
     out: Path, hostile: bool = True, eos_logit: float = 0.0, max_positions: int = 128, seed: int = 0
 ) -> Path:
@@ -48,17 +56,7 @@ def build_checkpoint(
             scale = eos_logit / cfg.hidden_size**0.5  # after RMSNorm, dim 0 ~ sqrt(hidden)
             model.lm_head.weight[[im_end, eot], 0] = scale
     if hostile:
-        model.generation_config = GenerationConfig(
-            do_sample=True,
-            temperature=0.3,
-            top_k=3,
-            top_p=0.5,
-            repetition_penalty=1.3,
-            no_repeat_ngram_size=2,
-            min_new_tokens=4,
-            eos_token_id=[im_end, eot],
-            pad_token_id=tok.pad_token_id,
-        )
+        model.generation_config = hostile_generation_config([im_end, eot], tok.pad_token_id)
     else:
         model.generation_config = GenerationConfig(eos_token_id=im_end, pad_token_id=tok.pad_token_id)
     model.save_pretrained(out)

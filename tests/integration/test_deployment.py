@@ -14,13 +14,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import REPO, home_with_micro_base
+from conftest import REPO, home_with_micro_base, run_binac, serve_env
 
 from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun
 
 pytestmark = pytest.mark.integration
 SERVE = [sys.executable, str(REPO / "scripts" / "serve.py")]
+PREFECT = str(Path(sys.executable).parent / "prefect")  # the project's environment's
 METHODS = {"grpo", "fixed_critic", "binac"}  # the defaults of the compare/micro deployment
 
 
@@ -60,6 +61,14 @@ def wait_for_logs(api: str, flow_run_ids: list[str], line: str, guard: float = 3
         time.sleep(0.5)
 
 
+def deployment_run(env: dict, param: str, watch_timeout: int) -> subprocess.CompletedProcess:
+    """`prefect deployment run 'compare/micro' --param PARAM --watch`, which waits for the flow run to end (for at most
+    `watch_timeout` seconds)."""
+    watch = ["--watch", "--watch-timeout", str(watch_timeout)]
+    cmd = [PREFECT, "deployment", "run", "compare/micro", "--param", param, *watch]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=watch_timeout + 60)
+
+
 def mlflow(base: str, path: str, body: dict | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(
@@ -74,17 +83,7 @@ def served(tmp_path_factory, micro_compare):
     """`scripts/serve.py start` over a fresh $BINAC_HOME (with the micro base model), shared by this module's tests;
     stopped with `serve.py stop` at the end."""
     home = home_with_micro_base(tmp_path_factory, "binac-home-served", micro_compare)
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
-    env.update(
-        BINAC_HOME=str(home),
-        BINAC_PREFECT_PORT="0",
-        BINAC_MLFLOW_PORT="0",
-        HF_HUB_OFFLINE="1",
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_WORKER_QUERY_SECONDS="1",
-    )
-    if micro_compare["env"].get("BINAC_MODEL_CACHE"):  # the worker's runs find the micro base model there
-        env["BINAC_MODEL_CACHE"] = micro_compare["env"]["BINAC_MODEL_CACHE"]
+    env = serve_env(home, micro_compare)
     groups: list[int] = []
     try:
         proc = subprocess.run([*SERVE, "start"], cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
@@ -112,30 +111,12 @@ def served(tmp_path_factory, micro_compare):
 def test_compare_deployment_runs_on_real_servers(served):
     home, env = served["home"], served["env"]
     assert "prefect deployment run 'compare/micro'" in served["stdout"]
-    prefect = str(Path(sys.executable).parent / "prefect")
-    ls = subprocess.run([prefect, "deployment", "ls"], env=env, capture_output=True, text=True, timeout=120)
+    ls = subprocess.run([PREFECT, "deployment", "ls"], env=env, capture_output=True, text=True, timeout=120)
     for name in ("train/micro", "compare/micro", "compare/tiny", "compare/nightly"):
         assert name in ls.stdout, ls.stdout
 
     def run_comparison():
-        run = subprocess.run(
-            [
-                prefect,
-                "deployment",
-                "run",
-                "compare/micro",
-                "--param",
-                "seeds=[0]",
-                "--watch",
-                "--watch-timeout",
-                "900",
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=960,
-        )
+        run = deployment_run(env, "seeds=[0]", watch_timeout=900)
         assert run.returncode == 0 and "Completed" in run.stdout, run.stdout[-4000:] + run.stderr[-4000:]
 
     run_comparison()
@@ -214,49 +195,12 @@ def test_deployment_runs_refuse_a_bad_parameter_with_the_clis_line_and_env_sh_pu
         text=True,
         timeout=60,
     )
-    assert found.stdout.strip() == str(Path(sys.executable).parent / "prefect"), found.stdout + found.stderr
+    assert found.stdout.strip() == PREFECT, found.stdout + found.stderr
 
-    cli = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "compare",
-            "--preset",
-            "micro",
-            "--methods",
-            "bianc",
-            "--seeds",
-            "0",
-            "--steps",
-            "5",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = ["compare", "--preset", "micro", "--methods", "bianc", "--seeds", "0", "--steps", "5"]
+    cli = run_binac(bad, env, timeout=300, check=False)
     assert cli.returncode == 2 and cli.stderr.count("\n") == 1, cli.stderr
-    prefect = str(Path(sys.executable).parent / "prefect")
-    run = subprocess.run(
-        [
-            prefect,
-            "deployment",
-            "run",
-            "compare/micro",
-            "--param",
-            'methods=["bianc"]',
-            "--watch",
-            "--watch-timeout",
-            "600",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=660,
-    )
+    run = deployment_run(env, 'methods=["bianc"]', watch_timeout=600)
     assert run.returncode != 0, run.stdout
     (failed,) = prefect_api(
         env["PREFECT_API_URL"], "flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["FAILED"]}}}}

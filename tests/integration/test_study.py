@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, home_with_micro_base
+from conftest import REPO, home_with_micro_base, serve_env
 
 from binac_core.errors import BinacError
 from binac_core.foundation.workspace import Workspace
@@ -226,21 +226,14 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_i
     home = home_with_micro_base(tmp_path_factory, "binac-home-study", micro_compare)
     faults = home / "faults"
     faults.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
-    env.update(
-        BINAC_HOME=str(home),
-        BINAC_PREFECT_PORT="0",
-        BINAC_MLFLOW_PORT="0",
-        HF_HUB_OFFLINE="1",
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_WORKER_QUERY_SECONDS="1",
+    env = serve_env(
+        home,
+        micro_compare,
         BINAC_WORKERS="2",
         # every run the workers start pauses right after iteration 1's rows are stored
         BINAC_FAULT="shard:train@1:pause",
         BINAC_FAULT_DIR=str(faults),
     )
-    if micro_compare["env"].get("BINAC_MODEL_CACHE"):
-        env["BINAC_MODEL_CACHE"] = micro_compare["env"]["BINAC_MODEL_CACHE"]
     groups: list[int] = []
     study = None
     try:

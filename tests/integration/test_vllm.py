@@ -22,7 +22,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MODEL_CACHE, REPO, binac_env, run_binac
+from conftest import (
+    GPU_CHECK_ROWS,
+    MINIMAL_BATCH,
+    MODEL_CACHE,
+    REPO,
+    SHORT_GENERATION,
+    binac_env,
+    binac_iteration_args,
+    run_binac,
+)
 
 from binac_core.foundation.config import load_config
 from binac_core.model.generation import SamplingParams
@@ -78,15 +87,7 @@ def test_gpu_check_passes_every_row_here_and_writes_its_results(smol_dir, tmp_pa
     assert proc.returncode == 0, proc.stdout[-4000:] + (out / "results.md").read_text()
     (run,) = results["runs"]
     assert run["status"] == "pass" and run["dtype"] == "float32"
-    assert [r["label"] for r in run["rows"]] == [
-        "actor T=1",
-        "actor T=0.7",
-        "actor T=0 (greedy)",
-        "critic T=1",
-        "actor re-saved (new digest) T=1",
-        "no adapter T=1",
-        "HFBackend actor T=1 (HF sampler vs trainer)",
-    ]
+    assert [r["label"] for r in run["rows"]] == list(GPU_CHECK_ROWS)
     for row in run["rows"]:
         assert row["ok"] and row["tokens"] >= 100 and row["prompt_mismatches"] == 0, row
     assert (out / "results.md").read_text().startswith("# gpu_check")
@@ -225,16 +226,7 @@ def _no_engine_left(before):
     assert not shm - before[1], f"shared memory left: {shm - before[1]}"
 
 
-SMALL = [
-    "train.batch_problems=2",
-    "train.group_size=2",
-    "train.critic_group_size=1",
-    "train.micro_batch_size=4",
-    "task.n_test=2",
-    "generation.max_new_tokens=12",
-    "generation.feedback_max_new_tokens=8",
-    "generation.backend=vllm",
-]
+SMALL = [*MINIMAL_BATCH, *SHORT_GENERATION, "generation.backend=vllm"]
 
 
 def test_one_binac_iteration_on_smol_synthetic_with_vllm(tmp_path, prefect_home, smol_dir):
@@ -245,10 +237,7 @@ def test_one_binac_iteration_on_smol_synthetic_with_vllm(tmp_path, prefect_home,
 
     home = tmp_path / "home"
     before = engine_leftovers()
-    args = ["train", "--preset", "smol-synthetic", "--method", "binac", "--steps", "1", "--seed", "0"]
-    for item in SMALL:
-        args += ["--set", item]
-    run_binac(args, binac_env(home, prefect_home), timeout=2400)
+    run_binac(binac_iteration_args("smol-synthetic", *SMALL), binac_env(home, prefect_home), timeout=2400)
     _no_engine_left(before)
     ws = Workspace(home)
     rows = sqlrun.run(
@@ -271,23 +260,14 @@ def test_a_gpu_preset_runs_through_the_same_code_with_smol_in_place_of_its_model
 
     home = tmp_path / "home"
     before = engine_leftovers()
-    args = [
-        "train",
-        "--preset",
+    args = binac_iteration_args(
         "llama1b-math",
-        "--method",
-        "binac",
-        "--steps",
-        "1",
-        "--seed",
-        "0",
-        "--set",
         f"model.hub_id={smol_dir}",
-        "--set",
         "model.dtype=float32",
-    ]
-    for item in [*SMALL[:-3], "generation.max_new_tokens=32", "generation.feedback_max_new_tokens=16"]:
-        args += ["--set", item]
+        *MINIMAL_BATCH,
+        "generation.max_new_tokens=32",
+        "generation.feedback_max_new_tokens=16",
+    )
     run_binac(args, binac_env(home, prefect_home), timeout=2400)
     _no_engine_left(before)
     ws = Workspace(home)
@@ -316,23 +296,6 @@ def test_one_binac_iteration_on_a_micro_model_with_vllm(tmp_path, prefect_home):
     """The micro preset with 2 heads (head size 32, which vLLM's CPU attention supports; the preset's 16 is not)."""
     home = tmp_path / "home"
     before = engine_leftovers()
-    run_binac(
-        [
-            "train",
-            "--preset",
-            "micro",
-            "--method",
-            "binac",
-            "--steps",
-            "1",
-            "--seed",
-            "0",
-            "--set",
-            "generation.backend=vllm",
-            "--set",
-            "model.num_heads=2",
-        ],
-        binac_env(home, prefect_home),
-        timeout=2400,
-    )
+    args = binac_iteration_args("micro", "generation.backend=vllm", "model.num_heads=2")
+    run_binac(args, binac_env(home, prefect_home), timeout=2400)
     _no_engine_left(before)

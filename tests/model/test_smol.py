@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import MODEL_CACHE, binac_env, run_binac
+from conftest import MINIMAL_BATCH, MODEL_CACHE, SHORT_GENERATION, binac_env, binac_iteration_args, run_binac
 
 from binac_core.foundation.config import load_config
 from binac_core.model.generation import SamplingParams, eos_token_ids
@@ -120,7 +120,7 @@ def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_con
 ):
     """The trust issue's fixes on a real model: sampling with LoRA dropout configured (> 0) and the checkpoint's
     generation config present, then `policy_update`'s first pass recomputes the same log-probs (ratio 1)."""
-    from transformers import GenerationConfig
+    from tiny_checkpoint import hostile_generation_config
 
     from binac_core.model.runtime import policy_and_backend
 
@@ -128,17 +128,7 @@ def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_con
     if shipped == "hostile":  # a hub checkpoint's sampling settings, which binac must not sample with
         folder = tmp_path / "smol-hostile"
         shutil.copytree(smol_dir, folder)
-        GenerationConfig(
-            do_sample=True,
-            temperature=0.3,
-            top_k=3,
-            top_p=0.5,
-            repetition_penalty=1.3,
-            no_repeat_ngram_size=2,
-            min_new_tokens=4,
-            eos_token_id=[2],
-            pad_token_id=0,
-        ).save_pretrained(folder)
+        hostile_generation_config(eos_token_id=[2], pad_token_id=0).save_pretrained(folder)
     cfg = load_config("smol-synthetic", {"lora.dropout": 0.2, "generation.temperature": 0.8})
     policy, backend = policy_and_backend(folder, cfg, seed=0)
     assert policy.cfg.lora.dropout > 0
@@ -174,19 +164,7 @@ def test_one_binac_iteration_on_smol_synthetic(tmp_path, prefect_home, smol_dir)
     from binac_core.store import sqlrun, tracking
 
     home = tmp_path / "home"
-    small = [
-        "train.batch_problems=2",
-        "train.group_size=2",
-        "train.critic_group_size=1",
-        "train.micro_batch_size=4",
-        "task.n_test=2",
-        "generation.max_new_tokens=12",
-        "generation.feedback_max_new_tokens=8",
-    ]
-    args = ["train", "--preset", "smol-synthetic", "--method", "binac", "--steps", "1", "--seed", "0"]
-    for item in small:
-        args += ["--set", item]
-    run_binac(args, binac_env(home, prefect_home))
+    run_binac(binac_iteration_args("smol-synthetic", *MINIMAL_BATCH, *SHORT_GENERATION), binac_env(home, prefect_home))
     ws = Workspace(home)
     rows = sqlrun.run(
         ws,

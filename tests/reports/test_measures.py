@@ -206,22 +206,17 @@ def test_refine_zero_adv_frac_takes_one_unshaped_refinement_per_attempt():
     def row(problem, sample, k, r1):
         return {"problem_id": problem, "sample_idx": sample, "feedback_idx": k, "refined_reward": r1}
 
-    rows = [
+    refined = {  # problem: the refined rewards of sample 0's feedback 0 and 1, then of sample 1's
         # p1: the feedback_idx 0 refinements are 1, 1: collapsed, though feedback 1's differ
-        row("p1", 0, 0, 1.0),
-        row("p1", 0, 1, 0.0),
-        row("p1", 1, 0, 1.0),
-        row("p1", 1, 1, 1.0),
-        # p2: 0, 1: signal
-        row("p2", 0, 0, 0.0),
-        row("p2", 0, 1, 0.0),
-        row("p2", 1, 0, 1.0),
-        row("p2", 1, 1, 0.0),
-        # p3: 0, 0: collapsed
-        row("p3", 0, 0, 0.0),
-        row("p3", 0, 1, 1.0),
-        row("p3", 1, 0, 0.0),
-        row("p3", 1, 1, 1.0),
+        "p1": [[1.0, 0.0], [1.0, 1.0]],
+        "p2": [[0.0, 0.0], [1.0, 0.0]],  # 0, 1: signal
+        "p3": [[0.0, 1.0], [0.0, 1.0]],  # 0, 0: collapsed
+    }
+    rows = [
+        row(problem, sample, k, r1)
+        for problem, by_sample in refined.items()
+        for sample, by_feedback in enumerate(by_sample)
+        for k, r1 in enumerate(by_feedback)
     ]
     assert refine_zero_adv_frac(rows) == pytest.approx(2 / 3)
     assert refine_zero_adv_frac([]) is None

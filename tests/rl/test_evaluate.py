@@ -2,6 +2,7 @@
 and the sandbox (`binac evaluate` end to end: tests/integration/test_evaluate_cli.py)."""
 
 import pytest
+from report_meta import report_meta
 
 # --- Feedback protocols and feedback sources, unit level (a recording fake backend, real MBPP rows and sandbox) ---
 
@@ -28,6 +29,17 @@ def _mbpp_rows(n=3):
     return [dict(r) for r in list(load_benchmark("mbpp", "eval"))[:n]]
 
 
+def _evaluate(backend, rows, protocols, benchmark="mbpp", **settings):
+    """`evaluate_protocols` as this file's tests call it: no actor adapter, `_GEN`, seed 0, step 0 and, unless
+    `settings` say otherwise, no critic adapter and one sample per problem."""
+    from binac_core.rl.evaluation import evaluate_protocols
+
+    settings = {"critic": None, "samples": 1} | settings
+    return evaluate_protocols(
+        backend, benchmark, rows, actor=None, gen=_GEN, seed=0, step=0, protocols=protocols, **settings
+    )
+
+
 def _critic_results(sent: list[str]) -> list[str]:
     """The 'Execution result' section of every critic prompt sent."""
     from binac_core.benchmarks.prompts import CODE_CRITIC
@@ -40,7 +52,6 @@ def _critic_results(sent: list[str]) -> list[str]:
 def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_shows_it():
     from binac_core.model.stage_io import Attempt
     from binac_core.rl.episodes import score_with_errors
-    from binac_core.rl.evaluation import evaluate_protocols
 
     rows = _mbpp_rows()
     by_id = {r["id"]: r for r in rows}
@@ -50,36 +61,14 @@ def test_mbpp_feedback_protocol_hides_the_execution_result_and_feedback_exec_sho
     assert scores.rewards == [0.0] * 3 and all(reasons), reasons  # the graded asserts fail, with a reason to show
 
     unassisted = _RecordingBackend()
-    res = evaluate_protocols(
-        unassisted,
-        "mbpp",
-        rows,
-        actor=None,
-        critic=None,
-        samples=1,
-        gen=_GEN,
-        seed=0,
-        step=0,
-        protocols=("single", "feedback", "gated"),
-    )
+    res = _evaluate(unassisted, rows, ("single", "feedback", "gated"))
     shown = _critic_results(unassisted.sent)
     assert len(shown) == 3 + 3  # feedback (= gated round 1) and gated round 2
     assert not any(reason in text for reason in reasons for text in shown), shown
     assert set(res.metrics) == {"acc_single", "acc_feedback", "acc_gated_k2"}
 
     assisted = _RecordingBackend()
-    res = evaluate_protocols(
-        assisted,
-        "mbpp",
-        rows,
-        actor=None,
-        critic=None,
-        samples=1,
-        gen=_GEN,
-        seed=0,
-        step=0,
-        protocols=("single", "feedback_exec", "gated_exec"),
-    )
+    res = _evaluate(assisted, rows, ("single", "feedback_exec", "gated_exec"))
     shown = _critic_results(assisted.sent)
     assert shown[:3] == reasons  # the execution result of the very asserts that grade the answer
     assert len(shown) == 6 and all(text.strip() and text != "(not run)" for text in shown[3:])  # round 2: y1's result
@@ -104,23 +93,10 @@ def test_exec_protocols_are_refused_without_code_or_without_a_critic():
 
 def test_fixed_feedback_replaces_the_critic_in_every_feedback_round():
     from binac_core.benchmarks.prompts import CODE_CRITIC, SELF_CORRECT_FEEDBACK
-    from binac_core.rl.evaluation import evaluate_protocols
     from binac_core.rl.methods import FeedbackSource
 
     be = _RecordingBackend()
-    res = evaluate_protocols(
-        be,
-        "mbpp",
-        _mbpp_rows(),
-        actor=None,
-        critic=None,
-        samples=1,
-        gen=_GEN,
-        seed=0,
-        step=0,
-        protocols=("single", "feedback", "gated"),
-        source=FeedbackSource.FIXED,
-    )
+    res = _evaluate(be, _mbpp_rows(), ("single", "feedback", "gated"), source=FeedbackSource.FIXED)
     assert not any(p.startswith(CODE_CRITIC) for p in be.sent)  # no critic was asked
     texts = [f.text for f in res.feedback.feedback] + [f.text for r in res.gated for f in r.feedback]
     assert len(texts) == 3 + 3 + 3 and set(texts) == {SELF_CORRECT_FEEDBACK}  # feedback, gated rounds 1 and 2
@@ -151,16 +127,7 @@ def test_method_feedback_sources_and_the_report_column(tmp_path):
         {"method": m, "seed": 0, "samples_per_iteration": 4, "evals": {0: ev, 1: ev}}
         for m in ("grpo", "binac", "self_correct")
     ]
-    meta = {
-        "preset": "p",
-        "seeds": [0],
-        "budget": 4,
-        "steps": 1,
-        "n_eval": 2,
-        "eval_samples": 1,
-        "eval_temperature": 1.0,
-    }
-    text = build_report(runs, meta, tmp_path)["text"]
+    text = build_report(runs, report_meta(), tmp_path)["text"]
     header = next(line for line in text.splitlines() if line.startswith("| method"))
     assert header.split(" | ")[1] == "feedback source"
     assert "| self_correct | fixed instruction |" in text and "| binac | critic (trained) |" in text
@@ -175,7 +142,7 @@ def test_the_frozen_protocol_asks_the_base_critic_about_the_same_attempts():
     round, both on the very attempts of `single`; a method that trains its critic gets it in training."""
     from binac_core.benchmarks import synthetic as syn
     from binac_core.model.generation import AdapterRef, Generation
-    from binac_core.rl.evaluation import evaluate_protocols, training_protocols
+    from binac_core.rl.evaluation import training_protocols
     from binac_core.rl.methods import FeedbackSource
 
     class Backend:
@@ -189,17 +156,8 @@ def test_the_frozen_protocol_asks_the_base_critic_about_the_same_attempts():
     rows = [syn.make_row(q) for q in ("7+5", "3-4", "9+9")]
     critic = AdapterRef("critic", "/nowhere", "d")
     be = Backend()
-    res = evaluate_protocols(
-        be,
-        "synthetic",
-        rows,
-        actor=None,
-        critic=critic,
-        samples=2,
-        gen=_GEN,
-        seed=0,
-        step=0,
-        protocols=("single", "feedback", "feedback_frozen"),
+    res = _evaluate(
+        be, rows, ("single", "feedback", "feedback_frozen"), benchmark="synthetic", critic=critic, samples=2
     )
     critic_calls = [adapter for role, adapter in be.calls if role == "Check"]
     assert critic_calls == [critic, None]  # the trained critic, then the frozen base
