@@ -18,6 +18,7 @@ stored trajectories, MLflow tracking, the evaluation points, and the seconds of 
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 
 from prefect import flow
 from prefect.runtime import flow_run
@@ -163,20 +164,17 @@ def _train(
             actor, critic = adapters["actor"], adapters["critic"]
             log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
             greedy = greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark)
-            evals = {
-                0: _evaluation_point(
-                    cfg_d,
-                    base,
-                    data["eval"],
-                    actor=actor,
-                    critic=critic,
-                    spec=spec,
-                    run=run,
-                    at=StepContext(seed, 0, str(shared)),
-                    verdict=cfg.critic.verdict,
-                    greedy=greedy,
-                )
-            }
+            evaluation_point = partial(
+                _evaluation_point,
+                cfg_d,
+                base,
+                data["eval"],
+                spec=spec,
+                run=run,
+                verdict=cfg.critic.verdict,
+                greedy=greedy,
+            )
+            evals = {0: evaluation_point(actor=actor, critic=critic, at=StepContext(seed, 0, str(shared)))}
             log = IterationLog(f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration)
             eval_at = evaluation_steps(
                 iterations,
@@ -210,19 +208,8 @@ def _train(
                     )
                 if step in eval_at:
                     with timed("evaluation", timings):
-                        evals[step] = _evaluation_point(
-                            cfg_d,
-                            base,
-                            data["eval"],
-                            actor=actor,
-                            critic=critic,
-                            spec=spec,
-                            run=run,
-                            samples=log.samples,
-                            generated=log.generated,
-                            verdict=cfg.critic.verdict,
-                            greedy=greedy,
-                            at=at,
+                        evals[step] = evaluation_point(
+                            actor=actor, critic=critic, at=at, samples=log.samples, generated=log.generated
                         )
                 log_metrics(run_id, phase_metrics(timings), step)
                 log.progress(step, metrics, evals)

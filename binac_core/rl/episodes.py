@@ -23,6 +23,12 @@ from binac_core.model.stage_io import Attempt, Feedback, Refinement, Scores
 from binac_core.rl.methods import FeedbackSource
 
 
+def _generated(g) -> dict:
+    """A generation's text and tokens (`text`, `prompt_ids`, `token_ids`, `logprobs`): the fields every stage
+    record copies from what the backend returned."""
+    return dict(text=g.text, prompt_ids=g.prompt_ids, token_ids=g.token_ids, logprobs=g.logprobs)
+
+
 def stage_seed(*parts) -> int:
     """A sampling seed derived from (run seed, step, stage, ...): reruns and resumed runs sample identically."""
     return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:8], 16)
@@ -57,10 +63,7 @@ def generate_attempts(
             problem_id=pid,
             sample_idx=k,
             prompt_text=m[-1]["content"],
-            prompt_ids=g.prompt_ids,
-            text=g.text,
-            token_ids=g.token_ids,
-            logprobs=g.logprobs,
+            **_generated(g),
         )
         for (pid, k), m, g in zip(keys, msgs, gens, strict=True)
     ]
@@ -103,10 +106,7 @@ def sample_feedback(
             problem_id=p,
             sample_idx=s,
             feedback_idx=j,
-            text=g.text,
-            prompt_ids=g.prompt_ids,
-            token_ids=g.token_ids,
-            logprobs=g.logprobs,
+            **_generated(g),
         )
         for (p, s, j), g in zip(keys, gens, strict=True)
     ]
@@ -151,10 +151,7 @@ def generate_refinements(
             problem_id=f.problem_id,
             sample_idx=f.sample_idx,
             feedback_idx=f.feedback_idx,
-            prompt_ids=g.prompt_ids,
-            text=g.text,
-            token_ids=g.token_ids,
-            logprobs=g.logprobs,
+            **_generated(g),
         )
         for f, g in zip(feedbacks, gens, strict=True)
     ]
