@@ -279,11 +279,7 @@ def _check_row(row: Row, gens, policy, hf, refs: dict, messages, settings: Setti
     eos = set(eos_token_ids(policy.tokenizer, policy.model))
     lengths = [len(t) for t in tokens]
     return {
-        "label": row.label,
-        "backend": row.backend,
-        "adapter": row.adapter,
-        "temperature": row.temperature,
-        "role": row.role,
+        **_row_names(row),
         **stats,
         "adapter_effect_mean_abs": effect,
         "prompt_mismatches": prompt_mismatch,
@@ -294,15 +290,22 @@ def _check_row(row: Row, gens, policy, hf, refs: dict, messages, settings: Setti
     }
 
 
-def _error_row(row: Row, exc: BaseException) -> dict:
-    """A row whose generation or comparison raised: failed, with the error as its reason."""
-    text = _error_text("row", exc).removeprefix("row: ")
+def _row_names(row: Row) -> dict:
+    """The fields that name a row in the report: label, backend, adapter, temperature, role."""
     return {
         "label": row.label,
         "backend": row.backend,
         "adapter": row.adapter,
         "temperature": row.temperature,
         "role": row.role,
+    }
+
+
+def _error_row(row: Row, exc: BaseException) -> dict:
+    """A row whose generation or comparison raised: failed, with the error as its reason."""
+    text = _error_text("row", exc).removeprefix("row: ")
+    return {
+        **_row_names(row),
         "sequences": 0,
         "tokens": 0,
         "mean_abs": None,
