@@ -470,15 +470,17 @@ def _critic_tables(st, rr: list[dict]) -> list[str]:
         "critic_useful_mixed_frac (mean) | feedback_gain (mean, points) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for m, v in _arms(st):
-        runs = runs_of(rr, m, v)
-        lines.append(
-            f"| {_arm_name(m, v)} | {cell(train_at(runs, 'zero_adv_frac', 1))} | "
-            f"{cell(train_at(runs, 'refine_zero_adv_frac', 1))} | "
-            f"{cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} | "
-            f"{cell(train_mean(runs, 'critic_useful_mixed_frac'))} | "
-            f"{cell(train_mean(runs, 'feedback_gain'), sign=True)} |"
-        )
+    lines += _arm_rows(
+        st,
+        rr,
+        lambda runs: [
+            cell(train_at(runs, "zero_adv_frac", 1)),
+            cell(train_at(runs, "refine_zero_adv_frac", 1)),
+            cell(train_mean(runs, "critic_signal"), scale=1.0, digits=3, sign=True),
+            cell(train_mean(runs, "critic_useful_mixed_frac")),
+            cell(train_mean(runs, "feedback_gain"), sign=True),
+        ],
+    )
     lines += [
         "",
         "**The critic on held-out attempts** (the `feedback` protocol: the method's own feedback source on "
@@ -489,14 +491,23 @@ def _critic_tables(st, rr: list[dict]) -> list[str]:
         "error | frozen: false alarm | frozen: approves wrong | frozen: approves right |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for m, v in _arms(st):
-        runs = runs_of(rr, m, v)
-        own = [
-            f"{cell(values_at(runs, k, lambda r: 0))} → {cell(values_at(runs, k, last_eval))}" for k in HELD_OUT_CRITIC
-        ]
-        frozen = [cell(values_at(runs, f"frozen_{k}", last_eval)) for k in HELD_OUT_CRITIC]
-        lines.append(f"| {_arm_name(m, v)} | " + " | ".join(own + frozen) + " |")
+    lines += _arm_rows(
+        st,
+        rr,
+        lambda runs: (
+            [
+                f"{cell(values_at(runs, k, lambda r: 0))} → {cell(values_at(runs, k, last_eval))}"
+                for k in HELD_OUT_CRITIC
+            ]
+            + [cell(values_at(runs, f"frozen_{k}", last_eval)) for k in HELD_OUT_CRITIC]
+        ),
+    )
     return lines + [""] + _critic_health(st, rr)
+
+
+def _arm_rows(st, rr: list[dict], cells_of) -> list[str]:
+    """One table row per arm of the study: its name, then `cells_of(its runs)`."""
+    return [f"| {_arm_name(m, v)} | " + " | ".join(cells_of(runs_of(rr, m, v))) + " |" for m, v in _arms(st)]
 
 
 HYPOTHESIS_METHODS = frozenset({"grpo", "fixed_critic", "binac"})
