@@ -7,6 +7,7 @@ its min–max, because the machines are shared and absolute seconds drift with t
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
@@ -244,22 +245,52 @@ def single_ratio(x: float | None, y: float | None) -> tuple[float, float, float]
     return (y / x,) * 3 if x and y is not None else None
 
 
+def paired_row(
+    key: str,
+    what: str,
+    unit: str,
+    a_label: str,
+    a: list[float],
+    b_label: str,
+    b: list[float],
+    ratio_of: str,
+    note: str = "",
+) -> Row:
+    """The row of variant `b` against variant `a` from their per-repeat samples: each side's median and the paired
+    ratio b / a (all None for a side without samples, e.g. a failed measurement)."""
+    return Row(key, what, unit, a_label, median(a), b_label, median(b), ratio_of, paired_ratio(b, a), note)
+
+
+def run_meta(cfg, repeats: int, threads: int, load_start: str, **extra) -> dict:
+    """The report meta a bench run starts with: date (UTC), preset, repeats, torch threads, the load average at
+    the start, then `extra` (the run's own fields), the machine and the library versions."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "preset": cfg.name,
+        "repeats": repeats,
+        "threads": threads,
+        "load_start": load_start,
+        **extra,
+        **machine(),
+        **versions(),
+    }
+
+
 def grpo_rows(g: dict, cfg) -> tuple[list[Row], list[str]]:
     t = cfg.train
     shape = f"B×G = {t.batch_problems}×{t.group_size}, ≤{cfg.generation.max_new_tokens} new tokens"
     tok = f"mean completion tokens: binac {fmt(median(g['binac_tokens']))}, TRL {fmt(median(g['trl_tokens']))}"
     note = g["trl_error"] and f"TRL failed: {g['trl_error'][:300]}" or tok
     rows = [
-        Row(
+        paired_row(
             "grpo_iter",
             f"GRPO iteration ({shape}, 1 update)",
             "s",
             "binac",
-            median(g["binac"]),
+            g["binac"],
             "TRL",
-            median(g["trl"]),
+            g["trl"],
             "TRL / binac",
-            paired_ratio(g["trl"], g["binac"]),
             note,
         ),
         Row(

@@ -27,7 +27,6 @@ by later runs; `--base-dir` picks another folder (built there if it holds no mod
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -46,15 +45,15 @@ from bench.common import (
     grpo_rows,
     kept_sections,
     load_average,
-    machine,
     median,
     paired_ratio,
+    paired_row,
     run_child,
+    run_meta,
     single_ratio,
     stderr_log,
     stop,
     table,
-    versions,
     write_section,
 )
 
@@ -102,25 +101,6 @@ def measure_throughput(cfg, binac_loop, repeats: int, compare_threads: bool, log
     return out
 
 
-def measure_pipeline(
-    cfg,
-    base_dir: Path,
-    work: Path,
-    threads: int,
-    bare_loop,
-    repeats: int,
-    iterations: int,
-    before_tree: str | None,
-    log,
-) -> dict | None:
-    """The pipeline-vs-bare-loop comparison (`bench.pipeline`), or None with `iterations` 0."""
-    if not iterations:
-        return None
-    from bench import pipeline
-
-    return pipeline.compare(cfg, base_dir, work, threads, bare_loop, repeats, iterations, log, before_tree)
-
-
 DEFAULT_REPEATS, SMOL_REPEATS = 5, 3
 """Default `--repeats`: micro/tiny, and the smol presets (an iteration takes tens of seconds there)."""
 
@@ -165,35 +145,10 @@ def pipeline_rows(p: dict | None, cfg) -> list[Row]:
         f"pipeline iteration (`binac train`, grpo, B×G = {t.batch_problems}×{t.group_size}: tasks, stage files, "
         "shard, MLflow, adapter save) vs the bare loop"
     )
-    if "error" in p:
-        return [
-            Row(
-                "pipeline_iter",
-                what,
-                "s",
-                "bare loop",
-                None,
-                "pipeline",
-                None,
-                "pipeline / bare loop",
-                None,
-                f"failed: {p['error'][:300]}",
-            )
-        ]
-    return [
-        Row(
-            "pipeline_iter",
-            what,
-            "s",
-            "bare loop",
-            median(p["bare"]),
-            "pipeline",
-            median(p["pipeline"]),
-            "pipeline / bare loop",
-            paired_ratio(p["pipeline"], p["bare"]),
-            "goal ≤ 1.10 (issue 12); per-task breakdown below",
-        )
-    ]
+    failed = "error" in p
+    bare, pipe = ([], []) if failed else (p["bare"], p["pipeline"])
+    note = f"failed: {p['error'][:300]}" if failed else "goal ≤ 1.10 (issue 12); per-task breakdown below"
+    return [paired_row("pipeline_iter", what, "s", "bare loop", bare, "pipeline", pipe, "pipeline / bare loop", note)]
 
 
 def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
@@ -201,16 +156,15 @@ def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
 
     b8, b64, base = tp["batch8_actor"], tp["batch64_actor"], tp["batch64_base"]
     rows = [
-        Row(
+        paired_row(
             "gen_batch",
             "HFBackend generation, actor adapter, 64 prompts: batch 8 vs batch 64",
             "tok/s",
             "batch 8",
-            median(b8),
+            b8,
             "batch 64",
-            median(b64),
+            b64,
             "throughput 64 / 8",
-            paired_ratio(b64, b8),
         ),
         Row(
             "gen_lora",
@@ -228,16 +182,15 @@ def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
     if "batch64_actor_generate" in tp:
         gen = tp["batch64_actor_generate"]
         rows.append(
-            Row(
+            paired_row(
                 "gen_loop",
                 "HFBackend generation, actor, batch 64: transformers generate vs binac's loop",
                 "tok/s",
                 "generate",
-                median(gen),
+                gen,
                 "decode",
-                median(b64),
+                b64,
                 "throughput decode / generate",
-                paired_ratio(b64, gen),
                 "binac_core.model.decode (issue 12)",
             )
         )
@@ -245,16 +198,15 @@ def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
         return rows
     run_thr, alt, n = tp["run_threads"], tp["other_threads"], other_threads(threads)
     return rows + [
-        Row(
+        paired_row(
             "gen_threads",
             f"HFBackend generation, actor, batch 16: {threads} vs {n} torch threads",
             "tok/s",
             f"{threads} thr",
-            median(run_thr),
+            run_thr,
             f"{n} thr",
-            median(alt),
+            alt,
             f"throughput {n} thr / {threads} thr",
-            paired_ratio(alt, run_thr),
             "A = the thread count of every other row",
         ),
     ]
@@ -377,30 +329,26 @@ def run_bench(
             early |= start_children(prefect)
         import torch
 
+        from bench import pipeline
+
         torch.set_num_threads(threads)
         base_dir = Path(base_dir or default_base_dir(cfg))
         build_s = ensure_base(cfg, base_dir, log)
-        report = Report(
-            meta={
-                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                "preset": cfg.name,
-                "repeats": repeats,
-                "calls": calls,
-                "threads": threads,
-                "load_start": load_start,
-                "base": _base_meta(base_dir, build_s),
-                **machine(),
-                **versions(),
-            }
-        )
+        base = _base_meta(base_dir, build_s)
+        report = Report(meta=run_meta(cfg, repeats, threads, load_start, calls=calls, base=base))
         with tempfile.TemporaryDirectory(prefix="binac-bench-") as tmp:
             mem = memory_jobs(cfg, base_dir, Path(tmp), threads) if memory else {}
             if overlap_children:
                 early |= start_children(mem)
             g = measure_grpo(cfg, base_dir, Path(tmp), repeats, threads, log)
             tp = measure_throughput(cfg, g["binac_obj"], repeats, compare_threads, log)
-            pipe = measure_pipeline(
-                cfg, base_dir, Path(tmp), threads, g["binac_obj"], repeats, pipeline_iterations, before_tree, log
+            bare_loop = g["binac_obj"]
+            pipe = (  # None with `pipeline_iterations` 0: no pipeline row
+                pipeline.compare(
+                    cfg, base_dir, Path(tmp), threads, bare_loop, repeats, pipeline_iterations, log, before_tree
+                )
+                if pipeline_iterations
+                else None
             )
             ch = {n: collect(p) for n, p in early.items()} if overlap_children else run_children(prefect | mem, log)
     except BaseException:
@@ -411,9 +359,7 @@ def run_bench(
     iter_s = median(g["binac"])
     report.rows = rows + pipeline_rows(pipe, cfg) + throughput_rows(tp, threads) + prefect_rows(ch["prefect"], iter_s)
     if pipe:
-        from bench.pipeline import markdown as pipeline_markdown
-
-        report.sections.append(pipeline_markdown(pipe, pipeline_iterations, before_tree))
+        report.sections.append(pipeline.markdown(pipe, pipeline_iterations, before_tree))
     if memory:
         report.rows += memory_rows(ch["binac"], ch["trl"])
     from bench.grpo import UNMATCHED

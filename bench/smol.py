@@ -35,7 +35,6 @@ the next smol run; the rest of the file is left as it is (and a `micro`/`tiny` r
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import statistics
@@ -56,17 +55,18 @@ from bench.common import (
     grpo_rows,
     interleave,
     load_average,
-    machine,
     median,
     paired_ratio,
+    paired_row,
     peak_rss_mib,
     release_memory,
     reset_peak_rss,
     rss_mib,
     run_child,
+    run_meta,
+    single_ratio,
     stderr_log,
     table,
-    versions,
 )
 
 THROUGHPUT_REPEATS = 2
@@ -188,18 +188,8 @@ def run_smol(cfg, repeats: int = 3, base_dir: Path | None = None, threads: int |
     t_start, load_start = time.perf_counter(), load_average()
     torch.set_num_threads(threads)
     base, convert_s = smol_base(base_dir, CACHE, log)
-    report = Report(
-        meta={
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "preset": cfg.name,
-            "repeats": repeats,
-            "threads": threads,
-            "load_start": load_start,
-            "gen_repeats": min(repeats, THROUGHPUT_REPEATS),
-            **machine(),
-            **versions(),
-        }
-    )
+    gen_repeats = min(repeats, THROUGHPUT_REPEATS)
+    report = Report(meta=run_meta(cfg, repeats, threads, load_start, gen_repeats=gen_repeats))
     with tempfile.TemporaryDirectory(prefix="binac-bench-smol-") as tmp:
         work = Path(tmp)
         g = grpo.compare(cfg, base, work, repeats, threads, log)
@@ -333,28 +323,26 @@ def throughput_rows(tp: dict[str, list[float]]) -> list[Row]:
     b1, b32, b64, base = tp["batch1_actor"], tp["batch32_actor"], tp["batch64_actor"], tp["batch32_base"]
     r64_32 = paired_ratio(b64, b32)
     return [
-        Row(
+        paired_row(
             "gen_batch32",
             "HFBackend generation, actor adapter: batch 1 vs batch 32",
             "tok/s",
             "batch 1",
-            median(b1),
+            b1,
             "batch 32",
-            median(b32),
+            b32,
             "throughput 32 / 1",
-            paired_ratio(b32, b1),
             "batch 1: 4 prompts, one call each; batch 32: 32 prompts, one call; prefill included",
         ),
-        Row(
+        paired_row(
             "gen_batch64",
             "HFBackend generation, actor adapter: batch 1 vs batch 64",
             "tok/s",
             "batch 1",
-            median(b1),
+            b1,
             "batch 64",
-            median(b64),
+            b64,
             "throughput 64 / 1",
-            paired_ratio(b64, b1),
             f"batch 64 / batch 32: {fmt(r64_32[0]) if r64_32 else '–'}",
         ),
         Row(
@@ -382,9 +370,6 @@ def update_rows(mem: dict, shape: str) -> list[Row]:
             return None
         return d["rss_peak_mib"] - d["rss_before_mib"] if f == "growth" else d[f]
 
-    def single(x, y):
-        return (y / x,) * 3 if x and y is not None else None
-
     def note(extra: str) -> str:
         return err or f"1 sample each; {extra}"
 
@@ -405,7 +390,7 @@ def update_rows(mem: dict, shape: str) -> list[Row]:
             "after",
             gb,
             "after / before (peak RSS growth during the update)",
-            single(ga, gb),
+            single_ratio(ga, gb),
             note(peaks),
         ),
         Row(
@@ -417,7 +402,7 @@ def update_rows(mem: dict, shape: str) -> list[Row]:
             "after",
             tb,
             "after / before",
-            single(ta, tb),
+            single_ratio(ta, tb),
             note(
                 "seconds under the memory children's allocator settings (its page faults included); loss "
                 + (f"before {la:.7g}, after {lb:.7g}" if la is not None and lb is not None else "–")
