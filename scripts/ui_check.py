@@ -238,20 +238,9 @@ def serve_mlflow(home: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-            "--backend-store-uri",
-            f"sqlite:///{home / 'mlflow.db'}",
-            "--default-artifact-root",
-            (home / "mlartifacts").as_uri(),
-        ],
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port)]
+        + ["--workers", "1", "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}"]
+        + ["--default-artifact-root", (home / "mlartifacts").as_uri()],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -117,16 +117,9 @@ def prefect_home(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     with open(home / "server.log", "ab") as log:
+        prefect = str(Path(sys.executable).parent / "prefect")
         server = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "prefect"),
-                "server",
-                "start",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
+            [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
             cwd=REPO,
             env=env,
             stdout=log,

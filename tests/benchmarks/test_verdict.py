@@ -277,50 +277,17 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
     correct], right attempt [correct, none]. Penalty form, λ = 0.5, α = 1 → μ = 1: (1 + μ)·r1 − μ·r1⁺ with
     r1 = [1, 0, 1, 1], r1⁺ = [1, 0, 0, 1] gives [1, 0, 2, 1]; the bonus at w = 0.5 is [0.5, 0, 0.5, 0] (a match,
     flattery, a match, no verdict): [1.5, 0, 2.5, 1]. At w = 0 the rewards are the penalty form's alone."""
-    from binac_core.foundation.config import load_config
-    from binac_core.foundation.files import read_json, write_json
-    from binac_core.model.stage_io import Attempt, Feedback, write_records
+    from verdict_case import verdict_case
+
+    from binac_core.foundation.files import read_json
     from tasks.critic_update import reward_feedback
 
-    cfg = load_config("micro").model_copy(deep=True)
-    cfg = cfg.model_copy(
-        update={
-            "task": cfg.task.model_copy(update={"benchmark": "math"}),
-            "train": cfg.train.model_copy(update={"lam": 0.5, "alpha_shaping": 1.0}),
-        }
-    )
-    attempts = [
-        Attempt(problem_id="p", sample_idx=k, prompt_text="", prompt_ids=[], text="x", token_ids=[1], logprobs=[0.0])
-        for k in (0, 1)
-    ]
-    texts = ["Step 2 is off.\nVerdict: incorrect", "Fine.\nVerdict: correct", "Verdict: correct", "Hmm."]
-    feedback = [
-        Feedback(
-            problem_id="p", sample_idx=i // 2, feedback_idx=i % 2, text=t, prompt_ids=[], token_ids=[1], logprobs=[0.0]
-        )
-        for i, t in enumerate(texts)
-    ]
-    files = {
-        "refined": write_json(tmp_path / "r1.json", [1.0, 0.0, 1.0, 1.0]),
-        "ahead": write_json(tmp_path / "r1plus.json", [1.0, 0.0, 0.0, 1.0]),
-        "first": write_json(tmp_path / "r0.json", [0.0, 1.0]),
-        "attempts": write_records(tmp_path / "attempts.json", attempts),
-        "feedback": write_records(tmp_path / "feedback.json", feedback),
-    }
-    cfg_d = cfg.model_dump(mode="json")
+    cfg_d, files = verdict_case(tmp_path)
 
     def reward(w, folder):
         (tmp_path / folder).mkdir()
         out = reward_feedback.fn(
-            cfg_d,
-            files["refined"],
-            files["ahead"],
-            str(tmp_path / folder),
-            form=CriticRewardForm.PENALTY,
-            verdict_weight=w,
-            feedback=files["feedback"],
-            attempts=files["attempts"],
-            first_rewards=files["first"],
+            cfg_d, out_dir=str(tmp_path / folder), form=CriticRewardForm.PENALTY, verdict_weight=w, **files
         )
         return read_json(out)
 

@@ -43,42 +43,19 @@ def test_the_verdict_bonus_is_shuffled_with_the_reward_it_belongs_to(tmp_path):
     """The composed reward (form + verdict bonus) moves as one value: penalty form with λ = 0.5, α = 1 and the
     bonus at w = 0.5 give [1.5, 0, 2.5, 1] unshuffled (tests/benchmarks/test_verdict.py works it out by hand); shuffled,
     the stage returns a permutation of exactly these values, the same one on a rerun."""
-    from binac_core.foundation.config import load_config
-    from binac_core.foundation.files import read_json, write_json
-    from binac_core.model.stage_io import Attempt, Feedback, write_records
+    from verdict_case import verdict_case
+
+    from binac_core.foundation.files import read_json
     from tasks.critic_update import reward_feedback as stage
 
-    cfg = load_config("micro").model_copy(deep=True)
-    cfg = cfg.model_copy(
-        update={
-            "task": cfg.task.model_copy(update={"benchmark": "math"}),
-            "train": cfg.train.model_copy(update={"lam": 0.5, "alpha_shaping": 1.0, "critic_reward_shuffle": True}),
-        }
-    )
-    attempts = [
-        Attempt(problem_id="p", sample_idx=k, prompt_text="", prompt_ids=[], text="x", token_ids=[1], logprobs=[0.0])
-        for k in (0, 1)
-    ]
-    texts = ["Step 2 is off.\nVerdict: incorrect", "Fine.\nVerdict: correct", "Verdict: correct", "Hmm."]
-    feedback = [
-        Feedback(
-            problem_id="p", sample_idx=i // 2, feedback_idx=i % 2, text=t, prompt_ids=[], token_ids=[1], logprobs=[0.0]
-        )
-        for i, t in enumerate(texts)
-    ]
-    files = {
-        "refined_rewards": write_json(tmp_path / "r1.json", [1.0, 0.0, 1.0, 1.0]),
-        "lookahead_rewards": write_json(tmp_path / "r1plus.json", [1.0, 0.0, 0.0, 1.0]),
-        "first_rewards": write_json(tmp_path / "r0.json", [0.0, 1.0]),
-        "attempts": write_records(tmp_path / "attempts.json", attempts),
-        "feedback": write_records(tmp_path / "feedback.json", feedback),
-    }
-    cfg_d = cfg.model_dump(mode="json")
+    cfg_d, files = verdict_case(tmp_path, critic_reward_shuffle=True)
 
     def reward(folder: str, **at) -> list[float]:
         (tmp_path / folder).mkdir()
         return read_json(
-            stage.fn(cfg_d, out_dir=str(tmp_path / folder), form="penalty", verdict_weight=0.5, **files, **at)
+            stage.fn(
+                cfg_d, out_dir=str(tmp_path / folder), form=CriticRewardForm.PENALTY, verdict_weight=0.5, **files, **at
+            )
         )
 
     first = reward("a", seed=0, step=2)
