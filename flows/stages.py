@@ -38,39 +38,15 @@ class PrefectStages:
         self, at: StepContext, batch, attempts, first_rewards, source: FeedbackSource, critic: AdapterRef | None
     ):
         return sample_feedback(
-            self.cfg_d,
-            self.base,
-            batch=batch,
-            attempts=attempts,
-            first_rewards=first_rewards,
-            source=source.value,
-            critic=critic,
-            **_where(at),
+            self.cfg_d, self.base, batch, attempts, source.value, critic, **_where(at), first_rewards=first_rewards
         )
 
     def refine(self, at: StepContext, batch, attempts, feedback, actor: AdapterRef, name: str):
-        return refine(
-            self.cfg_d,
-            self.base,
-            batch=batch,
-            attempts=attempts,
-            feedback=feedback,
-            actor=actor,
-            name=name,
-            **_where(at),
-        )
+        return refine(self.cfg_d, self.base, batch, attempts, feedback, actor, **_where(at), name=name)
 
     def update_actor(self, at: StepContext, actor: AdapterRef, attempts, first_rewards, refined, refined_rewards):
         return actor_update.update_actor(
-            self.cfg_d,
-            self.base,
-            at.seed,
-            actor=actor,
-            attempts=attempts,
-            first_rewards=first_rewards,
-            refined=refined,
-            refined_rewards=refined_rewards,
-            out_dir=at.out_dir,
+            self.cfg_d, self.base, at.seed, actor, attempts, first_rewards, at.out_dir, refined, refined_rewards
         )
 
     def critic_reward(
@@ -90,15 +66,7 @@ class PrefectStages:
         )
 
     def update_critic(self, at: StepContext, critic: AdapterRef, feedback, critic_rewards):
-        return critic_update.update_critic(
-            self.cfg_d,
-            self.base,
-            at.seed,
-            critic=critic,
-            feedback=feedback,
-            critic_rewards=critic_rewards,
-            out_dir=at.out_dir,
-        )
+        return critic_update.update_critic(self.cfg_d, self.base, at.seed, critic, feedback, critic_rewards, at.out_dir)
 
 
 def _where(at: StepContext) -> dict:
