@@ -33,8 +33,10 @@ import os
 import random
 import re
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
+from binac_core.benchmarks.interface import Benchmark
 from binac_core.errors import BinacError
 from binac_core.grading.extract import last_boxed
 
@@ -328,3 +330,21 @@ def _gsm8k_row(where: str, rec: dict, row_id: str) -> dict:
     # Gold numbers are written with thousands separators ("1,080"); the grader compares numbers.
     answer = rec["answer"].rsplit("####", 1)[1].strip().replace(",", "")
     return {"id": row_id, "question": rec["question"], "answer": answer}
+
+
+def stored_benchmark(
+    name: str, required_fields: tuple[str, ...], actor_messages, critic_messages, refine_messages, grade, **options
+) -> Benchmark:
+    """The `Benchmark` of the stored dataset `name`: its rows through `problem_rows`, its files checked by
+    `load_benchmark`; `options` are the other `Benchmark` fields (e.g. `runs_code`)."""
+    return Benchmark(
+        name,
+        required_fields,
+        partial(problem_rows, name),
+        actor_messages,
+        critic_messages,
+        refine_messages,
+        grade,
+        check_data=partial(load_benchmark, name),
+        **options,
+    )

@@ -4,10 +4,7 @@ with a fixed seed per question) come from `binac_core.benchmarks.data`."""
 
 from __future__ import annotations
 
-from functools import partial
-
-from binac_core.benchmarks.data import load_benchmark, problem_rows
-from binac_core.benchmarks.interface import Benchmark
+from binac_core.benchmarks.data import stored_benchmark
 from binac_core.benchmarks.prompts import CHOICE_CRITIC, CHOICE_FORMAT, critic_instruction, second_turn, user
 from binac_core.grading.gpqa import is_correct
 
@@ -32,13 +29,4 @@ def grade(row: dict, response: str) -> tuple[bool, None]:
     return is_correct(row, response), None
 
 
-BENCHMARK = Benchmark(
-    name="gpqa_diamond",
-    required_fields=("answer",),
-    load_rows=partial(problem_rows, "gpqa_diamond"),
-    actor_messages=actor_messages,
-    critic_messages=critic_messages,
-    refine_messages=refine_messages,
-    grade=grade,
-    check_data=partial(load_benchmark, "gpqa_diamond"),
-)
+BENCHMARK = stored_benchmark("gpqa_diamond", ("answer",), actor_messages, critic_messages, refine_messages, grade)

@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-from functools import partial
-
-from binac_core.benchmarks.data import load_benchmark, problem_rows
-from binac_core.benchmarks.interface import Benchmark
+from binac_core.benchmarks.data import stored_benchmark
 from binac_core.benchmarks.math import actor_messages, critic_messages, refine_messages
 from binac_core.grading.gsm8k import is_correct
 
@@ -15,13 +12,4 @@ def grade(row: dict, response: str) -> tuple[bool, None]:
     return is_correct(row, response), None
 
 
-BENCHMARK = Benchmark(
-    name="gsm8k",
-    required_fields=("answer",),
-    load_rows=partial(problem_rows, "gsm8k"),
-    actor_messages=actor_messages,
-    critic_messages=critic_messages,
-    refine_messages=refine_messages,
-    grade=grade,
-    check_data=partial(load_benchmark, "gsm8k"),
-)
+BENCHMARK = stored_benchmark("gsm8k", ("answer",), actor_messages, critic_messages, refine_messages, grade)

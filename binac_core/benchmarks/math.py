@@ -7,10 +7,7 @@ the answer (texts: `binac_core.benchmarks.prompts`). Grader: `binac_core.grading
 
 from __future__ import annotations
 
-from functools import partial
-
-from binac_core.benchmarks.data import load_benchmark, problem_rows
-from binac_core.benchmarks.interface import Benchmark
+from binac_core.benchmarks.data import stored_benchmark
 from binac_core.benchmarks.prompts import MATH_CRITIC, MATH_FORMAT, critic_instruction, second_turn, user
 from binac_core.grading.math import is_correct
 
@@ -35,23 +32,7 @@ def grade(row: dict, response: str) -> tuple[bool, None]:
     return is_correct(row, response), None
 
 
-MATH = Benchmark(
-    name="math",
-    required_fields=("answer",),
-    load_rows=partial(problem_rows, "math"),
-    actor_messages=actor_messages,
-    critic_messages=critic_messages,
-    refine_messages=refine_messages,
-    grade=grade,
-    check_data=partial(load_benchmark, "math"),
-)
-MATH500 = Benchmark(
-    name="math500",
-    required_fields=("answer",),
-    load_rows=partial(problem_rows, "math500"),
-    actor_messages=actor_messages,
-    critic_messages=critic_messages,
-    refine_messages=refine_messages,
-    grade=grade,
-    check_data=partial(load_benchmark, "math500"),
+MATH, MATH500 = (
+    stored_benchmark(name, ("answer",), actor_messages, critic_messages, refine_messages, grade)
+    for name in ("math", "math500")
 )

@@ -3,10 +3,7 @@ benchmark's asserts, and the sandbox grader (`binac_core.grading.code`); the row
 
 from __future__ import annotations
 
-from functools import partial
-
-from binac_core.benchmarks.data import load_benchmark, problem_rows
-from binac_core.benchmarks.interface import Benchmark
+from binac_core.benchmarks.data import stored_benchmark
 from binac_core.benchmarks.prompts import CODE_CRITIC, CODE_FORMAT, critic_instruction, second_turn, user
 from binac_core.grading.code import extract_program, verdict
 
@@ -29,15 +26,13 @@ def refine_messages(row: dict, attempt: str, feedback: str) -> list[dict]:
     return second_turn("Task", CODE_FORMAT, row["question"], attempt, feedback)
 
 
-BENCHMARK = Benchmark(
-    name="mbpp",
-    required_fields=("tests",),
-    load_rows=partial(problem_rows, "mbpp"),
-    actor_messages=actor_messages,
-    critic_messages=critic_messages,
-    refine_messages=refine_messages,
-    grade=verdict,
+BENCHMARK = stored_benchmark(
+    "mbpp",
+    ("tests",),
+    actor_messages,
+    critic_messages,
+    refine_messages,
+    verdict,
     critic_sees_execution=True,
     runs_code=True,
-    check_data=partial(load_benchmark, "mbpp"),
 )
