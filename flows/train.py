@@ -194,18 +194,7 @@ def _train(
                 actor, critic, timings = res.actor, res.critic, dict(res.timings)
                 extra = log.metrics(_update_metrics(res), [res.attempts, res.feedback, res.refined, res.lookahead])
                 with timed("storage", timings):
-                    metrics = store_train_step(
-                        run,
-                        step,
-                        attempts=res.attempts,
-                        first_rewards=res.first_rewards,
-                        feedback=res.feedback,
-                        refined=res.refined,
-                        refined_rewards=res.refined_rewards,
-                        critic_rewards=res.critic_rewards,
-                        batch=res.batch,
-                        extra=extra,
-                    )
+                    metrics = store_train_step(run, step, res, extra=extra)
                 if step in eval_at:
                     with timed("evaluation", timings):
                         evals[step] = evaluation_point(

@@ -12,31 +12,21 @@ from binac_core.foundation.workspace import workspace
 from binac_core.model.stage_io import read_scored_batch
 from binac_core.reports import step_metrics
 from binac_core.rl.evaluation import read_evaluation
+from binac_core.rl.loop import IterationResult
 from binac_core.store import step_records, tracking
 from binac_core.store.identity import RunIdentity
 
 
 @task(name="store-train-step", cache_policy=NO_CACHE)
-def store_train_step(
-    run: RunIdentity,
-    step: int,
-    attempts: StageFile,
-    first_rewards: StageFile,
-    feedback: StageFile | None = None,
-    refined: StageFile | None = None,
-    refined_rewards: StageFile | None = None,
-    critic_rewards: StageFile | None = None,
-    batch: StageFile | None = None,
-    extra: dict | None = None,
-) -> dict:
-    """Write the iteration's rows, then log its metrics (train/reward_first, train/reward_refined..., and `extra`:
-    the updates' losses, timings) to the run's MLflow run at `step`; return them. Storing and logging are one
-    task, so that the flow can run it beside the next iteration (`flows/train.py`)."""
+def store_train_step(run: RunIdentity, step: int, res: IterationResult, extra: dict | None = None) -> dict:
+    """Write the iteration's rows (from the stage files `res` hands on), then log its metrics (train/reward_first,
+    train/reward_refined..., and `extra`: the updates' losses, timings) to the run's MLflow run at `step`; return
+    them. Storing and logging are one task, so that the flow can run it beside the next iteration (`flows/train.py`)."""
     ws = workspace()
     scored = read_scored_batch(
-        attempts, first_rewards, feedback=feedback, refined=refined, refined_rewards=refined_rewards
+        res.attempts, res.first_rewards, feedback=res.feedback, refined=res.refined, refined_rewards=res.refined_rewards
     )
-    critic, problems = read_optional(critic_rewards), read_optional(batch)
+    critic, problems = read_optional(res.critic_rewards), read_optional(res.batch)
     rows = step_records.store_train_step(ws, run, step, scored, critic_rewards=critic, problems=problems)
     metrics = step_metrics.train_metrics(rows, scored, critic_rewards=critic, critic_measures=_analysed(run, problems))
     metrics.update(extra or {})
