@@ -40,6 +40,12 @@ def _samples(policy, folder, advantages: list[float]) -> list[Sample]:
     return [Sample(g.prompt_ids, g.token_ids, g.logprobs, a) for g, a in zip(gens, advantages, strict=True)]
 
 
+def _actor_update(policy, folder, advantages: list[float], **settings) -> dict:
+    """One actor update on a batch the actor samples now (`_samples`), under `micro`'s settings with `settings`."""
+    batch = _samples(policy, folder, advantages)
+    return policy_update(policy, "actor", batch, UpdateSettings.of(policy.cfg, "actor", **settings))
+
+
 def _snapshot(policy) -> tuple[dict, dict]:
     """The actor's weights and its optimizer's per-parameter state (moments and step count), copied."""
     state = policy.optimizers["actor"].state_dict()["state"]
@@ -64,19 +70,9 @@ def test_zero_signal_needs_every_advantage_exactly_zero_and_no_kl_or_entropy_ter
 
 
 def test_a_zero_advantage_batch_leaves_the_adapter_and_its_optimizer_bit_identical(policy, tmp_path):
-    policy_update(
-        policy,
-        "actor",
-        _samples(policy, tmp_path / "a", MIXED),
-        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0),
-    )  # momentum
+    _actor_update(policy, tmp_path / "a", MIXED, passes=1, kl_coef=0.0)  # momentum
     weights, moments = _snapshot(policy)
-    stats = policy_update(
-        policy,
-        "actor",
-        _samples(policy, tmp_path / "b", ZERO),
-        UpdateSettings.of(policy.cfg, "actor", passes=2, kl_coef=0.0),
-    )
+    stats = _actor_update(policy, tmp_path / "b", ZERO, passes=2, kl_coef=0.0)
     assert stats["skipped_steps"] == 2 and stats["loss"] == 0.0 and stats["tokens"] > 0
     assert stats["entropy"] > 0, "the skipped batch is still measured"
     after_weights, after_moments = _snapshot(policy)
@@ -90,20 +86,10 @@ def test_a_zero_advantage_batch_leaves_the_adapter_and_its_optimizer_bit_identic
 
 
 def test_a_batch_with_a_signal_moves_the_adapter(policy, tmp_path):
-    policy_update(
-        policy,
-        "actor",
-        _samples(policy, tmp_path / "a", MIXED),
-        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0),
-    )
+    _actor_update(policy, tmp_path / "a", MIXED, passes=1, kl_coef=0.0)
     weights, _ = _snapshot(policy)
     steps = _steps(policy)
-    stats = policy_update(
-        policy,
-        "actor",
-        _samples(policy, tmp_path / "b", MIXED),
-        UpdateSettings.of(policy.cfg, "actor", passes=2, kl_coef=0.0),
-    )
+    stats = _actor_update(policy, tmp_path / "b", MIXED, passes=2, kl_coef=0.0)
     assert stats["skipped_steps"] == 0 and _steps(policy) == steps + 2
     assert not _same(weights, policy.adapter_state("actor"))
 
@@ -112,20 +98,10 @@ def test_a_batch_with_a_signal_moves_the_adapter(policy, tmp_path):
 def test_a_kl_or_entropy_term_gives_a_zero_advantage_batch_a_step(policy, tmp_path, kl_coef, entropy_coef):
     """The actor already moved off the base (the KL reference) in the tests above; the entropy's gradient is never
     zero on a non-uniform distribution."""
-    policy_update(
-        policy,
-        "actor",
-        _samples(policy, tmp_path / "a", MIXED),
-        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=0.0),
-    )
+    _actor_update(policy, tmp_path / "a", MIXED, passes=1, kl_coef=0.0)
     weights, _ = _snapshot(policy)
     steps = _steps(policy)
-    stats = policy_update(
-        policy,
-        "actor",
-        _samples(policy, tmp_path / "b", ZERO),
-        UpdateSettings.of(policy.cfg, "actor", passes=1, kl_coef=kl_coef, entropy_coef=entropy_coef),
-    )
+    stats = _actor_update(policy, tmp_path / "b", ZERO, passes=1, kl_coef=kl_coef, entropy_coef=entropy_coef)
     assert stats["skipped_steps"] == 0 and _steps(policy) == steps + 1
     assert not _same(weights, policy.adapter_state("actor"))
 
