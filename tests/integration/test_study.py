@@ -192,6 +192,15 @@ def test_the_run_lock_tells_a_killed_run_from_a_live_or_finished_one(tmp_path, e
 # --------------------------------------------------------------------------- real servers, two workers
 
 
+STUDY_CLI = [sys.executable, "-m", "flows.cli", "study", str(SMOKE)]
+"""`binac study` of the smoke study file, as a user runs it."""
+
+
+def _study_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """`STUDY_CLI` with `args` in the foreground, its output captured."""
+    return subprocess.run([*STUDY_CLI, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
 def _started_groups(home: Path) -> list[int]:
     return [int(f.read_text().split()[0]) for f in (home / "serve").glob("*.pid")]
 
@@ -249,7 +258,7 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_i
         log = open(home / "study.log", "w")  # noqa: SIM115
         archive = tmp_path_factory.mktemp("study-archive") / "archive"  # each run archived as it finishes
         study = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "study", str(SMOKE), "--archive", str(archive)],
+            [*STUDY_CLI, "--archive", str(archive)],
             cwd=REPO,
             env=cli_env,
             stdout=log,
@@ -305,14 +314,7 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_i
         ]
         n_rows = len(sqlrun.run(ws, "SELECT * FROM trajectories"))
 
-        again = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "study", str(SMOKE)],
-            cwd=REPO,
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        again = _study_cli(cli_env)
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
         assert "2/2 runs done: 2 done" in again.stdout, "nothing submitted again"
         assert len(sqlrun.run(ws, "SELECT * FROM trajectories")) == n_rows
@@ -326,14 +328,7 @@ def test_a_two_run_study_over_two_workers_survives_a_killed_worker_and_travels_i
         assert (archive / "runs").is_dir() and len(list((archive / "runs").iterdir())) == 2
         fresh_home = tmp_path_factory.mktemp("fresh-home")
         fresh = {**cli_env, "BINAC_HOME": str(fresh_home)}
-        restored = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "study", str(SMOKE), "--report-only", "--archive", str(archive)],
-            cwd=REPO,
-            env=fresh,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        restored = _study_cli(fresh, "--report-only", "--archive", str(archive))
         assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
         assert "restored 2 finished run(s)" in restored.stdout and "2/2 runs finished" in restored.stdout
         report = (home / "reports").glob("study-*/report.md")
