@@ -46,6 +46,7 @@ from binac_core.foundation.config import Config
 from binac_core.model.fused_lora import merged_lora_forward
 from binac_core.model.generation import AdapterRef
 from binac_core.model.memory import return_freed_memory
+from binac_core.rl import packing
 from binac_core.rl.losses import clipped_policy_loss
 
 LOGPROB_CHUNK = 1024
@@ -202,23 +203,37 @@ def sequence_logprobs(
     temperature: float,
     chunk: int = LOGPROB_CHUNK,
     entropy: EntropyMode | None = None,
+    pack: bool = True,
+    groups: list[packing.Group] | None = None,
 ):
     """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T]); with
     `entropy` (`EntropyMode`), (logp, mask, entropy [B, T]): the next-token distribution's entropy at each
     completion token (`token_entropy`), 0 at padding.
 
-    The LM head runs only on the completion positions, `chunk` positions at a time."""
-    ids, attn = right_padded(samples, pad_id, model)
-    dev = ids.device
+    `pack` (default): samples sharing a prompt prefix run as one packed row, the prefix once
+    (`binac_core.rl.packing`; `groups`, indices into `samples`, or chosen by `packing.group_samples`); False: one
+    right-padded row per sample from position 0. The two give the same values up to float rounding. The LM head
+    runs only on the completion positions, `chunk` positions at a time."""
     decoder, head = _decoder_and_head(model)
-    hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, H]
-    # Position p predicts token p + 1: a completion of n tokens after a prompt of m uses positions m-1 .. m+n-2.
-    rows = torch.cat([torch.full((len(s.token_ids),), i, dtype=torch.long) for i, s in enumerate(samples)])
-    cols = torch.cat([torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.token_ids)) for s in samples])
-    rows, cols = rows.to(dev), cols.to(dev)
-    flat = chunked_token_logprobs(hidden[rows, cols], head, ids[rows, cols + 1], temperature, chunk, entropy)
+    dev = next(model.parameters()).device
+    if pack:
+        rows = packed_rows(model, samples, pad_id, groups)
+        mask4 = rows.attend.to(dev)
+        hidden = decoder(
+            input_ids=rows.ids.to(dev), attention_mask=mask4, position_ids=rows.positions.to(dev), use_cache=False
+        ).last_hidden_state
+        at_hidden, targets = (rows.row.to(dev), rows.col.to(dev)), rows.target.to(dev)
+        at = (rows.owner.to(dev), rows.index.to(dev))
+    else:
+        ids, attn = right_padded(samples, pad_id, model)
+        hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, H]
+        # Position p predicts token p + 1: a completion of n tokens after a prompt of m uses positions m-1 .. m+n-2.
+        r = torch.cat([torch.full((len(s.token_ids),), i, dtype=torch.long) for i, s in enumerate(samples)]).to(dev)
+        c = torch.cat([torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.token_ids)) for s in samples])
+        at_hidden, targets = (r, c.to(dev)), ids[r, c.to(dev) + 1]
+        at = (r, torch.cat([torch.arange(len(s.token_ids)) for s in samples]).to(dev))
+    flat = chunked_token_logprobs(hidden[at_hidden], head, targets, temperature, chunk, entropy)
     t_max = max(len(s.token_ids) for s in samples)
-    at = (rows, torch.cat([torch.arange(len(s.token_ids)) for s in samples]).to(dev))
     mask = torch.zeros(len(samples), t_max)
     for i, s in enumerate(samples):
         mask[i, : len(s.token_ids)] = 1
@@ -226,6 +241,40 @@ def sequence_logprobs(
         return torch.zeros(len(samples), t_max, device=dev).index_put(at, flat).cpu(), mask
     logp, ent = (torch.zeros(len(samples), t_max, device=dev).index_put(at, f) for f in flat)
     return logp.cpu(), mask, ent.cpu()
+
+
+def packed_rows(model, samples: list[Sample], pad_id: int, groups: list[packing.Group] | None) -> packing.PackedRows:
+    """`samples` packed by shared prompt prefix (`binac_core.rl.packing`), in `groups` or in the groups
+    `packing.group_samples` chooses for the model's row cost."""
+    prompts = [s.prompt_ids for s in samples]
+    if groups is None:
+        lengths = [len(s.prompt_ids) + len(s.token_ids) for s in samples]
+        groups = packing.group_samples(prompts, lengths, row_cost(model), len(samples))
+    return packing.pack(prompts, [s.token_ids for s in samples], groups, pad_id)
+
+
+def row_cost(model) -> packing.RowCost:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return packing.RowCost.of(base.config)
+
+
+MicroBatch = tuple[list[Sample], list[packing.Group]]
+"""A micro-batch's samples and their packing groups (indices into those samples)."""
+
+
+def micro_batches(model, samples: list[Sample], size: int) -> list[MicroBatch]:
+    """The batch as micro-batches of at most `size` samples, each with its packing groups (indices into the
+    micro-batch): samples sharing a prompt prefix grouped, the groups ordered by packed length
+    (`packing.micro_batches`)."""
+    lengths = [len(s.prompt_ids) + len(s.token_ids) for s in samples]
+    groups = packing.group_samples([s.prompt_ids for s in samples], lengths, row_cost(model), size)
+    out = []
+    for batch in packing.micro_batches(groups, lengths, size):
+        members = [i for g in batch for i in g.members]
+        local = {i: k for k, i in enumerate(members)}
+        regrouped = [packing.Group(tuple(local[i] for i in g.members), g.shared) for g in batch]
+        out.append(([samples[i] for i in members], regrouped))
+    return out
 
 
 @contextlib.contextmanager
@@ -269,15 +318,15 @@ def zero_signal(samples: list[Sample], kl_coef: float, entropy_coef: float) -> b
 
 
 def _batch_pass(
-    policy, chunks: list[list[Sample]], refs: list, n_tokens: int, settings: UpdateSettings, backward: bool
+    policy, chunks: list[MicroBatch], refs: list, n_tokens: int, settings: UpdateSettings, backward: bool
 ) -> dict[str, float]:
     """One pass over the batch's micro-batches: each one's loss (its share of the batch's token mean), back-propagated
     when `backward` (gradients accumulate, no optimizer step here); returns the summed loss and statistics."""
     pad, temp = policy.tokenizer.pad_token_id, settings.temperature
     mode = "differentiable" if settings.entropy_coef > 0 else "value"
     total = dict.fromkeys(("loss", "kl_sum", "clip_sum", "entropy_sum", "tokens"), 0.0)
-    for chunk, ref in zip(chunks, refs, strict=True):
-        logp, mask, entropy = sequence_logprobs(policy.model, chunk, pad, temp, entropy=mode)
+    for (chunk, groups), ref in zip(chunks, refs, strict=True):
+        logp, mask, entropy = sequence_logprobs(policy.model, chunk, pad, temp, entropy=mode, groups=groups)
         old = _pad([s.logprobs for s in chunk], logp.shape[1])
         adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
         loss, st = clipped_policy_loss(
@@ -317,12 +366,12 @@ def policy_update(policy, name: str, samples: list[Sample], settings: UpdateSett
         return {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "tokens": 0.0, "skipped_steps": float(passes)}
     pad, temp = policy.tokenizer.pad_token_id, settings.temperature
     mb = settings.micro_batch_size
-    chunks = [samples[i : i + mb] for i in range(0, len(samples), mb)]
+    chunks = micro_batches(policy.model, samples, mb)
     n_tokens = sum(len(s.token_ids) for s in samples)
     refs = [None] * len(chunks)
     if kl_coef > 0:
         with torch.no_grad(), policy.model.disable_adapter():
-            refs = [sequence_logprobs(policy.model, c, pad, temp)[0] for c in chunks]
+            refs = [sequence_logprobs(policy.model, c, pad, temp, groups=g)[0] for c, g in chunks]
     skip = zero_signal(samples, kl_coef, settings.entropy_coef)
     if skip:
         policy.model.set_adapter(name)  # no `train_mode`: no optimizer is created for a step not taken
@@ -346,7 +395,7 @@ def policy_update(policy, name: str, samples: list[Sample], settings: UpdateSett
 
 
 def _train_passes(
-    policy, name: str, chunks: list[list[Sample]], refs: list, n_tokens: int, settings: UpdateSettings
+    policy, name: str, chunks: list[MicroBatch], refs: list, n_tokens: int, settings: UpdateSettings
 ) -> dict[str, float]:
     """`settings.passes` passes over the batch, each accumulating its gradient (`_batch_pass`), clipping its norm
     and taking one AdamW step; returns the statistics summed over the passes."""
