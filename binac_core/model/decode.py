@@ -198,8 +198,14 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: tor
     """softmax(q k^T x scale + bias) v, the math of `F.scaled_dot_product_attention` and of transformers'
     `eager_attention_forward`, for q [B, h, L, D], keys/values [B, kv_heads, n, D], bias [B, 1, L, n]. Grouped-query
     attention without `repeat_kv`'s copies: query head j reads key/value head j // (h / kv_heads), as there.
-    (Explicit rather than SDPA: at decode sizes SDPA's dispatch costs more than these three matmul-sized ops.)"""
+    One query position (a decode step): explicit, where SDPA's dispatch costs more than these three matmul-sized
+    ops; several (the prefill): SDPA, whose fused kernel never holds the [B, h, L, n] scores (six times faster
+    on a `testbed` prefill of 64 prompts of 200 tokens)."""
     b, h, n_q, d = q.shape
+    if n_q > 1:
+        return F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=bias, scale=scale, enable_gqa=keys.shape[1] != h
+        )
     kvh, n = keys.shape[1], keys.shape[2]
     scores = torch.matmul(q.reshape(b, kvh, -1, d), keys.transpose(-1, -2)).view(b, kvh, h // kvh, n_q, n)
     weights = torch.softmax(scores * scale + bias[:, :, None], dim=-1)
@@ -253,6 +259,26 @@ def _prefill_bias(bias: torch.Tensor) -> torch.Tensor:
     return out[:, None]
 
 
+def _prefill(
+    w: LlamaWeights, input_ids: torch.Tensor, keep: torch.Tensor, table: tuple, pos: torch.Tensor, cache: KVCache
+) -> torch.Tensor:
+    """The prompt block's forward: logits [B, V] at each row's last position, its keys and values written into
+    `cache`. Rows holding the same prompt (the critic's K feedbacks on one attempt, GRPO's G attempts at one
+    problem) are computed once, and their keys, values and logits copied to each of those rows."""
+    cos, sin = table
+    b, p = input_ids.shape
+    rows, inverse = torch.unique(torch.cat([input_ids, keep.long()], dim=1), dim=0, return_inverse=True)
+    if rows.shape[0] == b:  # no prompt twice
+        return forward(w, input_ids, (cos[pos][:, None], sin[pos][:, None]), cache, 0, _prefill_bias(cache.bias[:, :p]))
+    first = torch.full((rows.shape[0],), b, dtype=torch.long, device=inverse.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(b, device=inverse.device), reduce="amin")
+    once, at = KVCache.empty(w, keep[first], p), pos[first]
+    logits = forward(w, input_ids[first], (cos[at][:, None], sin[at][:, None]), once, 0, _prefill_bias(once.bias))
+    cache.keys[:, :, :, :p] = once.keys[:, inverse]
+    cache.values[:, :, :, :p] = once.values[:, inverse]
+    return logits[inverse]
+
+
 @dataclass(frozen=True)
 class Sampled:
     """Tokens and their log-probs [B, steps]; entries after a row's end-of-turn token are meaningless."""
@@ -297,7 +323,7 @@ def sample(
     cache = KVCache.empty(w, keep.bool(), p + max_new_tokens)
     cos, sin = _rope_table(w, p + max_new_tokens, device)
     pos = (keep.long().cumsum(-1) - 1).clamp(min=0)  # real tokens before each position
-    logits = forward(w, input_ids, (cos[pos][:, None], sin[pos][:, None]), cache, 0, _prefill_bias(cache.bias[:, :p]))
+    logits = _prefill(w, input_ids, keep.bool(), (cos, sin), pos, cache)
     nxt = pos[:, -1:] + 1
     eos = torch.tensor(eos_ids, device=device)
     tokens = torch.zeros(b, max_new_tokens, dtype=torch.long, device=device)

@@ -77,6 +77,25 @@ def test_greedy_is_the_argmax_of_a_full_forward_and_ignores_padding_and_batching
                 ids.append(t)
 
 
+def test_repeated_prompts_are_prefilled_once_and_decode_as_their_unique_rows(loaded, monkeypatch):
+    policy, ref = loaded
+    prompts = [p for p in _prompts(4) for _ in range(3)]  # each prompt three times, as K feedbacks on one attempt
+    prefilled = []
+    real = decode.forward
+    monkeypatch.setattr(decode, "forward", lambda w, ids, *a: prefilled.append(ids.shape) or real(w, ids, *a))
+    greedy = HFBackend(policy, 12).generate(prompts, ref, SamplingParams(8, 0.0, 1.0, seed=0))
+    assert prefilled[0][0] == 4  # the prompt block: four rows, not twelve
+    monkeypatch.setattr(decode, "forward", real)
+    unique = HFBackend(policy, 4).generate(_prompts(4), ref, SamplingParams(8, 0.0, 1.0, seed=0))
+    assert [g.token_ids for g in greedy] == [g.token_ids for g in unique for _ in range(3)]
+    sampled = HFBackend(policy, 12).generate(prompts, ref, SamplingParams(12, TEMPERATURE, 1.0, seed=3))
+    samples = [Sample(g.prompt_ids, g.token_ids, g.logprobs, 0.0) for g in sampled]
+    with policy.using(ref), torch.no_grad():
+        logp, _ = sequence_logprobs(policy.model, samples, policy.tokenizer.pad_token_id, TEMPERATURE)
+    for i, g in enumerate(sampled):
+        assert torch.allclose(logp[i, : len(g.token_ids)], torch.tensor(g.logprobs), atol=LOGP_TOL, rtol=0)
+
+
 def test_rows_stop_at_their_first_end_of_turn_token(loaded):
     policy, ref = loaded
     backend = HFBackend(policy, 16)
