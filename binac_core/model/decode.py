@@ -16,7 +16,7 @@ restated over plain tensors:
 - the final norm and the LM head, on the last position only.
 Left padding: pad keys are masked out, and positions count real tokens only (position = number of real tokens
 before it), as `generate` derives `position_ids` from the attention mask; so a row's logits are those of its
-unpadded sequence (`binac_core.rl.update.sequence_logprobs`, which runs right-padded from position 0).
+unpadded sequence (`binac_core.rl.update.sequence_logprobs`, which runs each sequence from position 0).
 
 The LoRA adapter is merged, per call, into copies of the projection weights (`LinearWeights.of`: base weight +
 peft's `get_delta_weight` of each active adapter; nothing added when adapters are disabled). The base weights are

@@ -5,9 +5,12 @@ refinement: problem, first attempt and feedback) and the sampling log-probs, so 
 on-policy in its real context; training a refinement as if the critique were absent is the off-policy failure
 reported for critique-guided GRPO (critique-GRPO issue #6).
 
-An update = `passes` full passes over the batch; each pass accumulates gradients over micro-batches of
+An update = `passes` full passes over the batch; each pass accumulates gradients over micro-batches of at most
 `train.micro_batch_size` sequences, normalised by the batch's total completion tokens (one token-level mean), then
 takes one clipped-gradient AdamW step: the micro-batch size changes memory, not the update beyond float rounding.
+Samples sharing a prompt prefix (GRPO's attempts at one problem, the critic's K feedbacks on one attempt, the
+refinements after them) run as one packed row with the prefix computed once, and the micro-batches hold rows of
+similar lengths (`binac_core.rl.packing`); neither changes a value beyond float rounding.
 
 The training forward runs in eval mode, as sampling does: LoRA dropout (`lora.dropout`, 0.05 in the real-model
 presets) is off in both, so the recomputed log-probs are those the backend sampled with (the first-pass ratio is 1

@@ -16,7 +16,7 @@ from binac_core.rl.update import Sample, sequence_logprobs
 TEMPERATURE = 0.8
 LOGP_TOL = 1e-5
 """|sampled - recomputed log-prob| allowed: the loop runs with a KV cache, left padding and LoRA merged into the
-weights, the loss over whole right-padded sequences with peft's unmerged LoRA (float rounding only)."""
+weights, the loss over whole sequences packed by shared prompt prefix (float rounding only)."""
 
 
 @pytest.fixture(scope="module")
