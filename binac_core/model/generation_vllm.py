@@ -57,7 +57,7 @@ What it does not do: tune vLLM (prefix caching, CUDA graphs and the token budget
 vLLM's CPU attention cannot run: its kernels need a head size of 32 or more (`check_cpu_head_size`), and the
 micro and tiny presets' is 16; with `model.num_heads: 2` (head size 32) they are served. On a GPU the training
 model (transformers + peft) shares the device: `generation.vllm_gpu_memory_utilization` leaves it room (the
-split, computed for 1B and 3B models: `docs/gpu.md`).
+split, computed for every GPU preset: `docs/gpu.md`).
 """
 
 from __future__ import annotations
