@@ -2,10 +2,10 @@
 checkpointing, transformers' `generate` as `generation.backend: hf`, the decode loop and fused LoRA in float32) on a
 Llama-3.2-1B-shaped model with random weights, built where it runs (no model hub, no vLLM).
 
-    python scripts/device_check.py --out DIR [--device cuda | --cpu] [--parts loop,logprobs,speed]
+    python scripts/device_check.py --out DIR [--device cuda | --cpu] [--parts loop,logprobs,speed,placement]
                                    [--work DIR] [--budget-s S]
 
-Three parts, each in a child process of its own process group (`binac_core.runs.process_group`) under its own time
+Four parts, each in a child process of its own process group (`binac_core.runs.process_group`) under its own time
 budget, each writing its results (or its error, with the traceback) into DIR/<part>/result.json as it goes; a part
 that fails or runs out of time is reported and the next one runs:
 
@@ -14,20 +14,27 @@ that fails or runs out of time is reported and the next one runs:
    speed, stated); seconds per phase, tokens/s of each generation stage, and the peak device memory of each
    adapter update (`torch.cuda.max_memory_allocated`) against `scripts/gpu_memory.py`'s count for the update's
    largest micro-batch; first, the same for one actor update on random tokens at the longest micro-batch of the
-   memory table in docs/gpu.md (32 x 2724 tokens), the adapter put back afterwards.
+   memory table in docs/gpu.md (32 sequences at llama1b-math's `max_model_len`, 3072 tokens), the adapter put back
+   afterwards.
 2. `logprobs`: the samplers against the trainer's recomputation of the same tokens (`update.sequence_logprobs`),
    judged by `binac_core.model.logprob_check` with its tolerances: the decode loop in float32, transformers'
    `generate` in bfloat16 (the GPU presets' path); greedy completions of the decode loop against `generate`'s
    (reported, not gated).
 3. `speed`: tokens/s of the decode loop (float32) and of `generate` (float32, bfloat16) at batch 1 / 32 / 64, the
    actor adapter active.
+4. `placement`: where things run (docs/gpu.md, "The first GPU session"): `model.device: cpu` keeps a policy on the
+   CPU beside a GPU; a process started with `CUDA_VISIBLE_DEVICES=<i>` (as `BINAC_GPUS` starts each worker) sees
+   that device alone, each its own (at least two devices needed; else reported, not gated); and where vLLM is
+   installed, its sleep mode at the preset's engine settings on the random model: device memory returned by a
+   sleep, the time of a wake, and the same greedy tokens before and after it (gated).
 
 `--cpu`: the same parts at a tiny shape (hidden 64, vocabulary 512) in float32, seconds a part; a test runs it.
 Output: DIR/results.json and DIR/results.md, a summary on stdout; DIR/<part>/log.txt each child's output. Exit codes
 (`logprob_check`): 0 every part ran and every gated row passed, 1 a gated row failed, 2 a part raised or timed out,
 3 no CUDA device for `--device cuda` (one line).
 
-What it does not do: download anything, run vLLM, Prefect, MLflow or DuckDB (none is imported), measure a real
+What it does not do: download anything, run Prefect, MLflow or DuckDB (none is imported) or vLLM beyond the
+placement part's sleep check (only where it is installed), measure a real
 model's accuracy (the weights are random), or gate on memory or speed (reported beside the counts). Its model, up to
 a few GiB, goes into `--work` (default: the system's temporary folder on CUDA, DIR/work on CPU), never into DIR's
 results. docs/gpu.md, "The device check", says how to run it on a lent device.
@@ -74,7 +81,7 @@ from binac_core.model.logprob_check import (  # noqa: E402
 )
 from binac_core.runs.process_group import start_in_group, stop_group  # noqa: E402
 
-PARTS = ("loop", "logprobs", "speed")
+PARTS = ("loop", "logprobs", "speed", "placement")
 PRESET = "llama1b-math"
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -164,9 +171,9 @@ CUDA = Mode(
     speed_batches=(1, 32, 64),
     speed_tokens=128,
     single_prompts=1,
-    longest=MicroBatch(32, 1700 + 1024, 32 * 1024),
-    budgets=(("loop", 140.0), ("logprobs", 60.0), ("speed", 65.0)),
-    budget_s=290.0,
+    longest=MicroBatch(32, 2048 + 1024, 32 * 1024),
+    budgets=(("loop", 140.0), ("logprobs", 60.0), ("speed", 65.0), ("placement", 120.0)),
+    budget_s=400.0,
 )
 CPU = Mode(
     "cpu",
@@ -182,8 +189,8 @@ CPU = Mode(
     speed_tokens=16,
     single_prompts=2,
     longest=MicroBatch(32, 48 + 16, 32 * 16),
-    budgets=(("loop", 300.0), ("logprobs", 150.0), ("speed", 150.0)),
-    budget_s=900.0,
+    budgets=(("loop", 300.0), ("logprobs", 150.0), ("speed", 150.0), ("placement", 120.0)),
+    budget_s=1000.0,
 )
 MODES = {"cuda": CUDA, "cpu": CPU}
 
@@ -915,7 +922,121 @@ def part_speed(ctx: PartContext, state: dict, save: Callable[[], None]) -> None:
         release_memory()
 
 
-PART_FUNCTIONS = {"loop": part_loop, "logprobs": part_logprobs, "speed": part_speed}
+# --------------------------------------------------------------------------- part 4: placement
+
+VISIBILITY_PROBE = (
+    "import json, torch; n = torch.cuda.device_count(); "
+    "print(json.dumps({'count': n, 'uuid': str(torch.cuda.get_device_properties(0).uuid) if n else None}))"
+)
+"""A child's view of its devices: how many it sees, and the first one's UUID."""
+
+
+def device_override(ctx: PartContext, state: dict, info: ModelInfo) -> None:
+    """`model.device: cpu` on a machine whose torch may see a GPU: every weight of the policy on the CPU (gated)."""
+    import torch
+
+    from binac_core.model.policy import Policy
+
+    cfg = policy_config(ctx.mode, info.folder, "float32", 8)
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"device": "cpu"})})
+    policy = Policy(info.folder, cfg, seed=0)
+    where = sorted({p.device.type for p in policy.model.parameters()})
+    state["rows"].append(
+        {
+            "label": "model.device=cpu beside a GPU",
+            "cuda_visible": torch.cuda.is_available(),
+            "devices": where,
+            "ok": where == ["cpu"],
+        }
+    )
+
+
+def worker_visibility(state: dict) -> None:
+    """One child per device (the first two), each started with `CUDA_VISIBLE_DEVICES=<i>` as `scripts/serve.py`
+    starts a worker: each sees one device, and not the same one (gated where there are two)."""
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 2:
+        state["visibility_note"] = f"{n} CUDA device(s) here: one worker per GPU needs two to be checked"
+        return
+    seen = []
+    for i in range(2):
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i)}
+        out = subprocess.run(
+            [sys.executable, "-c", VISIBILITY_PROBE], env=env, capture_output=True, text=True, timeout=120, check=True
+        )
+        seen.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    ok = all(v["count"] == 1 for v in seen) and seen[0]["uuid"] != seen[1]["uuid"]
+    state["rows"].append({"label": "CUDA_VISIBLE_DEVICES=0 / =1", "seen": seen, "ok": ok})
+
+
+def sleep_mode(ctx: PartContext, state: dict, info: ModelInfo) -> None:
+    """vLLM's engine at the preset's settings (bf16, `max_model_len` from the prompt budget, sleep mode) on the
+    random model: free device memory asleep and awake, the wake's seconds, greedy tokens before and after a
+    sleep (gated: identical). Reported, not gated, where vLLM or a sleep mode is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        state["sleep_note"] = "vLLM is not installed here: sleep mode is checked where it is (make gpu-check's host)"
+        return
+    import torch
+
+    from binac_core.model.generation import SamplingParams
+    from binac_core.model.generation_vllm import VLLMBackend, shutdown_engine
+    from binac_core.model.policy import Policy
+
+    cfg = policy_config(ctx.mode, info.folder, ctx.mode.half_dtype, ctx.mode.logprob_tokens)
+    cfg = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"backend": "vllm", "batch_size": 32})})
+    policy = Policy(info.folder, cfg, seed=0)
+    backend = VLLMBackend(info.folder, cfg, policy)
+    try:
+        settings = backend.describe()
+        state["engine"] = settings
+        if not settings["sleep_mode"]:
+            state["sleep_note"] = "this vLLM build has no sleep mode"
+            return
+        msgs = synthetic_prompts(8, seed=2)
+        greedy = SamplingParams(16, 0.0, 1.0, seed=0)
+        before = [g.token_ids for g in backend.generate(msgs, None, greedy)]
+        asleep = torch.cuda.mem_get_info()[0]
+        t0 = time.perf_counter()
+        with backend.engine.awake():
+            wake_s = time.perf_counter() - t0
+            awake = torch.cuda.mem_get_info()[0]
+        after = [g.token_ids for g in backend.generate(msgs, None, greedy)]
+        state["rows"].append(
+            {
+                "label": "vLLM sleep mode (level 1)",
+                "free_bytes_asleep": asleep,
+                "free_bytes_awake": awake,
+                "returned_bytes": asleep - awake,
+                "wake_s": round(wake_s, 3),
+                "same_greedy_tokens": before == after,
+                "ok": before == after and asleep > awake,
+            }
+        )
+    finally:
+        shutdown_engine()
+
+
+def part_placement(ctx: PartContext, state: dict, save: Callable[[], None]) -> None:
+    """Part 4 (module docstring): the device override, one device per worker, vLLM's sleep mode; a check that
+    raises is recorded and the next one runs."""
+    info = ensure_model(ctx.mode, ctx.work)
+    state["rows"] = []
+    for name, check in (
+        ("device override", partial(device_override, ctx, state, info)),
+        ("worker visibility", partial(worker_visibility, state)),
+        ("sleep mode", partial(sleep_mode, ctx, state, info)),
+    ):
+        state["phase"] = name
+        save()
+        attempt(state, name, check)
+        release_memory()
+
+
+PART_FUNCTIONS = {"loop": part_loop, "logprobs": part_logprobs, "speed": part_speed, "placement": part_placement}
 
 
 # --------------------------------------------------------------------------- a part's child process
@@ -1131,7 +1252,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--work", help="where the model and adapters go (default: the temporary folder on CUDA, OUT/work on CPU)"
     )
-    p.add_argument("--budget-s", type=float, help="the whole check's limit (default 290 on CUDA, 900 on CPU)")
+    p.add_argument("--budget-s", type=float, help="the whole check's limit (default 400 on CUDA, 1000 on CPU)")
     p.add_argument("--inject-failure", choices=PARTS, help="make this part raise once its checks ran (tests)")
     p.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
     p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
@@ -1360,7 +1481,16 @@ def _speed_lines(part: dict) -> list[str]:
     return lines + ["", part.get("note", ""), ""]
 
 
-RENDERERS = {"loop": _loop_lines, "logprobs": _logprob_lines, "speed": _speed_lines}
+def _placement_lines(part: dict) -> list[str]:
+    lines = []
+    for r in part.get("rows", []):
+        facts = ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("label", "ok"))
+        lines.append(f"- {r['label']}: {'pass' if r['ok'] else 'FAIL'} ({facts})")
+    lines += [f"- {part[k]}" for k in ("visibility_note", "sleep_note") if part.get(k)]
+    return lines + [""]
+
+
+RENDERERS = {"loop": _loop_lines, "logprobs": _logprob_lines, "speed": _speed_lines, "placement": _placement_lines}
 
 
 if __name__ == "__main__":

@@ -1,20 +1,26 @@
 """The memory of one binac run on one GPU, trainer and vLLM side by side, computed from a model's shape and a
-preset's lengths: the numbers behind `generation.vllm_gpu_memory_utilization` in docs/gpu.md.
+preset's settings: the numbers behind `generation.vllm_gpu_memory_utilization` in docs/gpu.md.
 
     python scripts/gpu_memory.py [--check-on-cpu]
 
-What is counted, per model (the public configs of Llama-3.2-1B/3B-Instruct, `MODELS`) at the `llama1b-*` /
-`llama3b-*` presets' settings (bfloat16, LoRA r = 16 on the 7 projections, two adapters, micro-batch 32, answers of
-1024 tokens, feedback of 512):
+One column per GPU preset (`GPU_PRESETS`: every preset whose model is a hub id of `MODELS`, the public configs of
+Llama-3.2-1B/3B-Instruct and Qwen2.5-1.5B/7B-Instruct), read from the preset itself (`plan`): its dtype, LoRA rank,
+micro-batch, the prompts each generate call sends (attempts: `batch_problems` × `group_size`; feedbacks,
+refinements and look-aheads: that × `critic_group_size`), vLLM's `max_num_seqs` (`generation.batch_size`) and
+`max_model_len` (`generation.max_prompt_tokens` + the longer answer budget: `generation_vllm.model_len`). What is
+counted:
 - Trainer (transformers + peft): the base weights; both adapters' weights, gradients and AdamW moments in float32
   (peft keeps LoRA weights in float32 next to a bf16 base only under autocast, so this is the upper end; binac
   keeps an optimizer per adapter); the activations autograd saves for one micro-batch's backward (`activation_bytes`:
-  the tensors each decoder layer saves, counted below, times tokens and layers, without and with activation
-  checkpointing (`train.activation_checkpointing`, which the GPU presets set)); the LM head's one live chunk (`update.LOGPROB_CHUNK` positions × vocabulary in
-  float32: logits, their softmax and its gradient).
-- vLLM: its own copy of the base weights; LoRA slots (`max_loras` 2 × `max_lora_rank` 16); the KV cache for the
-  generation batch (`generation.batch_size` 256 sequences at the longest prompt + answer, `kv_bytes_per_token`);
-  CUDA graphs and sampler workspace are not counted (vLLM reports them at start; typically a few hundred MiB).
+  the tensors each decoder layer saves, counted below, times tokens and layers, at the longest sequence,
+  `max_model_len`), without and with activation checkpointing (`train.activation_checkpointing`, which the GPU presets
+  set); the LM head's one live chunk (`update.LOGPROB_CHUNK` positions × vocabulary in float32: logits, their softmax
+  and its gradient) and the float32 copy of its weight the update computes it with (`binac_core.model.lm_head`).
+- vLLM: its own copy of the base weights; LoRA slots (`max_loras` 2 × the rank); the KV cache of `max_num_seqs`
+  sequences at `max_model_len` (a call's other prompts wait in vLLM's queue, so this is the most it holds at once),
+  and of one sequence at `max_model_len`, which vLLM must fit before it starts; CUDA graphs and sampler workspace are
+  not counted (vLLM reports them at start; typically a few hundred MiB). With sleep mode (`generation.vllm_sleep_mode`)
+  the engine's weights and KV cache leave the device while the trainer updates.
 
 Saved per token and layer: whatever autograd keeps, counted on one layer of the real shape (`saved_per_token`): norm inputs and their
 float32 upcasts, projection inputs, rotary intermediates, attention inputs and output, the MLP's gate and up
@@ -46,6 +52,12 @@ class Shape:
     head_dim: int
     intermediate: int
     vocab: int
+    architecture: str = "llama"
+    """transformers' model type (`qwen2`: biases on q, k and v)"""
+    hub_id: str = ""
+    """the model's hub id, as the presets name it"""
+    context: int = 0
+    """`max_position_embeddings`"""
 
     @property
     def kv(self) -> int:
@@ -54,8 +66,39 @@ class Shape:
 
 MODELS = (
     # meta-llama/Llama-3.2-1B-Instruct and -3B-Instruct config.json (tied embeddings)
-    Shape("Llama-3.2-1B", 1_235_814_400, 2048, 16, 32, 8, 64, 8192, 128256),
-    Shape("Llama-3.2-3B", 3_212_749_824, 3072, 28, 24, 8, 128, 8192, 128256),
+    Shape(
+        "Llama-3.2-1B",
+        1_235_814_400,
+        2048,
+        16,
+        32,
+        8,
+        64,
+        8192,
+        128256,
+        "llama",
+        "meta-llama/Llama-3.2-1B-Instruct",
+        131072,
+    ),
+    Shape(
+        "Llama-3.2-3B",
+        3_212_749_824,
+        3072,
+        28,
+        24,
+        8,
+        128,
+        8192,
+        128256,
+        "llama",
+        "meta-llama/Llama-3.2-3B-Instruct",
+        131072,
+    ),
+    # Qwen/Qwen2.5-1.5B-Instruct (tied embeddings) and -7B-Instruct (untied) config.json
+    Shape(
+        "Qwen2.5-1.5B", 1_543_714_304, 1536, 28, 12, 2, 128, 8960, 151936, "qwen2", "Qwen/Qwen2.5-1.5B-Instruct", 32768
+    ),
+    Shape("Qwen2.5-7B", 7_615_616_512, 3584, 28, 28, 4, 128, 18944, 152064, "qwen2", "Qwen/Qwen2.5-7B-Instruct", 32768),
 )
 
 
@@ -87,11 +130,12 @@ def saved_per_token(s: Shape, rank: int, dtype: str = "bfloat16", seq: int = 128
     attention does not; it keeps its output and log-sum-exp) are left out unless `square`."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from binac_core.model.fused_lora import merged_lora_forward
 
-    cfg = LlamaConfig(
+    cfg = AutoConfig.for_model(
+        s.architecture,
         hidden_size=s.hidden,
         intermediate_size=s.intermediate,
         num_hidden_layers=1,
@@ -103,7 +147,7 @@ def saved_per_token(s: Shape, rank: int, dtype: str = "bfloat16", seq: int = 128
         tie_word_embeddings=True,
     )
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_config(cfg).to(getattr(torch, dtype))
     model = get_peft_model(
         model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.05, target_modules=list(PROJECTIONS))
     )
@@ -142,34 +186,92 @@ def kv_bytes_per_token(s: Shape, e: int) -> int:
     return 2 * s.layers * s.kv * e
 
 
-def budget(
-    s: Shape,
-    rank: int = 16,
-    e: int = 2,
-    micro_batch: int = 32,
-    prompt: int = 1700,
-    answer: int = 1024,
-    gen_batch: int = 256,
-    chunk: int = 1024,
-) -> dict[str, float]:
-    """GiB of each part at the GPU presets' settings. `prompt`: the longest prompt of a run, a refinement prompt
-    (problem, first attempt up to 1024 tokens, feedback up to 512, template). With activation checkpointing a
-    layer keeps only its input (h × e per token) and one layer's saved tensors live during its recomputation."""
-    adapter = lora_params(s, rank)
-    seq = prompt + answer
-    tokens = micro_batch * seq
-    per_layer = saved_per_token(s, rank) * tokens
+@dataclass(frozen=True)
+class Plan:
+    """What one GPU preset asks of the device (`plan`)."""
+
+    preset: str
+    shape: Shape
+    rank: int
+    bytes_per_weight: int
+    micro_batch: int
+    max_model_len: int
+    """the longest sequence, prompt and answer (vLLM's `max_model_len`, the update's longest micro-batch row)"""
+    max_num_seqs: int
+    """vLLM's running batch (`generation.batch_size`)"""
+    attempts: int
+    """prompts of the attempts' generate call"""
+    second_turn: int
+    """prompts of each feedback, refinement and look-ahead call"""
+
+
+GPU_PRESETS = (
+    "llama1b-math",
+    "llama1b-mbpp",
+    "llama3b-math",
+    "llama3b-mbpp",
+    "llama3b-gpqa",
+    "qwen1_5b-math",
+    "qwen7b-gpqa",
+)
+"""Every preset of a model in `MODELS` (tests/integration/test_gpu_memory.py checks there is no other)."""
+
+
+def plan(preset: str) -> Plan:
+    """The preset's settings that size its memory, with its model's shape (`MODELS`, by hub id)."""
+    from binac_core.foundation.config import load_config
+    from binac_core.model.generation_vllm import model_len
+
+    cfg = load_config(preset)
+    shape = next(m for m in MODELS if m.hub_id == cfg.model.hub_id)
+    return Plan(
+        preset,
+        shape,
+        cfg.lora.rank,
+        2 if cfg.model.dtype != "float32" else 4,
+        cfg.train.micro_batch_size,
+        model_len(cfg, shape.context),
+        cfg.generation.batch_size,
+        *prompts_per_call(cfg),
+    )
+
+
+def prompts_per_call(cfg) -> tuple[int, int]:
+    """(prompts of the attempts' generate call, of each feedback, refinement and look-ahead call) of one iteration
+    under `cfg` (`binac_core.rl.episodes`: `group_size` attempts per problem, `critic_group_size` feedbacks per
+    attempt, one refinement per feedback)."""
+    t = cfg.train
+    return t.batch_problems * t.group_size, t.batch_problems * t.group_size * t.critic_group_size
+
+
+def budget(p: Plan, chunk: int = 1024, per_token: int | None = None) -> dict[str, float]:
+    """GiB of each part for plan `p` (module docstring). With activation checkpointing a layer keeps only its
+    input (h × e per token) and one layer's saved tensors live during its recomputation. `per_token`: the bytes
+    `saved_per_token` counts for the shape and rank (computed here when None)."""
+    s, e = p.shape, p.bytes_per_weight
+    per_token = saved_per_token(s, p.rank) if per_token is None else per_token
+    parts = trainer_parts(s, p.rank, p.micro_batch, p.max_model_len, chunk, e=e, chunk=chunk, per_token=per_token)
+    kept = trainer_parts(
+        s, p.rank, p.micro_batch, p.max_model_len, chunk, e=e, checkpointing=False, chunk=chunk, per_token=per_token
+    )
+    running = min(p.max_num_seqs, max(p.attempts, p.second_turn))
     return {
         k: v / GIB
         for k, v in {
-            "trainer: base weights": s.params * e,
-            "trainer: 2 adapters (weights, grads, AdamW, fp32)": 2 * adapter * 16,
-            f"trainer: activations, micro-batch {micro_batch} x {seq} tokens": s.layers * per_layer,
-            "trainer: the same with activation checkpointing": s.layers * s.hidden * e * tokens + per_layer,
-            "trainer: LM head chunk (fp32 logits, softmax, grad)": 3 * chunk * s.vocab * 4,
+            "trainer: base weights": parts["base weights"],
+            "trainer: 2 adapters (weights, grads, AdamW, fp32)": parts["2 adapters (weights, grads, AdamW, fp32)"],
+            "trainer: activations of a micro-batch at max_model_len": kept["activations"],
+            "trainer: the same with activation checkpointing": parts["activations (checkpointed)"],
+            "trainer: LM head chunk (fp32 logits, softmax, grad)": parts["LM head chunk (fp32 logits, softmax, grad)"],
+            "trainer: LM head weight in fp32": parts["LM head weight in fp32"],
             "vLLM: base weights": s.params * e,
-            "vLLM: LoRA slots (2 x rank 16)": 2 * adapter * e,
-            f"vLLM: KV cache, {gen_batch} sequences of {seq} tokens": kv_bytes_per_token(s, e) * gen_batch * seq,
+            f"vLLM: LoRA slots (2 x rank {p.rank})": 2 * lora_params(s, p.rank) * e,
+            "vLLM: KV cache, max_num_seqs sequences at max_model_len": kv_bytes_per_token(s, e)
+            * running
+            * p.max_model_len,
+            "vLLM: KV cache of one sequence at max_model_len (needed to start)": kv_bytes_per_token(s, e)
+            * p.max_model_len,
+            "vLLM: the same at the model's whole context": kv_bytes_per_token(s, e) * s.context,
         }.items()
     }
 
@@ -185,14 +287,17 @@ def trainer_parts(
     chunk: int = 1024,
     dtype: str = "bfloat16",
     per_token: int | None = None,
+    head_in_fp32: bool = True,
 ) -> dict[str, int]:
     """Bytes the trainer holds at the peak of one micro-batch's forward and backward, part by part, for any shape
     and lengths: `sequences` sequences padded to `length` tokens (prompt + completion), `completion_tokens` of them
     scored (the LM head's rows). The same terms as `budget`'s trainer rows: base weights (`e` bytes a parameter),
     both adapters with gradients and AdamW moments in float32, the activations (with `checkpointing`, each layer's
     input plus one layer's saved tensors; without, every layer's), and the LM head's one live chunk of
-    min(`chunk`, `completion_tokens`) rows. `per_token`: the bytes `saved_per_token` counts for this shape, rank and
-    `dtype` (computed here when None). Counted, not measured: temporaries and allocator slack come on top."""
+    min(`chunk`, `completion_tokens`) rows, and the float32 copy of the head's weight it is computed with where the
+    weights are not float32 (`head_in_fp32`; `binac_core.model.lm_head`). `per_token`: the bytes `saved_per_token`
+    counts for this shape, rank and `dtype` (computed here when None). Counted, not measured: temporaries and
+    allocator slack come on top."""
     per_token = saved_per_token(s, rank, dtype) if per_token is None else per_token
     tokens = sequences * length
     layer = per_token * tokens
@@ -202,36 +307,58 @@ def trainer_parts(
         "2 adapters (weights, grads, AdamW, fp32)": 2 * lora_params(s, rank) * 16,
         "activations" + (" (checkpointed)" if checkpointing else ""): activations,
         "LM head chunk (fp32 logits, softmax, grad)": 3 * min(chunk, completion_tokens) * s.vocab * 4,
+        "LM head weight in fp32": s.vocab * s.hidden * 4 if head_in_fp32 and e < 4 else 0,
     }
 
 
-def table() -> str:
-    rows = [budget(s) for s in MODELS]
-    keys = list(rows[0])
-    lines = ["| part (GiB) | " + " | ".join(s.name for s in MODELS) + " |", "|---|" + "---|" * len(MODELS)]
-    for key in keys:
+SUMS = {
+    "**trainer, without activation checkpointing**": ("activations of a micro-batch at max_model_len",),
+    "**trainer, with activation checkpointing**": ("the same with activation checkpointing",),
+}
+"""Total rows: the trainer's fixed parts plus the activations named."""
+
+
+def table(presets: tuple[str, ...] = GPU_PRESETS) -> str:
+    """The markdown table of docs/gpu.md: one column per preset."""
+    plans = [plan(name) for name in presets]
+    per_token = {(p.shape.name, p.rank): saved_per_token(p.shape, p.rank) for p in plans}
+    rows = [budget(p, per_token=per_token[(p.shape.name, p.rank)]) for p in plans]
+    lines = [
+        "| GiB | " + " | ".join(f"`{p.preset}`" for p in plans) + " |",
+        "|---|" + "---|" * len(plans),
+        "| model | " + " | ".join(p.shape.name for p in plans) + " |",
+        "| prompts per call: attempts / feedback, refinement, look-ahead | "
+        + " | ".join(f"{p.attempts} / {p.second_turn}" for p in plans)
+        + " |",
+        "| vLLM `max_num_seqs` / `max_model_len` (tokens) | "
+        + " | ".join(f"{p.max_num_seqs} / {p.max_model_len}" for p in plans)
+        + " |",
+        "| update micro-batch (sequences) | " + " | ".join(str(p.micro_batch) for p in plans) + " |",
+    ]
+    for key in rows[0]:
         lines.append(f"| {key} | " + " | ".join(f"{r[key]:.2f}" for r in rows) + " |")
-    fixed = [r[keys[0]] + r[keys[1]] + r[keys[4]] for r in rows]
-    engine = [sum(v for k, v in r.items() if k.startswith("vLLM")) for r in rows]
+    fixed = [sum(v for k, v in r.items() if k.startswith("trainer") and "activ" not in k) for r in rows]
+    for label, (part,) in SUMS.items():
+        lines.append(
+            f"| {label} | "
+            + " | ".join(f"**{f + r['trainer: ' + part]:.1f}**" for f, r in zip(fixed, rows, strict=True))
+            + " |"
+        )
+    engine = [
+        sum(v for k, v in r.items() if k.startswith("vLLM") and ("one sequence" not in k and "whole context" not in k))
+        for r in rows
+    ]
     lines.append(
-        "| **trainer, without activation checkpointing** | "
-        + " | ".join(f"**{f + r[keys[2]]:.1f}**" for f, r in zip(fixed, rows, strict=True))
+        "| **vLLM, `max_num_seqs` sequences at full length** | " + " | ".join(f"**{t:.1f}**" for t in engine) + " |"
+    )
+    lines.append(
+        "| KV cache per token (KiB) | "
+        + " | ".join(f"{kv_bytes_per_token(p.shape, p.bytes_per_weight) / 1024:.0f}" for p in plans)
         + " |"
-    )
-    lines.append(
-        "| **trainer, with activation checkpointing** | "
-        + " | ".join(f"**{f + r[keys[3]]:.1f}**" for f, r in zip(fixed, rows, strict=True))
-        + " |"
-    )
-    lines.append(
-        "| **vLLM, every sequence of the batch at full length** | " + " | ".join(f"**{t:.1f}**" for t in engine) + " |"
-    )
-    lines.append(
-        "| KV cache per token (KiB) | " + " | ".join(f"{kv_bytes_per_token(s, 2) / 1024:.0f}" for s in MODELS) + " |"
     )
     lines.append(
         "| saved activations per token and layer (KiB) | "
-        + " | ".join(f"{saved_per_token(s, 16) / 1024:.1f}" for s in MODELS)
+        + " | ".join(f"{per_token[(p.shape.name, p.rank)] / 1024:.1f}" for p in plans)
         + " |"
     )
     return "\n".join(lines)

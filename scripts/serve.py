@@ -11,8 +11,13 @@ to the process that was started (its start time matches). The worker goes first 
 then MLflow, then the Prefect server. On this 2-core machine two workers run a study's runs two at a time (each
 run uses one torch thread); more workers can join from other machines (README, "Running in a lab").
 
+One worker per GPU: with `BINAC_GPUS` (a device list, `0,1,2,3`) each worker is started with its own
+`CUDA_VISIBLE_DEVICES` (one device of the list, recorded in `<name>.device`), `BINAC_WORKERS` defaults to the list's
+length and may not exceed it, and `add-worker` takes a device no live worker holds; the flow runs a process worker
+starts inherit its environment, so each run sees its worker's device alone (as device 0).
+
 Environment: BINAC_HOME (default ./.binac), BINAC_PREFECT_PORT (default 4200), BINAC_MLFLOW_PORT (default 5000);
-a port of 0 picks a free one. The Prefect server's own database lives in `$BINAC_HOME/serve/prefect-home`.
+a port of 0 picks a free one; BINAC_GPUS (above). The Prefect server's own database lives in `$BINAC_HOME/serve/prefect-home`.
 An MLFLOW_TRACKING_URI in the environment is dropped: deployment runs log to the store the MLflow server shows.
 It does not daemonise beyond that, restart crashed servers, or open anything to other hosts.
 """
@@ -38,10 +43,31 @@ POOL = "binac-local"
 SERVERS = ("mlflow", "prefect-server")  # stop order: workers first, then these (the server last)
 
 
+def gpus() -> list[str]:
+    """The devices of `BINAC_GPUS` (comma-separated CUDA device ids or UUIDs), [] when unset."""
+    return [d.strip() for d in os.environ.get("BINAC_GPUS", "").split(",") if d.strip()]
+
+
+def wanted_workers() -> int:
+    """`BINAC_WORKERS`, by default one per device of `BINAC_GPUS`, else 2 (unchecked: `worker_count`)."""
+    return int(os.environ.get("BINAC_WORKERS", len(gpus()) or 2))
+
+
+def worker_count() -> int:
+    """`BINAC_WORKERS`, by default 2, or one per device of `BINAC_GPUS`; more workers than devices exits in one
+    line."""
+    devices, n = gpus(), wanted_workers()
+    if n < 1:
+        sys.exit("error: BINAC_WORKERS must be at least 1")
+    if devices and n > len(devices):
+        sys.exit(f"error: BINAC_WORKERS={n} but BINAC_GPUS lists {len(devices)} devices: one worker per GPU")
+    return n
+
+
 def worker_names(recorded: bool = False) -> list[str]:
-    """The workers a start creates (`BINAC_WORKERS` of them); with `recorded`, also those an earlier start wrote
+    """The workers a start creates (`worker_count()` of them); with `recorded`, also those an earlier start wrote
     pid files for (stop finds every one of them)."""
-    names = {f"prefect-worker-{i}" for i in range(1, int(os.environ.get("BINAC_WORKERS", "2")) + 1)}
+    names = {f"prefect-worker-{i}" for i in range(1, (wanted_workers() if recorded else worker_count()) + 1)}
     if recorded and state_dir().exists():
         names |= {p.stem for p in state_dir().glob("prefect-worker-*.pid")}
     return sorted(names)
@@ -120,8 +146,13 @@ def spawn(name: str, argv: list[str], env: dict) -> subprocess.Popen:
     return proc
 
 
-def spawn_worker(name: str, env: dict) -> subprocess.Popen:
-    """A process worker on the pool taking `BINAC_WORKER_LIMIT` (default 1) flow runs at a time."""
+def spawn_worker(name: str, env: dict, device: str | None = None) -> subprocess.Popen:
+    """A process worker on the pool taking `BINAC_WORKER_LIMIT` (default 1) flow runs at a time; with `device`, it
+    and its flow runs see that GPU alone (`CUDA_VISIBLE_DEVICES`, recorded in `<name>.device`)."""
+    (state_dir() / f"{name}.device").unlink(missing_ok=True)
+    if device is not None:
+        env = {**env, "CUDA_VISIBLE_DEVICES": device}
+        (state_dir() / f"{name}.device").write_text(device + "\n")
     argv = [
         str(BIN / "prefect"),
         "worker",
@@ -178,7 +209,6 @@ def run_env(prefect_port: int, mlflow_port: int) -> dict:
     # Completed()" per task: task runs log warnings and errors only.
     for key, value in (
         ("PREFECT_WORKER_QUERY_SECONDS", "2"),
-        ("HF_HUB_OFFLINE", "1"),
         ("TOKENIZERS_PARALLELISM", "false"),
         ("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "WARNING"),
         # the server streams runs' logs to `prefect deployment run ... --watch` (off by default)
@@ -189,9 +219,16 @@ def run_env(prefect_port: int, mlflow_port: int) -> dict:
     return env
 
 
+def spawn_workers(env: dict) -> list[subprocess.Popen]:
+    """The workers of a start (`worker_names`), `prefect-worker-<n>` on the n-th device of `BINAC_GPUS` when it is
+    set."""
+    devices = gpus()
+    number = lambda name: int(name.rsplit("-", 1)[1])  # noqa: E731 - prefect-worker-<n> takes device n - 1
+    return [spawn_worker(name, env, devices[number(name) - 1] if devices else None) for name in worker_names()]
+
+
 def start() -> int:
-    if int(os.environ.get("BINAC_WORKERS", "2")) < 1:
-        sys.exit("error: BINAC_WORKERS must be at least 1")
+    worker_count()  # a bad BINAC_WORKERS / BINAC_GPUS: one line before anything starts
     running = [n for n in order() if read_pid(n)]
     if running:
         sys.exit(f"error: already running under {state_dir()}: {', '.join(running)} (run `make stop` first)")
@@ -240,7 +277,7 @@ def start() -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        workers = [spawn_worker(name, env) for name in worker_names()]
+        workers = spawn_workers(env)
         subprocess.run(
             [str(BIN / "prefect"), "--no-prompt", "deploy", "--all"],
             cwd=REPO,
@@ -324,6 +361,7 @@ def stop() -> int:
                 wait_gone(pid, 10)
             print(f"stopped {name} (pid {pid})")
         (state_dir() / f"{name}.pid").unlink(missing_ok=True)
+        (state_dir() / f"{name}.device").unlink(missing_ok=True)
     (state_dir() / "env.sh").unlink(missing_ok=True)
     return 0
 
@@ -341,9 +379,27 @@ def add_worker() -> int:
     while read_pid(f"prefect-worker-{n}") is not None:
         n += 1
     name = f"prefect-worker-{n}"
-    spawn_worker(name, env)
-    print(f"started {name} (pid {read_pid(name)}) on pool {POOL}; log {state_dir() / (name + '.log')}")
+    device = free_device()
+    spawn_worker(name, env, device)
+    on = f" on GPU {device}" if device is not None else ""
+    print(f"started {name} (pid {read_pid(name)}) on pool {POOL}{on}; log {state_dir() / (name + '.log')}")
     return 0
+
+
+def free_device() -> str | None:
+    """With `BINAC_GPUS`: its first device no live worker holds (exits in one line when each is held); else None."""
+    devices = gpus()
+    if not devices:
+        return None
+    held = {
+        (state_dir() / f"{p.stem}.device").read_text().strip()
+        for p in state_dir().glob("prefect-worker-*.pid")
+        if read_pid(p.stem) is not None and (state_dir() / f"{p.stem}.device").is_file()
+    }
+    for device in devices:
+        if device not in held:
+            return device
+    sys.exit(f"error: every GPU of BINAC_GPUS ({','.join(devices)}) has a live worker: one worker per GPU")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
-"""Shared test setup. BINAC_DATA_DIR defaults to ../shared/data beside the repository, as in the Makefile."""
+"""Shared test setup. BINAC_DATA_DIR defaults to ../shared/data beside the repository, as in the Makefile, and the
+tests never reach a model hub: HF_HUB_OFFLINE=1 for this process and every process it starts (a test that checks
+what happens with the hub allowed removes it for its own child)."""
 
 import os
 from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 _beside = Path(__file__).resolve().parents[2] / "shared" / "data"
 os.environ.setdefault("BINAC_DATA_DIR", str(_beside if _beside.exists() else Path("/work/shared/data")))

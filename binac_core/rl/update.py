@@ -20,7 +20,9 @@ has no effect on the in-process update (it is still handed to peft and to the TR
 Log-probs are computed without materialising a [batch, length, vocabulary] tensor: the decoder's hidden states
 are sliced to the completion positions before the LM head, which then runs over chunks of `LOGPROB_CHUNK`
 positions, each token's log-prob being its logit minus the logsumexp of its row (`token_logprobs`); with
-gradients on, each chunk is checkpointed (its logits are recomputed in the backward pass instead of kept).
+gradients on, each chunk is checkpointed (its logits are recomputed in the backward pass instead of kept). The head
+computes its logits in float32 whatever the model's dtype (`binac_core.model.lm_head.float32_logits`: a bf16 head's
+rounding alone would move the first ratio off 1); a float32 model's head runs as it is.
 The training forward computes a LoRA layer through its merged weight where that is cheaper
 (`binac_core.model.fused_lora`): the same values up to float rounding. With `train.activation_checkpointing` every
 decoder layer is checkpointed (`checkpointed_layers`): the same gradients, less memory, one more forward.
@@ -48,6 +50,7 @@ from torch.utils.checkpoint import checkpoint
 from binac_core.foundation.config import Config
 from binac_core.model.fused_lora import merged_lora_forward
 from binac_core.model.generation import AdapterRef
+from binac_core.model.lm_head import float32_logits
 from binac_core.model.memory import return_freed_memory
 from binac_core.rl import packing
 from binac_core.rl.losses import clipped_policy_loss
@@ -151,7 +154,9 @@ def chunked_token_logprobs(
     """`token_logprobs(head(hidden), targets)` for hidden [N, H], computed `chunk` rows at a time (checkpointed
     when gradients are on and there is more than one chunk, so no chunk's logits outlive its own forward/backward;
     a single chunk's logits are the only ones anyway, and checkpointing it would only recompute the LM head).
-    With `entropy` (`EntropyMode`), returns (log-probs [N], `token_entropy` [N]) from the same logits."""
+    With `entropy` (`EntropyMode`), returns (log-probs [N], `token_entropy` [N]) from the same logits. The logits
+    are float32 (`float32_logits`: `head` itself when it is float32)."""
+    head = float32_logits(head)
 
     def piece(h, t):
         if entropy is None:

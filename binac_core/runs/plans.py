@@ -35,6 +35,10 @@ def plan(preset: str, method: str, steps: int | None, seed: int, overrides: dict
     if bench.check_data is not None:
         for split in ("train", "eval"):
             bench.check_data(split)  # missing data or a split it lacks: one line, named
+    if cfg.model.device == "cuda":
+        from binac_core.model.policy import training_device
+
+        training_device("cuda")  # no CUDA device here: one line
     if cfg.generation.backend == "vllm":
         from binac_core.model.generation_vllm import check_runnable
 

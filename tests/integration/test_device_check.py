@@ -112,15 +112,15 @@ def test_every_part_reports_and_the_failing_part_does_not_stop_the_next(cpu_run)
     proc, results = cpu_run["proc"], cpu_run["results"]
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert results["status"] == "error" and results["exit_code"] == 2 and results["mode"] == "cpu"
-    assert list(results["parts"]) == ["loop", "logprobs", "speed"]
+    assert list(results["parts"]) == ["loop", "logprobs", "speed", "placement"]
     statuses = {name: part["status"] for name, part in results["parts"].items()}
-    assert statuses == {"loop": "pass", "logprobs": "error", "speed": "pass"}, proc.stdout
+    assert statuses == {"loop": "pass", "logprobs": "error", "speed": "pass", "placement": "pass"}, proc.stdout
     failed = results["parts"]["logprobs"]
     assert failed["error"] == "done: InjectedFailure: injected by --inject-failure logprobs"
     assert "Traceback" in failed["traceback"] and "InjectedFailure" in failed["traceback"]
     assert "device_check: logprobs: error (done: InjectedFailure" in proc.stdout
     md = (cpu_run["out"] / "results.md").read_text()
-    assert all(f"## {p}: " in md for p in ("loop", "logprobs", "speed")) and "InjectedFailure" in md
+    assert all(f"## {p}: " in md for p in ("loop", "logprobs", "speed", "placement")) and "InjectedFailure" in md
 
 
 def test_the_loop_part_times_each_phase_and_counts_each_updates_memory(cpu_run):
@@ -233,3 +233,13 @@ def test_a_part_past_its_budget_is_stopped_with_its_phase(tmp_path):
     assert state["exit_code"] is not None and state["exit_code"] < 0  # stopped by a signal
     crashed = dc.run_part([sys.executable, "-c", "raise SystemExit(4)"], result, 30.0, tmp_path / "log.txt")
     assert crashed["status"] == "error" and crashed["error"].startswith("the child exited with status 4 in phase start")
+
+
+def test_the_placement_part_keeps_the_cpu_override_and_reports_what_it_cannot_check(cpu_run):
+    """No GPU is visible to the run: the override row passes (every weight on the CPU), one worker per GPU is reported
+    as needing two devices, and sleep mode as needing vLLM (hidden here)."""
+    part = cpu_run["results"]["parts"]["placement"]
+    (row,) = part["rows"]
+    assert row["label"] == "model.device=cpu beside a GPU" and row["ok"] and row["devices"] == ["cpu"]
+    assert part["visibility_note"].startswith("0 CUDA device(s) here") and "vLLM is not installed" in part["sleep_note"]
+    assert "model.device=cpu beside a GPU: pass" in (cpu_run["out"] / "results.md").read_text()

@@ -99,3 +99,23 @@ def test_malformed_config_file_names_the_file(tmp_path, prefect_home):
     bad.write_text("model:\n  hidden_size: -3\n")
     proc = run_binac(["train", "--preset", str(bad)], binac_env(tmp_path / "h", prefect_home), check=False)
     assert proc.returncode == 2 and "model.hidden_size" in proc.stderr
+
+
+def test_one_binac_iteration_in_bfloat16_end_to_end(tmp_path, prefect_home):
+    """The GPU presets' precision on the CPU: `binac train` runs one binac iteration of the micro preset in bfloat16
+    with activation checkpointing and both KL terms (samples through transformers' `generate`, the updates in bf16
+    with float32 LoRA weights), and stores and logs it like any run."""
+    from conftest import binac_iteration_args
+
+    home = tmp_path / "home"
+    settings = ("model.dtype=bfloat16", "train.activation_checkpointing=true", "train.kl_coef=0.01")
+    run_binac(binac_iteration_args("micro", *settings, "train.critic_kl_coef=0.01"), binac_env(home, prefect_home))
+    ws = Workspace(home)
+    c = tracking.client(ws)
+    (run,) = c.search_runs([tracking.experiment_id(c, ws)])
+    assert run.info.status == "FINISHED" and run.data.params["model.dtype"] == "bfloat16"
+    assert run.data.params["train.activation_checkpointing"] == "True" and run.data.params["model.device"] == "cpu"
+    for key in ("train/actor_loss", "train/critic_loss", "train/kl", "eval/acc_single"):
+        assert key in run.data.metrics and run.data.metrics[key] == run.data.metrics[key], key  # present, not NaN
+    rows = sqlrun.run(ws, "SELECT count(*) n, count(feedback) fb FROM trajectories WHERE split = 'train'")
+    assert (rows.n[0], rows.fb[0]) == (4 * 4 * 2, 4 * 4 * 2)

@@ -3,7 +3,9 @@
 
 - `make gpu-check` end to end: every row (actor at T = 1, 0.7 and greedy, critic, re-saved actor, no adapter)
   within the check's stated tolerances of the trainer's recomputation, and its results file written;
-- on one engine shared by the tests below: the same seed gives the same tokens, another seed others; a re-saved
+- on one engine shared by the tests below, started as a preset's settings ask (`max_model_len` from its prompt budget
+  and answer lengths, `batch_size` as `max_num_seqs`, prompts truncated to the budget as `HFBackend` truncates them,
+  a call of more prompts than `max_num_seqs` served whole): the same seed gives the same tokens, another seed others; a re-saved
   adapter (new digest) is served and the old weights no longer, also through a second backend on the same engine;
   every end-of-turn id stops generation, the ids
   `HFBackend` stops on; the engine is shut down with no engine process or shared-memory segment left;
@@ -93,15 +95,20 @@ def test_gpu_check_passes_every_row_here_and_writes_its_results(smol_dir, tmp_pa
     assert (out / "results.md").read_text().startswith("# gpu_check")
 
 
+ENGINE_CFG = {"generation.max_prompt_tokens": 96, "generation.batch_size": 2}
+"""The engine's preset: smol-synthetic with a prompt budget of 96 tokens (its answers: 64, feedback 24) and at most
+2 sequences at once."""
+
+
 @pytest.fixture(scope="module")
 def engine(smol_dir, tmp_path_factory):
-    """(policy, VLLMBackend) on smol with the smol preset's adapters, one engine for the tests of this module;
-    shut down at the end, which the last test checks."""
+    """(policy, VLLMBackend) on smol with the smol preset's adapters (`ENGINE_CFG`), one engine for the tests of this
+    module; shut down at the end, which the last test checks."""
     from binac_core.model.generation_vllm import VLLMBackend, shutdown_engine
     from binac_core.model.policy import Policy
 
     before = engine_leftovers()
-    cfg = load_config("smol-synthetic")
+    cfg = load_config("smol-synthetic", ENGINE_CFG)
     policy = Policy(smol_dir, cfg, seed=0)
     backend = VLLMBackend(smol_dir, cfg, policy)
     yield policy, backend, before
@@ -112,6 +119,25 @@ PROMPTS = [
     [{"role": "user", "content": f"What is {a} plus {b}? Answer with the number only."}]
     for a, b in ((3, 4), (12, 30), (7, 8), (100, 1))
 ]
+
+
+def test_the_engine_runs_the_presets_lengths_and_batch(engine):
+    """max_model_len = the prompt budget + the longer answer (96 + 64), not smol's 8192; max_num_seqs = the preset's
+    batch_size (2), and a call of 4 prompts comes back whole; no sleep mode on the CPU build; a prompt over the
+    budget keeps its last 96 tokens, the ids `HFBackend` renders."""
+    from binac_core.model.generation import HFBackend
+
+    policy, backend, _ = engine
+    vllm_config = backend.llm.llm_engine.vllm_config
+    assert vllm_config.model_config.max_model_len == backend.settings.max_model_len == 96 + 64
+    assert vllm_config.scheduler_config.max_num_seqs == 2 and not backend.settings.sleep_mode
+    out = backend.generate(PROMPTS, None, SamplingParams(8, 1.0, 1.0, seed=2))
+    assert len(out) == 4 and all(len(g.token_ids) == len(g.logprobs) > 0 for g in out)
+    long = [{"role": "user", "content": " ".join(f"word{i}" for i in range(200))}]
+    before = backend.truncated_prompts
+    ids = backend.render(long, 64)
+    assert len(ids) == 96 and backend.truncated_prompts == before + 1
+    assert ids == HFBackend(policy).render(long, 64)
 
 
 def test_the_same_seed_gives_the_same_tokens_and_another_seed_others(engine):
@@ -165,7 +191,7 @@ def test_a_second_backend_shares_the_engine_and_its_adapter_ids(engine, smol_dir
     from binac_core.model.generation_vllm import VLLMBackend
 
     policy, backend, _ = engine
-    second = VLLMBackend(smol_dir, load_config("smol-synthetic"), policy)
+    second = VLLMBackend(smol_dir, load_config("smol-synthetic", ENGINE_CFG), policy)
     assert second.engine is backend.engine
     gc.perturb_adapter(policy, "actor", 0.2, seed=30)
     ref = policy.save("actor", tmp_path / "actor-new")
@@ -189,18 +215,19 @@ def test_every_end_of_turn_id_stops_as_in_hfbackend(engine):
     assert backend.stop_ids == HFBackend(policy).eos_ids and backend.stop_ids
     prompt = TokensPrompt(prompt_token_ids=backend.render(PROMPTS[0], 8))
     for stop in backend.stop_ids:
-        (out,) = backend.llm.generate(
-            [prompt],
-            VSP(
-                max_tokens=8,
-                temperature=1.0,
-                seed=0,
-                detokenize=False,
-                stop_token_ids=backend.stop_ids,
-                allowed_token_ids=[stop],
-            ),
-            use_tqdm=False,
-        )
+        with backend.engine.awake() as llm:  # awake where the build has a sleep mode
+            (out,) = llm.generate(
+                [prompt],
+                VSP(
+                    max_tokens=8,
+                    temperature=1.0,
+                    seed=0,
+                    detokenize=False,
+                    stop_token_ids=backend.stop_ids,
+                    allowed_token_ids=[stop],
+                ),
+                use_tqdm=False,
+            )
         assert list(out.outputs[0].token_ids) == [stop]
     natural = backend.generate(PROMPTS, None, SamplingParams(48, 0.0, 1.0))
     assert any(g.token_ids[-1] in backend.stop_ids for g in natural)

@@ -6,7 +6,7 @@ import pytest
 from binac_core.errors import BinacError
 from binac_core.foundation.config import load_config
 from binac_core.model.generation import AdapterRef
-from binac_core.model.generation_vllm import GIB, Engine, engine_kwargs, engine_settings
+from binac_core.model.generation_vllm import GIB, Engine, engine_kwargs, engine_settings, model_len
 
 
 def test_the_cpu_build_gets_chunked_prefill_off_an_explicit_kv_cache_and_bound_threads(monkeypatch):
@@ -17,6 +17,7 @@ def test_the_cpu_build_gets_chunked_prefill_off_an_explicit_kv_cache_and_bound_t
     assert (s.kv_cache_bytes, s.gpu_memory_utilization, s.cpu_threads_bind) == (4 * GIB, None, "1")
     kw = engine_kwargs(s)
     assert kw["enable_chunked_prefill"] is False and kw["max_num_batched_tokens"] == kw["max_model_len"] == 8192
+    assert "enable_sleep_mode" not in kw and "hf_overrides" not in kw  # no sleep mode on CPU; a float32 head
     assert kw["kv_cache_memory_bytes"] == 4 * GIB and "gpu_memory_utilization" not in kw
     assert kw["skip_tokenizer_init"] and kw["enable_lora"] and kw["max_lora_rank"] == 8
     assert kw["logprobs_mode"] == "processed_logprobs" and kw["generation_config"] == "vllm"
@@ -26,15 +27,70 @@ def test_the_cpu_build_gets_chunked_prefill_off_an_explicit_kv_cache_and_bound_t
     assert engine_settings("/m", load_config("smol-synthetic"), 8192, cpu=True).cpu_threads_bind == "0-7"
 
 
-def test_a_gpu_gets_its_memory_share_and_vllms_own_scheduling():
+def test_a_gpu_gets_its_memory_share_sleep_mode_and_a_float32_head():
     cfg = load_config("llama1b-math")
-    s = engine_settings("/m", cfg, 131072, cpu=False)
+    s = engine_settings("/m", cfg, 3072, cpu=False, sleep_available=True)
     kw = engine_kwargs(s)
     assert kw["gpu_memory_utilization"] == cfg.generation.vllm_gpu_memory_utilization
     assert "kv_cache_memory_bytes" not in kw and "enable_chunked_prefill" not in kw
     assert kw["max_lora_rank"] == 16 and kw["dtype"] == "bfloat16" and s.cpu_threads_bind is None
-    sized = engine_settings("/m", load_config("llama1b-math", {"generation.vllm_kv_cache_gib": 20}), 131072, False)
+    assert kw["enable_sleep_mode"] is True and kw["hf_overrides"] == {"head_dtype": "float32"}
+    assert "enable_sleep_mode" not in engine_kwargs(engine_settings("/m", cfg, 3072, cpu=False))  # a build without
+    off = load_config("llama1b-math", {"generation.vllm_sleep_mode": False})
+    assert "enable_sleep_mode" not in engine_kwargs(engine_settings("/m", off, 3072, False, sleep_available=True))
+    sized = engine_settings("/m", load_config("llama1b-math", {"generation.vllm_kv_cache_gib": 20}), 3072, False)
     assert engine_kwargs(sized)["kv_cache_memory_bytes"] == 20 * GIB
+
+
+def test_max_model_len_and_the_running_batch_follow_the_preset():
+    """llama1b-math: a prompt budget of 2048 and answers of 1024 (feedback 512): 3072 tokens, not Llama-3.2's
+    131 072; its generation.batch_size of 256 is vLLM's max_num_seqs. Without a prompt budget, the context."""
+    cfg = load_config("llama1b-math")
+    assert model_len(cfg, 131072) == 2048 + 1024
+    assert model_len(load_config("llama1b-math", {"generation.feedback_max_new_tokens": 1500}), 131072) == 2048 + 1500
+    assert model_len(cfg, 2500) == 2500  # never beyond the model's context
+    assert model_len(load_config("smol-synthetic"), 8192) == 8192
+    kw = engine_kwargs(engine_settings("/m", cfg, model_len(cfg, 131072), cpu=False))
+    assert (kw["max_model_len"], kw["max_num_seqs"]) == (3072, 256)
+    small = load_config("smol-synthetic", {"generation.batch_size": 3})
+    assert engine_kwargs(engine_settings("/m", small, 8192, cpu=True))["max_num_seqs"] == 3
+
+
+class FakeLLM:
+    """Records what the engine is asked: sleep, wake_up, generate."""
+
+    def __init__(self):
+        self.calls = []
+
+    def sleep(self, level):
+        self.calls.append(f"sleep {level}")
+
+    def wake_up(self):
+        self.calls.append("wake_up")
+
+
+def test_with_sleep_mode_the_engine_sleeps_between_calls_and_wakes_for_each(monkeypatch):
+    """verl's order around each generation: wake up (after torch hands back its cached blocks), generate, sleep at
+    level 1; asleep from its start, and asleep again after a call that raised. Without sleep mode: no call."""
+    emptied = []
+    monkeypatch.setattr("torch.cuda.empty_cache", lambda: emptied.append(1))
+    cfg = load_config("llama1b-math")
+    llm = FakeLLM()
+    engine = Engine(engine_settings("/m", cfg, 3072, cpu=False, sleep_available=True), llm, {})
+    engine.sleep()  # as `shared_engine` leaves a new engine
+    for _ in range(2):
+        with engine.awake() as awake:
+            assert awake is llm and not engine.asleep
+            llm.calls.append("generate")
+    with pytest.raises(RuntimeError), engine.awake():
+        raise RuntimeError("a request failed")
+    assert llm.calls == ["sleep 1", *["wake_up", "generate", "sleep 1"] * 2, "wake_up", "sleep 1"]
+    assert engine.asleep and len(emptied) == 3
+    plain = Engine(engine_settings("/m", cfg, 3072, cpu=True), FakeLLM(), {})
+    plain.sleep()
+    with plain.awake():
+        pass
+    assert plain.llm.calls == [] and not plain.asleep
 
 
 def test_engine_settings_are_equal_for_equal_configs_and_differ_by_model():
