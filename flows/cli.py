@@ -28,11 +28,12 @@ def _env_defaults() -> None:
 
 
 def _overrides(items: list[str]) -> dict:
-    """`--set train.actor_lr=1e-3` pairs, values parsed as YAML scalars; an unknown section or field is named
-    with the closest ones and the valid ones."""
+    """`--set train.actor_lr=1e-3` pairs, values parsed as YAML scalars (a text field's value kept as written when
+    YAML would read a number: `model.base_weights=00000012`); an unknown section or field is named with the closest
+    ones and the valid ones."""
     import yaml
 
-    from binac_core.foundation.config import unknown_key
+    from binac_core.foundation.config import text_field, unknown_key
 
     out = {}
     for item in items:
@@ -42,7 +43,8 @@ def _overrides(items: list[str]) -> dict:
         unknown = unknown_key(*key.split(".", 1))
         if unknown:
             raise BinacError(f"--set {key}: {unknown}")
-        out[key] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        out[key] = value if text_field(key) and parsed is not None and not isinstance(parsed, str) else parsed
     return out
 
 
@@ -78,13 +80,16 @@ def cmd_train(a) -> int:
         return cmd_config(argparse.Namespace(preset=a.preset, set=a.set, markdown=False))
     from binac_core.runs.plans import plan
 
-    overrides = _overrides(a.set)
-    plan(a.preset, a.method, a.steps, a.seed, overrides, None)
+    overrides, fresh = _overrides(a.set), _fresh(a)
+    cfg, _, iterations = plan(a.preset, a.method, a.steps, a.seed, overrides, None)
     _env_defaults()
     from binac_core.foundation.workspace import workspace
+    from binac_core.runs.bases import check_train
+
+    check_train(cfg, workspace(), a.method, a.seed, iterations, fresh=fresh)  # the base, before any compute
     from flows.train import train
 
-    res = train(a.preset, a.method, a.steps, a.seed, overrides, fresh=_fresh(a))
+    res = train(a.preset, a.method, a.steps, a.seed, overrides, fresh=fresh)
     ws = workspace()
     print(f"MLflow store: {ws.mlflow_uri}  (run {res['run_id']})")
     print(f"Trajectory store: {ws.duckdb_path}  (view `trajectories`)")
@@ -101,12 +106,13 @@ def cmd_compare(a) -> int:
 
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     seeds = _int_list(a.seeds, "--seeds")
-    overrides = _overrides(a.set)
-    plan_compare(a.preset, methods, seeds, a.steps, overrides)
+    overrides, fresh = _overrides(a.set), _fresh(a)
+    cfg, budget = plan_compare(a.preset, methods, seeds, a.steps, overrides)
     _env_defaults()
+    _check_compare_bases(cfg, methods, seeds, a.steps, budget, fresh)
     from flows.compare import compare
 
-    res = compare(a.preset, methods, seeds, a.steps, overrides, fresh=_fresh(a))
+    res = compare(a.preset, methods, seeds, a.steps, overrides, fresh=fresh)
     from binac_core.foundation.workspace import workspace
 
     ws = workspace()
@@ -123,6 +129,21 @@ def cmd_compare(a) -> int:
     print(f"MLflow UI: {_ui_hint(ws, res['parent_run_id'])}")
     print(f"Trajectory store: {ws.duckdb_path}  (view `trajectories`)")
     return 0
+
+
+def _check_compare_bases(cfg, methods: list[str], seeds: list[int], steps: int, budget: int, fresh: str) -> None:
+    """Before any compute: the base of every run the comparison would resume (`binac_core.runs.bases`)."""
+    from binac_core.foundation.provenance import stage_code_digest
+    from binac_core.foundation.workspace import workspace
+    from binac_core.rl.methods import method_spec
+    from binac_core.runs.bases import check_train
+    from binac_core.runs.plans import compare_key
+
+    key, ws = compare_key(cfg, methods, seeds, steps, stage_code_digest(), fresh), workspace()
+    for m in methods:
+        iterations = method_spec(m).iterations_for_budget(cfg, budget)
+        for s in seeds:
+            check_train(cfg, ws, m, s, iterations, key, fresh)
 
 
 def _ui_hint(ws, run_id: str) -> str:
@@ -213,11 +234,13 @@ def cmd_study(a) -> int:
     if a.archive and os.path.exists(a.archive) and not os.path.isdir(a.archive):
         raise BinacError(f"--archive {a.archive}: not a folder")
     _env_defaults()
+    from binac_core.foundation.workspace import workspace
+
     if not a.report_only:  # no server, no deployment, another $BINAC_HOME: one line, before any compute
-        from binac_core.foundation.workspace import workspace
         from flows.fanout import check_deployment
 
         check_deployment(spec.deployment, workspace().home)
+    _check_study_base(spec, a.archive)
     from flows.study import study
 
     res = study(
@@ -227,6 +250,23 @@ def cmd_study(a) -> int:
     print(f"{res['finished']}/{res['runs']} runs finished; report: {res['report_files'][0]}")
     print(f"MLflow parent run {res['parent_run_id']} (tag kind=study)")
     return 0 if res["complete"] or a.report_only else 1
+
+
+def _check_study_base(spec, archive: str | None) -> None:
+    """Before any compute: the archive's bases against the store's (`binac_core.store.archive`), a base named by
+    its weights there or in the archive, and its weights against those the study's parent run recorded
+    (`binac_core.runs.bases`); the runs' own records are checked by the study once its regimes are chosen."""
+    from pathlib import Path
+
+    from binac_core.foundation.workspace import workspace
+    from binac_core.runs.bases import STUDY_HINT, check_before
+    from binac_core.store.archive import models_to_restore
+
+    ws, key = workspace(), f"study-{spec.key()}"
+    if archive:
+        models_to_restore(ws, Path(archive))
+    extra = (Path(archive).resolve(),) if archive else ()
+    check_before(spec.config(), ws, key, f"study {spec.name} ({key})", extra, STUDY_HINT)
 
 
 def cmd_sql(a) -> int:

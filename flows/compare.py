@@ -5,7 +5,6 @@ summary logged as the parent's metrics, and a closing Prefect markdown artifact.
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 from prefect import flow
@@ -15,7 +14,7 @@ from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.workspace import workspace
 from binac_core.reports.report import build_report
 from binac_core.rl.methods import method_spec
-from binac_core.runs.plans import plan_compare, shared_eval_samples
+from binac_core.runs.plans import compare_key, plan_compare, shared_eval_samples
 from binac_core.store import tracking
 from flows.reporting import closing_artifact, progress, refuse
 from flows.train import train
@@ -51,9 +50,7 @@ def compare(
     per_iteration = [method_spec(m).actor_train_samples_per_iteration(cfg) for m in methods]
     shared = shared_eval_samples(per_iteration, budget, cfg.train.eval_points)
     trained = [n for n in per_iteration if n > 0]
-    key = hashlib.sha256(
-        f"{cfg.digest()}|{methods}|{seeds}|{steps}|{stage_code_digest()}|{fresh}".encode()
-    ).hexdigest()[:12]
+    key = compare_key(cfg, methods, seeds, steps, stage_code_digest(), fresh)
     params = {
         **cfg.flat(),
         "methods": ",".join(methods),

@@ -2,7 +2,8 @@
 critic LoRA adapters on a benchmark, under one protocol, as a Prefect flow.
 
 Logs `eval/acc_<protocol>` (pass@1: mean over problems of correct/N) with N, temperature and max tokens to one
-MLflow run, and stores every sample in `trajectories` with split='eval'. For the feedback protocols it also logs
+MLflow run, with the base's weights hash (`base.weights_sha256`, `binac_core.model.weights`), and stores every
+sample in `trajectories` with split='eval'. For the feedback protocols it also logs
 the critic health measures (`eval/critic/*`) and returns them with their intervals (`critic_health`, read back
 from the stored rows: `binac_core.reports.critic_health.stored_health`), which `binac evaluate` prints. Generation is cached like training's.
 
@@ -25,13 +26,15 @@ from prefect import flow
 from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
+from binac_core.model.weights import PARAM
 from binac_core.reports.critic_health import stored_health
 from binac_core.rl.evaluation import eval_stages
 from binac_core.rl.kinds import EvalProtocol, FeedbackSource
+from binac_core.runs.bases import check_run
 from binac_core.runs.plans import isolation_used, plan_evaluate
 from binac_core.store.identity import RunIdentity
 from tasks.evaluate import evaluate, store_eval_exec
-from tasks.prepare import build_base_model, prepare_data
+from tasks.prepare import base_weights, build_base_model, prepare_data
 from tasks.store import store_eval
 from tasks.track import finish_run, log_metrics, start_run
 
@@ -85,10 +88,12 @@ def evaluate_model(
         "protocol": name,
         "eval_feedback_source": source.value,
     }
+    base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
+    params[PARAM] = base_weights(base)
+    check_run(ws, f"eval-{key}", params[PARAM], f"evaluation run eval-{key}")  # the same command, another base
     run_id = start_run(f"eval-{key}", f"eval-{benchmark}-{name}", tags, params)
     run = RunIdentity(run_id=run_id, method="eval", preset=cfg.name, seed=seed, benchmark=benchmark)
     try:
-        base = build_base_model(cfg_d)  # a hub id or folder as it is; `smol` converted once
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d, ("eval",))
         result = evaluate(
             cfg_d,

@@ -1,13 +1,16 @@
 """A pre-registered study: the regimes chosen on the base model, then every regime × method × seed as a flow run
 of the `train` deployment, fanned out over the Prefect work pool's workers, then the report.
 
-    base model → measure it at every difficulty the regimes need (rule statistic + feedback bounds)
+    base model (its identity: the sha256 of its weights; a study whose parent run or runs recorded other base
+    weights refuses, `binac_core.runs.bases`)
+    → measure it at every difficulty the regimes need (rule statistic + feedback bounds)
     → regimes' difficulties → the study file's gates on the base (a failure stops here) → one MLflow parent run → submit the grid's runs (done ones skipped) → wait
     → report (tables, hypotheses, plots) logged to the parent run
 
 With an archive folder (`binac study FILE --archive DIR`, `binac_core/store/archive.py`), its base models and
 finished runs are restored into the store first (a fresh `$BINAC_HOME` on another machine reruns only what the
-archive lacks) and every run is archived as it finishes, and again before the report.
+archive lacks) and every run is archived as it finishes, and again before the report; the archive keeps its bases'
+weights hashes, and a base that differs from the archive's, or from what the archived runs recorded, refuses.
 
 Runs on the machine that starts it (`binac study FILE`) against a Prefect server (PREFECT_API_URL); the training
 runs themselves run wherever the pool's workers are. Re-running the same command resumes: finished runs are
@@ -27,7 +30,10 @@ from binac_core.foundation.config import load_config
 from binac_core.foundation.files import StageFile
 from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.workspace import workspace
+from binac_core.model.base_model import hash_cache
+from binac_core.model.weights import PARAM
 from binac_core.rl.methods import method_spec
+from binac_core.runs.bases import STUDY_HINT, check_run, check_runs
 from binac_core.runs.plans import train_run_key
 from binac_core.store import tracking
 from binac_core.store.archive import export_finished, export_model, restore_models, restore_runs
@@ -40,9 +46,9 @@ from binac_core.studies.study import (
     load_study,
     wanted_difficulties,
 )
-from binac_core.studies.study_report import build_study_report
+from binac_core.studies.study_report import BaseIdentity, build_study_report
 from flows.fanout import Tracked, check_deployment, fan_out
-from tasks.prepare import build_base_model
+from tasks.prepare import base_weights, build_base_model
 from tasks.regimes import measure_base_at
 from tasks.track import finish_run, start_run
 
@@ -59,14 +65,26 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
     if archive and (models := restore_models(ws, Path(archive))):
         _say(f"restored the base model(s) {', '.join(models)} from {archive}")
     base = build_base_model(st.config().model_dump(mode="json"))
-    if archive and export_model(Path(archive), Path(base.path)):
+    weights = base_weights(base)
+    _say(f"base model {base.path}: weights sha256 {weights}")
+    # A resumed study keeps its base (binac_core/runs/bases.py): its parent run's record, before any measurement.
+    check_run(ws, f"study-{key}", weights, f"study {st.name} (study-{key})", STUDY_HINT)
+    if archive and export_model(Path(archive), Path(base.path), weights, hash_cache(ws)):
         _say(f"archived the base model {Path(base.path).name} to {archive}")
     measured, difficulties, deviations = choose_regimes(st, base)
+    runs = grid(st, difficulties)
+    keys = [run_key(st, r, key, code) for r in runs]
+    # Every run the store or the archive holds ran on this base, or the study refuses before any run is restored.
+    check_runs(
+        ws, keys, {k: r.name for k, r in zip(keys, runs, strict=True)}, weights, Path(archive) if archive else None
+    )
     failures = gate_failures(st, measured, difficulties)
     if failures and not report_only:  # the base fails a pre-registered check: no run is submitted
-        raise BinacError(f"study {st.name}: the base model fails its gates; no run submitted: " + "; ".join(failures))
+        raise BinacError(
+            f"study {st.name}: the base model (weights sha256 {weights}) fails its gates; no run submitted: "
+            + "; ".join(failures)
+        )
     deviations += [f"gate failed (report only): {f}" for f in failures]
-    runs = grid(st, difficulties)
     totals = equal_budget_totals(st)
     params = {
         "study": st.name,
@@ -81,6 +99,7 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
         "variants": ",".join(f"{m}:{v}" for m, named in st.variants.items() for v in named),
         **{f"regime.{r}": str(d) for r, d in difficulties.items()},
         **st.config().flat(),
+        PARAM: weights,
     }
     parent = start_run(
         f"study-{key}",
@@ -88,8 +107,9 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
         {"kind": "study", "method": "study", "preset": st.preset, "study": st.name},
         params,
     )
-    tracked = [Tracked(r.name, run_key(st, r, key, code), train_parameters(st, r, parent, key), r.method) for r in runs]
-    keys = [t.key for t in tracked]
+    tracked = [
+        Tracked(r.name, k, train_parameters(st, r, parent, key), r.method) for r, k in zip(runs, keys, strict=True)
+    ]
     try:
         if archive:
             _say(f"restored {len(restore_runs(ws, Path(archive), parent, keys))} finished run(s) from {archive}")
@@ -109,7 +129,13 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
             _say(f"archived {len(export_finished(ws, Path(archive), keys))} more finished run(s) to {archive}")
         outcome = collect(ws, runs, tracked)
         report = build_study_report(
-            st, measured, difficulties, deviations, outcome, ws.home / "reports" / f"study-{key}"
+            st,
+            measured,
+            difficulties,
+            deviations,
+            outcome,
+            ws.home / "reports" / f"study-{key}",
+            base=BaseIdentity(Path(base.path).name, weights),
         )
         for f in report["files"]:
             tracking.log_path(ws, parent, f, "report")
@@ -224,6 +250,7 @@ def collect(ws, runs, tracked: list[Tracked]) -> list[dict]:
             run = found[0]
             item["run_id"] = run.info.run_id
             item["isolation"] = run.data.params.get("grading.isolation")
+            item["base_weights"] = run.data.params.get(PARAM)
             for name in run.data.metrics:
                 item["metrics"][name] = {m.step: m.value for m in c.get_metric_history(run.info.run_id, name)}
         cfg, spec = load_config(t.parameters["preset"], r.overrides), method_spec(r.method)

@@ -9,8 +9,10 @@ source the method trains with.
 Brackets depend on the method (binac_core/rl/methods.py). Every stage is cached on its inputs, so re-running the
 same command reuses finished work and a killed run resumes where it stopped.
 The iteration is `binac_core.rl.loop.run_iteration`, the one the in-memory path runs too, here over the cached
-tasks (`flows.stages.PrefectStages`). This flow adds what a run needs around it: the run's identity and lock, the
-stored trajectories, MLflow tracking, the evaluation points, and the seconds of every phase (`perf/<phase>_s`,
+tasks (`flows.stages.PrefectStages`). This flow adds what a run needs around it: the run's identity and lock, its
+base's identity (the sha256 of its weights, logged as the parameter `base.weights_sha256`; a resumed run whose base
+weights differ from those it recorded refuses before any stage, `binac_core.runs.bases`), the stored trajectories,
+MLflow tracking, the evaluation points, and the seconds of every phase (`perf/<phase>_s`,
 `binac_core.foundation.timing`; storage and evaluation timed here); the counts and the progress line are
 `flows.bookkeeping.IterationLog`'s.
 """
@@ -29,9 +31,11 @@ from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.timing import phase_metrics, timed
 from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
+from binac_core.model.weights import PARAM
 from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.loop import IterationResult, StepContext, run_iteration
 from binac_core.rl.methods import MethodSpec
+from binac_core.runs.bases import check_run, check_train
 from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.runlock import flow_run_claim, run_lock
 from binac_core.store import tracking
@@ -40,7 +44,7 @@ from flows.bookkeeping import IterationLog
 from flows.reporting import closing_artifact, refuse
 from flows.stages import PrefectStages
 from tasks.evaluate import evaluate, store_eval_exec
-from tasks.prepare import build_base_model, init_adapters, prepare_data
+from tasks.prepare import base_weights, build_base_model, init_adapters, prepare_data
 from tasks.store import store_eval, store_train_step
 from tasks.track import finalize_run, finish_run, log_metrics, start_run
 
@@ -108,6 +112,8 @@ def _train(
     """The body of `train` (its docstring says what it does)."""
     try:
         cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
+        # A base named by its weights that is missing, or a resumed run's base that is there with other weights.
+        check_train(cfg, workspace(), method, seed, iterations, parent_key, fresh)
     except BinacError as exc:  # a deployment run with a bad parameter: the CLI's one line as its state message
         return refuse(exc)
     accept(cfg.grading.sandbox)  # process-wide: the sandbox refuses an isolation the run does not accept
@@ -119,11 +125,19 @@ def _train(
     # a new run (new MLflow run, new stage folders); `fresh` does the same without an edit.
     code = stage_code_digest()
     key = train_run_key(cfg, method, seed, iterations, parent_key, code, fresh)
-    init_key = hashlib.sha256(f"{cfg.digest()}|{code}|{fresh}".encode()).hexdigest()[:16]
-    run_dir, shared = ws.run_dir(f"{method}-s{seed}-{key}"), ws.run_dir(f"init-{init_key}-s{seed}")
+    run_dir, run_name = (
+        ws.run_dir(f"{method}-s{seed}-{key}"),
+        f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}",
+    )
     # One process per run: a duplicate waits; a study tells a killed run from a live one (binac_core/runs/runlock.py).
     with run_lock(ws.home, key, flow_run.get_id()):
         base = build_base_model(cfg_d)
+        weights = base_weights(base)
+        # A resumed run keeps the base weights it started on (binac_core/runs/bases.py), before any stage runs.
+        check_run(ws, key, weights, f"run {run_name} ({key})")
+        # The initial adapters, shared by the runs of one config and base, live in a folder named by both.
+        init_key = hashlib.sha256(f"{cfg.digest()}|{weights}|{code}|{fresh}".encode()).hexdigest()[:16]
+        shared = ws.run_dir(f"init-{init_key}-s{seed}")
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
         tags = {
             "method": method,
@@ -141,10 +155,9 @@ def _train(
             "code.stage_code_digest": code,
             "code.fresh": fresh,
             "grading.isolation": isolation,
+            PARAM: weights,
         }
-        run_id = start_run(
-            key, f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}", tags, params, parent_run_id
-        )
+        run_id = start_run(key, run_name, tags, params, parent_run_id)
         per_iteration = spec.actor_train_samples_per_iteration(cfg)
         gen_per_iteration = spec.generated_samples_per_iteration(cfg)
         # The per-iteration counts ride in the run's identity to the rows: their `actor_samples`,

@@ -8,7 +8,8 @@ given a study file, choose its regimes by its rules and apply its gates, before 
 
 With `--study`, the measurements read the validation split (choices made before the main runs never see the
 reported split), print one line per measure with its interval, then one line per failing gate naming the gate, the
-regime and its value, and exit 1 when any gate fails (0 when all hold). Without, every listed difficulty is
+regime and its value, and exit 1 when any gate fails (0 when all hold). The base's weights sha256
+(`binac_core.model.weights`) is printed first and kept in `checks.json`. Without, every listed difficulty is
 measured with the bounds on `--split` and nothing is judged. Writes `<out>/model` (the base, reused when it
 exists; `--model` names another folder) and `<out>/checks.json`. It does not use Prefect, MLflow or the
 pipeline's cache.
@@ -28,6 +29,7 @@ from binac_core.foundation.config import Config, load_config
 from binac_core.foundation.stats import wilson_interval
 from binac_core.model.pretrain import build_base_model
 from binac_core.model.runtime import configure_threads, policy_and_backend, pretraining_threads
+from binac_core.model.weights import verified
 from binac_core.studies.preconditions import GATES
 from binac_core.studies.regimes import measure_base
 from binac_core.studies.study import (
@@ -61,6 +63,8 @@ def main() -> None:
         configure_threads(pretraining_threads())
         build_base_model(load_config(preset, overrides), model, log=lambda s: print(s, flush=True))
     configure_threads()
+    weights = verified(model)  # the base's identity (binac_core/model/weights.py), printed and kept with the checks
+    print(f"base {model}: weights sha256 {weights}", flush=True)
     group = study.group_size if study else args.group_size
     seed = study.measure_seed if study else args.seed
 
@@ -72,7 +76,7 @@ def main() -> None:
 
     if study is None:
         results = {d: measure(int(d), True) for d in args.difficulties.split(",")}
-        (args.out / "checks.json").write_text(json.dumps(results, indent=1))
+        (args.out / "checks.json").write_text(json.dumps({"weights_sha256": weights, **results}, indent=1))
         return
     wanted, fixed = wanted_difficulties(study)
     results = {d: measure(d, d in fixed) for d in sorted(wanted)}
@@ -84,13 +88,20 @@ def main() -> None:
     failures = gate_failures(study, results, difficulties)
     (args.out / "checks.json").write_text(
         json.dumps(
-            {"difficulties": difficulties, "deviations": deviations, "failures": failures, "measured": results},
+            {
+                "weights_sha256": weights,
+                "difficulties": difficulties,
+                "deviations": deviations,
+                "failures": failures,
+                "measured": results,
+            },
             indent=1,
         )
     )
     for line in deviations + failures:
         print(line, flush=True)
-    print(f"{len(failures)} gate(s) failed" if failures else "every gate holds", flush=True)
+    verdict = f"{len(failures)} gate(s) failed" if failures else "every gate holds"
+    print(f"{verdict} (base weights sha256 {weights})", flush=True)
     sys.exit(1 if failures else 0)
 
 

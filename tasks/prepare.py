@@ -11,18 +11,27 @@ from binac_core.benchmarks.problems import load_problems
 from binac_core.foundation.files import StageFile, write_json
 from binac_core.foundation.workspace import workspace
 from binac_core.model.base_model import base_model
+from binac_core.model.base_model import base_weights as weights_of
 from binac_core.model.stage_io import AdapterRef
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="build-base-model", cache_policy=NO_CACHE)
 def build_base_model(cfg_d: dict) -> StageFile:
-    """The base model's folder and digest (`binac_core.model.base_model`): a hub model as it is, the others built once.
+    """The base model's folder and digest (`binac_core.model.base_model`): a hub model as it is, the others built
+    once; one named by its weights (`model.base_weights`) found, never built.
 
     Not cached by Prefect: the folder is a cache of its own, named by the config's digest and built when its
     `config.json` is missing, so a run always gets a folder that exists (one deleted from `$BINAC_HOME/models` or
     `BINAC_MODEL_CACHE` is built again) and the digest of what is in it, which keys the stages downstream."""
     return base_model(config(cfg_d), workspace())
+
+
+@task(name="base-weights", cache_policy=NO_CACHE)
+def base_weights(base: StageFile) -> str:
+    """The sha256 of the base's weights, the base's identity (`binac_core.model.weights`). Not cached by Prefect:
+    the library caches it by file identity, so a base rebuilt in the same folder is hashed again."""
+    return weights_of(base, workspace())
 
 
 @task(name="prepare-data", **CACHED)

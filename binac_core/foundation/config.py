@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from binac_core.errors import BinacError
 from binac_core.foundation.files import read_yaml_mapping
@@ -65,6 +65,22 @@ class ModelConfig(_Section):
     `auto`, `cuda` where torch sees a device, else `cpu`. The CPU presets set `cpu`, so they stay on the CPU on a
     GPU machine. vLLM runs where its build runs (`generation.backend`). Not part of the config's digests: it
     places the computation, as `BINAC_TORCH_THREADS` does, and changes no setting of it."""
+    base_weights: str | None = Field(None, pattern=r"^[0-9a-f]{8,64}$")
+    """The base model named by its weights: the sha256 of its weights file(s) (`sha256sum model.safetensors`;
+    binac_core/model/weights.py), or its first 8 or more hex digits. With source `tiny`, the run uses the base
+    folder whose weights hash to it, found in the workspace's models folder or a folder of `BINAC_BASE_PATH` (a
+    study's `--archive` restores its bases into the workspace), instead of building one from this section's
+    settings, which must then describe that base (its architecture and sizes are checked against its
+    config.json); with `hub` or `smol`, the model the source names must hash to it. None: the base is built or
+    loaded from the settings, whatever its weights."""
+
+    @field_validator("base_weights", mode="before")
+    @classmethod
+    def _digest_as_text(cls, value):
+        """A digest YAML read as a number (`00000012` unquoted) is refused naming the fix, not coerced."""
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"a hex digest must be text: quote it in YAML (a bare {value!r} reads as a number)")
+        return value
 
 
 class TaskConfig(_Section):
@@ -348,14 +364,15 @@ class Config(_Section):
         """Hash of what determines the base model (model settings, the teacher corpus's task settings, and the
         pretraining code with every library module it imports: `provenance.module_digest`), so methods share one
         base and an edit to pretraining, the tokenizer or the teacher corpus builds a new one. The RL splits'
-        sizes and the split evaluation reads are not part of it, nor `difficulty` when `pretrain_difficulties` is set (pretraining ignores it)."""
+        sizes and the split evaluation reads are not part of it, nor `difficulty` when `pretrain_difficulties` is set (pretraining ignores it),
+        nor `model.base_weights` (it names a base instead of building one)."""
         from binac_core.foundation.provenance import module_digest
 
         task = self.task.model_dump(mode="json", exclude={"n_train", "n_test", "n_val", "eval_split"})
         if self.task.pretrain_difficulties is not None:
             task.pop("difficulty")
         blob = {
-            "model": self._settings()["model"],
+            "model": {k: v for k, v in self._settings()["model"].items() if k != "base_weights"},
             "task": task,
             "code": module_digest("binac_core.model.pretrain"),
         }
@@ -435,6 +452,14 @@ def unknown_key(section: str, key: str | None = None, top_level: tuple[str, ...]
     close = close or [f"{section}.{f}" for f in fields if key in f.split("_")][:3]
     hint = f" (did you mean {' or '.join(close)}?)" if close else ""
     return f"unknown field of section {section}{hint}; valid: {', '.join(fields)}"
+
+
+def text_field(dotted: str) -> bool:
+    """Whether the field `section.key` holds text (`str` or `str | None`): a value given for it on the command
+    line is taken as written, not as the number YAML would read (a hex digest such as `00000012`)."""
+    section, _, key = dotted.partition(".")
+    field = _sections().get(section, _Section).model_fields.get(key)
+    return field is not None and field.annotation in (str, str | None)
 
 
 def preset_names() -> list[str]:

@@ -8,6 +8,7 @@ Layout:
     data/<benchmark>-<digest>/   the problem splits of a task config, one JSON file per split
     models/base-<digest>/        tiny base models built here (shared by every run with the same model config;
                                  `BINAC_MODEL_CACHE` moves them to a folder shared by several workspaces)
+    weights_sha256.json          the weights hashes of base models, by file identity (binac_core/model/weights.py)
     runs/<run_key>/              adapter and optimizer checkpoints, rollout files, per-step outputs
     prefect/                     Prefect result storage (the task cache records)
 """
@@ -44,11 +45,16 @@ class Workspace:
     def prefect_storage(self) -> Path:
         return self.home / "prefect"
 
-    def base_model_dir(self, digest: str) -> Path:
-        """Tiny base models; `BINAC_MODEL_CACHE` (a folder) shares them between workspaces, e.g. across tests."""
+    @property
+    def models_root(self) -> Path:
+        """The folder of base models built or converted here: `models/`, or `BINAC_MODEL_CACHE` (a folder shared
+        by several workspaces, e.g. across tests) when set."""
         shared = os.environ.get("BINAC_MODEL_CACHE")
-        root = Path(shared).expanduser().resolve() if shared else self.home / "models"
-        return root / f"base-{digest}"
+        return Path(shared).expanduser().resolve() if shared else self.home / "models"
+
+    def base_model_dir(self, digest: str) -> Path:
+        """The tiny base model built from a config whose `Config.base_digest` is `digest`."""
+        return self.models_root / f"base-{digest}"
 
     def problems_dir(self, benchmark: str, data_digest: str) -> Path:
         """The problem splits of one task config (`Config.data_digest`), written once (`prepare-data`)."""

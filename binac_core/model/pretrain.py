@@ -4,7 +4,8 @@ The corpus covers the three roles one base model plays (solve; critique an attem
 critique) on the synthetic task family (`binac_core.benchmarks.synthetic`), written by the noisy teacher of
 `binac_core.model.pretrain_teacher`: the attempts to critique and refine are noisy teacher traces, the critiques mix
 helpful, misleading and vague ones. The result is saved with `save_pretrained` (model + tokenizer +
-`base_meta.json`) so that `AutoModelForCausalLM` / `AutoTokenizer` load it like any hub model. It does not set
+`base_meta.json`, which records the sha256 of the weights it saved: `binac_core.model.weights`) so that
+`AutoModelForCausalLM` / `AutoTokenizer` load it like any hub model. It does not set
 torch's thread count (the caller does) and does not cache: callers decide whether an existing folder is reused.
 """
 
@@ -25,6 +26,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from binac_core.benchmarks import synthetic as syn
 from binac_core.foundation.config import Config
 from binac_core.model import pretrain_teacher as teacher
+from binac_core.model import weights
 from binac_core.model.tokenizer import IM_END, IM_START, render_chat, train_tokenizer
 
 ROLE_MIX = (("solve", 0.2), ("critique", 0.3), ("refine", 0.5))
@@ -257,7 +259,11 @@ def _save_atomically(model, tok, meta: dict, out_dir: Path) -> None:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        (tmp / "base_meta.json").write_text(json.dumps(meta, indent=1))
+        meta = {
+            **meta,
+            weights.RECORD: weights.weights_sha256(tmp),
+        }  # the base's identity (binac_core/model/weights.py)
+        (tmp / weights.META).write_text(json.dumps(meta, indent=1))
         if out_dir.exists():
             out_dir.rename(old)  # a folder cannot be renamed onto a non-empty one
         tmp.rename(out_dir)

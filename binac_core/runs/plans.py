@@ -107,6 +107,14 @@ def train_run_key(cfg, method: str, seed: int, iterations: int, parent_key: str,
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def compare_key(cfg, methods: list[str], seeds: list[int], steps: int, code: str, fresh: str) -> str:
+    """A comparison's identity (its MLflow parent run, and part of each of its runs' keys): the config, methods,
+    seeds, steps, the stage code digest and the `--fresh` value."""
+    import hashlib
+
+    return hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}|{code}|{fresh}".encode()).hexdigest()[:12]
+
+
 def plan_evaluate(
     benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature, max_new_tokens
 ):

@@ -6,14 +6,20 @@ was never finished, and its report and SQL read the same numbers.
     <archive>/runs/<run key>/metrics.parquet       every metric point: key, step, value, timestamp (ms)
     <archive>/runs/<run key>/trajectories.parquet  every trajectory row of the run, with its shard's name
                                                    (`_shard`) and its position in the shard (`_row`); zstd
-    <archive>/models/base-<digest>/                a tiny base model folder as built (`Workspace.base_model_dir`)
+    <archive>/models/base-<digest>/                a tiny base model folder as built (`Workspace.base_model_dir`; a
+                                                   base named by its weights keeps its folder's name)
+    <archive>/models/weights.json                  each archived base's weights sha256, by folder name
+                                                   (`binac_core.model.weights`: a base is its weights)
 
 What it keeps and what not: only runs whose MLflow run is FINISHED; not the run's artifacts (the final adapters,
 the config copy, the trajectory sample: the config is in the parameters whole), not Prefect's cached stage
 results (a restored run is finished, so nothing resumes from them). A run is archived once, under its run key: the
 key includes the stage code's digest and the study file's (`binac_core.runs.plans.train_run_key`), so an archive
 never answers for a run of other code or another design; a base model folder is named by the digest of its config
-and pretraining code, likewise.
+and pretraining code, likewise. That name does not fix the weights (two builds under one config digest can
+differ), so the archive keeps each base's weights hash beside it: an archived base whose weights no longer hash to
+it, a store holding another base under the same folder name, or an archive holding another base under the study's
+base's name refuses in one line naming both hashes, and nothing is copied.
 
 Writes are atomic: an export is written to a temporary folder renamed into place; a restore creates the MLflow run
 tagged `binac.restore=started`, stores its metrics and shards, then tags it `done` and marks it FINISHED last, so
@@ -34,9 +40,11 @@ from pathlib import Path
 import duckdb
 from mlflow.entities import Metric, Param, RunTag
 
+from binac_core.errors import BinacError
 from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import atomic_path, write_atomic
 from binac_core.foundation.workspace import Workspace
+from binac_core.model import weights
 from binac_core.store import tracking
 from binac_core.store.storage import sql_string
 
@@ -46,6 +54,8 @@ DROPPED_TAGS = ("mlflow.parentRunId",)
 """Tags not archived: the parent is the study run of the store the run is restored into."""
 BATCH = 1000
 """MLflow's limit on the metrics of one `log_batch` (parameters: 100)."""
+WEIGHTS_INDEX = "weights.json"
+"""The file in `<archive>/models/` that records each archived base's weights sha256, by folder name."""
 
 
 def run_folder(archive: Path, key: str) -> Path:
@@ -55,6 +65,18 @@ def run_folder(archive: Path, key: str) -> Path:
 def archived_keys(archive: Path) -> set[str]:
     runs = Path(archive) / "runs"
     return {p.name for p in runs.iterdir() if (p / "run.json").is_file()} if runs.is_dir() else set()
+
+
+def recorded_params(archive: Path, keys: list[str], name: str) -> dict[str, str]:
+    """The parameter `name` of each archived run of `keys` that logged it, by run key."""
+    out = {}
+    for key in keys:
+        record = run_folder(archive, key) / "run.json"
+        if record.is_file():
+            value = json.loads(record.read_text())["params"].get(name)
+            if value is not None:
+                out[key] = value
+    return out
 
 
 def _find(c, exp: str, key: str):
@@ -185,32 +207,85 @@ def _write_shards(con, rows: Path, shards: Path, run_id: str, parent_run_id: str
             )
 
 
-def export_model(archive: Path, model: Path) -> bool:
-    """Archive a built base model folder (`models/base-<digest>`) unless it is there; returns whether it was
-    written. Written whole or not at all (a temporary folder renamed into place)."""
+def weights_index(archive: Path) -> dict[str, str]:
+    """The archive's record of its bases' weights hashes, {folder name: sha256} ({} when it has none)."""
+    path = Path(archive) / "models" / WEIGHTS_INDEX
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _record_weights(archive: Path, name: str, digest: str) -> None:
+    index = weights_index(archive)
+    if index.get(name) != digest:
+        write_atomic(Path(archive) / "models" / WEIGHTS_INDEX, json.dumps({**index, name: digest}, indent=1) + "\n")
+
+
+def archived_weights(archive: Path, name: str, cache: Path | None = None) -> str:
+    """The weights hash of the archived base `models/<name>`, checked against the archive's record of it: an
+    archived base whose weights changed refuses in one line naming both hashes."""
+    digest = weights.verified(Path(archive) / "models" / name, cache)
+    kept = weights_index(archive).get(name)
+    if kept is not None and kept != digest:
+        raise BinacError(
+            f"archive {archive}: its base {name} is recorded with weights sha256 {kept} but its weights hash to "
+            f"{digest} (the archived weights changed)"
+        )
+    return digest
+
+
+def export_model(archive: Path, model: Path, digest: str, cache: Path | None = None) -> bool:
+    """Archive a base model folder (`models/base-<digest>`, or the folder a base named by its weights was found
+    in) with its weights hash `digest` unless it is there; returns whether the folder was written. Written whole or
+    not at all (a temporary folder renamed into place). An archived folder of that name holding other weights
+    refuses in one line naming both hashes."""
     target = Path(archive) / "models" / model.name
-    if (target / "config.json").is_file() or not (model / "config.json").is_file():
+    if not (model / "config.json").is_file():
+        return False
+    if (target / "config.json").is_file():
+        kept = archived_weights(archive, model.name, cache)
+        if kept != digest:
+            raise BinacError(
+                f"archive {archive}: its base {model.name} has weights sha256 {kept}, but this study's base "
+                f"{model} has {digest} (two bases under one folder name); archive to another folder"
+            )
+        _record_weights(archive, model.name, digest)
         return False
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(model, tmp)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
+    _record_weights(archive, model.name, digest)
     return True
 
 
-def restore_models(ws: Workspace, archive: Path) -> list[str]:
-    """Copy every archived base model the store lacks into it (`config.json` last: the store takes a folder with
-    one for built, `binac_core.model.base_model`); returns the folder names restored."""
-    folder, restored = Path(archive) / "models", []
-    for model in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if not model.name.startswith("base-") or not (model / "config.json").is_file():
-            continue
-        target = ws.base_model_dir(model.name.removeprefix("base-"))
+def models_to_restore(ws: Workspace, archive: Path) -> list[tuple[Path, Path]]:
+    """(archived folder, store folder) of every archived base model the store lacks, after checking every archived
+    base's weights against the archive's record and one the store already holds under the same name against the
+    store's: different weights refuse in one line naming both hashes. Copies nothing (hashes are cached)."""
+    folder, cache = Path(archive) / "models", ws.home / weights.CACHE_FILE
+    todo = []
+    for model in weights.model_folders(folder) if folder.is_dir() else []:
+        digest = archived_weights(archive, model.name, cache)
+        target = ws.models_root / model.name
         if (target / "config.json").exists():
+            held = weights.verified(target, cache)
+            if held != digest:
+                raise BinacError(
+                    f"archive {archive}: its base {model.name} has weights sha256 {digest}, but the store's "
+                    f"{target} has {held} (two bases under one folder name); move one of them away"
+                )
             continue
+        todo.append((model, target))
+    return todo
+
+
+def restore_models(ws: Workspace, archive: Path) -> list[str]:
+    """Copy every archived base model the store lacks into it (`models_to_restore`: checked first, nothing copied
+    when one refuses; `config.json` last: the store takes a folder with one for built,
+    `binac_core.model.base_model`); returns the folder names restored."""
+    todo = models_to_restore(ws, archive)
+    for model, target in todo:
         target.mkdir(parents=True, exist_ok=True)
         for f in sorted(model.iterdir(), key=lambda p: p.name == "config.json"):
             write_atomic(target / f.name, f.read_bytes())
-        restored.append(model.name)
-    return restored
+    return [model.name for model, _ in todo]

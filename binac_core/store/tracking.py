@@ -92,6 +92,24 @@ def find_or_create_run(
     return run.info.run_id
 
 
+def recorded_params(ws: Workspace, run_keys: list[str], name: str, experiment: str = EXPERIMENT) -> dict[str, str]:
+    """The parameter `name` of each run of `run_keys` that the store holds and that logged it, by run key. Reads
+    only: a sqlite store that does not exist yet, or an experiment not created yet, gives {} (nothing created)."""
+    uri = ws.mlflow_uri
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return {}
+    c = client(ws)
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None:
+        return {}
+    out = {}
+    for key in run_keys:
+        found = c.search_runs([exp.experiment_id], filter_string=f"tags.`binac.run_key` = '{key}'", max_results=1)
+        if found and name in found[0].data.params:
+            out[key] = found[0].data.params[name]
+    return out
+
+
 def logged_steps(c: MlflowClient, run_id: str, key: str) -> set[int]:
     return {m.step for m in c.get_metric_history(run_id, key)}
 

@@ -3,8 +3,9 @@ budget axes, the pre-registered hypotheses' verdicts, a pilot's choice of settin
 implements the rules of studies/sparse-feedback-v2.design.md mechanically.
 
 Input: the study (`binac_core.studies.study.Study`), the base measurements by difficulty (`binac_core.studies.regimes`), the
-regimes' difficulties, the study's own deviations, and per run {regime, difficulty, method, variant, seed,
-finished, state, metrics: {MLflow metric: {step: value}}, actor_train_per_iteration, generated_per_iteration}.
+regimes' difficulties, the study's own deviations, the base's identity (`BaseIdentity`: its weights hash, in the
+header and the preconditions table), and per run {regime, difficulty, method, variant, seed, finished, state,
+metrics: {MLflow metric: {step: value}}, actor_train_per_iteration, generated_per_iteration, base_weights}.
 Only finished runs are read. Every number is a mean over the seeds with its 95 % Student-t interval
 (`stats.t_interval`), followed by the per-seed values in seed order wherever the seeds split (`stats.seeds_split`:
 at least 2 seeds whose values span 20 points or more; a t-interval over a bimodal set hides its modes);
@@ -45,6 +46,7 @@ import json
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -96,9 +98,27 @@ HELD_OUT_CRITIC = ("critic_hits_first_error", "critic_false_alarm", "critic_appr
 frozen base critic."""
 
 
+@dataclass(frozen=True)
+class BaseIdentity:
+    """The study's base model as its report names it: the folder's name and the sha256 of its weights (its
+    identity: binac_core/model/weights.py)."""
+
+    folder: str
+    weights: str
+
+
 def build_study_report(
-    st, measured: dict, difficulties: dict, deviations: list[str], runs: list[dict], out_dir: Path
+    st,
+    measured: dict,
+    difficulties: dict,
+    deviations: list[str],
+    runs: list[dict],
+    out_dir: Path,
+    base: BaseIdentity | None = None,
 ) -> dict:
+    """The report (`report.md` and the plots under `out_dir`); returns {"text", "files"}. `base`: the base model
+    the study measured, named in the header and the preconditions table (None: not named); a run's
+    `base_weights` is the weights hash it recorded (None: none)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     done = [r for r in runs if r["finished"]]
@@ -110,8 +130,9 @@ def build_study_report(
             "runs only (the seed count is given per cell when it is not the study's).",
             "",
         ]
+    lines += base_lines(base, done)
     lines += _protocol(st, totals, runs, len(done))
-    lines += _regimes(st, measured, difficulties)
+    lines += _regimes(st, measured, difficulties, base)
     files = []
     for regime in st.regimes:
         rr = [r for r in done if r["regime"] == regime.name]
@@ -167,6 +188,27 @@ def build_study_report(
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
     return {"text": text, "files": [str(out_dir / "report.md"), *files]}
+
+
+def base_lines(base: BaseIdentity | None, done: list[dict]) -> list[str]:
+    """The header's line on the base model: its folder and weights hash, and whether the finished runs recorded
+    the same weights (runs that recorded none are counted, runs that recorded others named)."""
+    if base is None:
+        return []
+    text = f"**Base model**: `{base.folder}`, weights sha256 `{base.weights}` (binac_core/model/weights.py)"
+    recorded = [r.get("base_weights") for r in done]
+    other = [r for r in done if r.get("base_weights") not in (None, base.weights)]
+    missing = sum(v is None for v in recorded)
+    if other:
+        text += "; **runs on other base weights**: " + ", ".join(
+            f"{r['regime']}/{_arm_name(r['method'], r.get('variant', ''))}/s{r['seed']} ({r['base_weights']})"
+            for r in other
+        )
+    if missing:
+        text += f"; {missing} of {len(done)} finished runs record no base weights (run before runs recorded them)"
+    elif done and not other:
+        text += f"; all {len(done)} finished runs recorded the same weights"
+    return [text + ".", ""]
 
 
 # --------------------------------------------------------------------------- reading runs
@@ -287,7 +329,7 @@ def _wilson_cell(share, n) -> str:
     return f"{100 * share:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] ({k} of {n})"
 
 
-def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
+def _regimes(st, measured: dict, difficulties: dict, base: BaseIdentity | None = None) -> list[str]:
     lines = [
         "## The regimes (base model only, before any RL run)",
         "",
@@ -378,12 +420,12 @@ def _regimes(st, measured: dict, difficulties: dict) -> list[str]:
         "(approves wrong: over attempts with a first wrong step; approves right: over attempts whose answer "
         "is right; a critic whose approval ignores the attempt gives both the same share.)",
     ]
-    return lines + [""] + _preconditions(st, measured, difficulties)
+    return lines + [""] + _preconditions(st, measured, difficulties, base)
 
 
-def _preconditions(st, measured: dict, difficulties: dict) -> list[str]:
+def _preconditions(st, measured: dict, difficulties: dict, base: BaseIdentity | None = None) -> list[str]:
     """The precondition measures (binac_core/studies/preconditions.py) at each chosen difficulty, with their 95 %
-    intervals, and each gate the study applies there with its verdict."""
+    intervals, and each gate the study applies there with its verdict, on the base `base` names."""
     from binac_core.studies.preconditions import GATES as PRECONDITIONS
     from binac_core.studies.preconditions import Estimate
     from binac_core.studies.study import gates_at
@@ -393,7 +435,9 @@ def _preconditions(st, measured: dict, difficulties: dict) -> list[str]:
         return []
     lines = [
         "**The preconditions** (G1-G4, binac_core/studies/preconditions.py: value [95 % interval]; a gate reads "
-        "the interval's conservative end):",
+        "the interval's conservative end)"
+        + (f" of the base with weights sha256 `{base.weights}` (`{base.folder}`)" if base else "")
+        + ":",
         "",
         "| measure | " + " | ".join(f"{r} (d{d})" for r, d in chosen) + " |",
         "| --- |" + " --- |" * len(chosen),

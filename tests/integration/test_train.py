@@ -1,11 +1,18 @@
-"""Smoke tests of `binac train` on the micro preset: MLflow points, trajectory rows, cache reuse, bad input."""
+"""Smoke tests of `binac train` on the micro preset: MLflow points, trajectory rows, cache reuse, the base recorded by
+its weights (a resume on other weights refused, a base named by its weights used where it is), bad input."""
 
+import hashlib
+import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
-from conftest import binac_env, run_binac
+from conftest import MODEL_CACHE, binac_env, run_binac
 
+from binac_core.foundation.config import load_config
 from binac_core.foundation.workspace import Workspace
+from binac_core.model.weights import PARAM
 from binac_core.store import sqlrun, tracking
 
 
@@ -64,6 +71,75 @@ def test_rerun_is_served_from_cache_and_adds_no_rows(trained):
     runs = c.search_runs([tracking.experiment_id(c, ws)])
     assert len(runs) == 1
     assert len(c.get_metric_history(runs[0].info.run_id, "train/reward_first")) == 3
+
+
+def _base_folder() -> Path:
+    """The micro base the module's runs use (in the session's shared model folder)."""
+    return MODEL_CACHE / f"base-{load_config('micro').base_digest()}"
+
+
+def test_the_run_records_its_base_by_the_sha256_of_its_weights(trained):
+    ws = Workspace(trained["home"])
+    c = tracking.client(ws)
+    (run,) = c.search_runs([tracking.experiment_id(c, ws)])
+    digest = hashlib.sha256((_base_folder() / "model.safetensors").read_bytes()).hexdigest()
+    assert run.data.params[PARAM] == digest
+    assert json.loads((_base_folder() / "base_meta.json").read_text())["weights_sha256"] == digest
+
+
+def test_a_resume_on_a_base_rebuilt_with_other_weights_refuses_in_one_line_naming_both(trained, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    rebuilt = tmp_path / "models" / _base_folder().name  # the same config digest, built again elsewhere
+    shutil.copytree(_base_folder(), rebuilt)
+    tensors = load_file(rebuilt / "model.safetensors")
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1e-3
+    save_file(tensors, rebuilt / "model.safetensors", metadata={"format": "pt"})
+    old = hashlib.sha256((_base_folder() / "model.safetensors").read_bytes()).hexdigest()
+    new = hashlib.sha256((rebuilt / "model.safetensors").read_bytes()).hexdigest()
+    meta = json.loads((rebuilt / "base_meta.json").read_text())
+    (rebuilt / "base_meta.json").write_text(json.dumps({**meta, "weights_sha256": new}))  # as its build records
+    ws = Workspace(trained["home"])
+    rows = sqlrun.run(ws, "SELECT count(*) n FROM trajectories")["n"][0]
+    proc = run_binac(trained["args"], {**trained["env"], "BINAC_MODEL_CACHE": str(tmp_path / "models")}, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert (
+        lines[0].startswith("error: run grpo-micro-s0 (") and f"ran on base weights sha256 {old}, but this " in lines[0]
+    )
+    assert f"this base's weights are {new}; a run resumes only on the weights it started with" in lines[0]
+    assert sqlrun.run(ws, "SELECT count(*) n FROM trajectories")["n"][0] == rows
+    c = tracking.client(ws)
+    (run,) = c.search_runs([tracking.experiment_id(c, ws)])
+    assert run.info.status == "FINISHED"  # the refused resume did not touch it
+
+
+def test_a_base_named_by_its_weights_is_used_where_it_is_and_recorded(trained, tmp_path):
+    digest = hashlib.sha256((_base_folder() / "model.safetensors").read_bytes()).hexdigest()
+    env = {**trained["env"], "BINAC_MODEL_CACHE": str(tmp_path / "empty"), "BINAC_BASE_PATH": str(MODEL_CACHE)}
+    args = [
+        "train",
+        "--preset",
+        "micro",
+        "--method",
+        "grpo",
+        "--steps",
+        "1",
+        "--set",
+        f"model.base_weights={digest[:8]}",
+    ]
+    run_binac(args, env)
+    assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").iterdir())  # nothing was built
+    ws = Workspace(trained["home"])
+    c = tracking.client(ws)
+    (run,) = [r for r in c.search_runs([tracking.experiment_id(c, ws)]) if r.data.params["iterations"] == "1"]
+    assert run.info.status == "FINISHED"
+    assert run.data.params[PARAM] == digest and run.data.params["model.base_weights"] == digest[:8]
+    missing = run_binac([*args[:-1], "model.base_weights=00000000"], env, check=False)
+    lines = missing.stderr.strip().splitlines()
+    assert missing.returncode == 2 and len(lines) == 1, missing.stderr
+    assert lines[0].startswith(f"error: no base model with weights sha256 00000000 in {tmp_path / 'empty'}")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """The from-scratch base model: builds in seconds (micro), reloads like a hub model, and builds atomically."""
 
+import hashlib
 import json
 
 import pytest
@@ -51,6 +52,8 @@ def test_meta_and_progress_log(base):
     assert len(meta["losses"]) >= 2 and meta["losses"][-1][0] == FAST["model.pretrain_steps"]
     assert meta["seconds"] > 0
     assert sum("ETA" in line for line in logs) >= 2
+    # The base's identity, recorded where it is built: `sha256sum model.safetensors`.
+    assert meta["weights_sha256"] == hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
 
 
 def test_loss_only_on_assistant_turns():

@@ -93,7 +93,7 @@ def test_set_unknown_field_names_the_closest_and_the_valid_fields(binac):
         (
             "model.temperature=0",
             "--set model.temperature: unknown field of section model (did you mean "
-            "generation.temperature?); valid: architecture, device, dtype, ",
+            "generation.temperature?); valid: architecture, base_weights, device, dtype, ",
         ),
         ("train.zzz=1", "--set train.zzz: unknown field of section train; valid: activation_checkpointing, actor_lr, "),
         (

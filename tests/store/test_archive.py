@@ -2,10 +2,12 @@
 and restored into a fresh one reads back the same tags, parameters, metric points and trajectory rows (ids
 rewritten to the new runs); only finished runs are archived, each once; a restore killed half-way (fault points)
 is redone without a duplicate; a run of the store's own is never replaced; base model folders travel byte for
-byte."""
+byte, with their weights hashes, and a base whose weights differ from the archive's record, or from the store's
+folder of the same name, refuses in one line naming both hashes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,8 +17,10 @@ import pytest
 from conftest import REPO
 from trajectory_rows import trajectory_row
 
+from binac_core.errors import BinacError
 from binac_core.foundation.files import file_digest
 from binac_core.foundation.workspace import Workspace
+from binac_core.model import weights
 from binac_core.store import archive, storage, tracking
 
 METRICS = {"eval/acc_single": {0: 0.25, 5: 0.5, 10: 0.75}, "train/loss": {1: 2.0, 2: float("nan")}}
@@ -212,14 +216,20 @@ def test_a_killed_restore_is_redone_without_a_duplicate(exported, tmp_path, poin
         con.close()
 
 
+def _base(folder, data: bytes):
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(data)
+    (folder / "config.json").write_text('{"n": 1}')
+    return folder
+
+
 def test_base_models_travel_byte_for_byte(tmp_path, monkeypatch):
     _clean_env(monkeypatch)
-    model = _ws(tmp_path / "a").base_model_dir("0123abcd")
-    model.mkdir(parents=True)
-    (model / "model.safetensors").write_bytes(bytes(range(256)))
-    (model / "config.json").write_text('{"n": 1}')
+    model = _base(_ws(tmp_path / "a").base_model_dir("0123abcd"), bytes(range(256)))
     folder = tmp_path / "archive"
-    assert archive.export_model(folder, model) and not archive.export_model(folder, model)
+    digest = weights.weights_sha256(model)
+    assert archive.export_model(folder, model, digest) and not archive.export_model(folder, model, digest)
+    assert archive.weights_index(folder) == {"base-0123abcd": digest}
     ws_b = _ws(tmp_path / "b")
     assert archive.restore_models(ws_b, folder) == ["base-0123abcd"]
     assert file_digest(ws_b.base_model_dir("0123abcd")) == file_digest(model)
@@ -228,3 +238,55 @@ def test_base_models_travel_byte_for_byte(tmp_path, monkeypatch):
     half.mkdir()
     (half / "model.safetensors").write_bytes(b"x")
     assert archive.restore_models(_ws(tmp_path / "c"), folder) == ["base-0123abcd"]
+
+
+ABC = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+"""sha256 of b"abc"."""
+EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+"""sha256 of no bytes."""
+
+
+def test_a_store_holding_another_base_under_the_archives_name_refuses_naming_both(tmp_path, monkeypatch):
+    _clean_env(monkeypatch)
+    folder = tmp_path / "archive"
+    assert archive.export_model(folder, _base(tmp_path / "a" / "base-0123abcd", b"abc"), ABC)
+    other = _base(tmp_path / "a" / "base-0000", b"x")
+    assert archive.export_model(folder, other, weights.weights_sha256(other))  # the store lacks this one
+    ws = _ws(tmp_path / "store")
+    _base(ws.base_model_dir("0123abcd"), b"")  # the same config digest, built again with other weights
+    with pytest.raises(BinacError) as err:
+        archive.restore_models(ws, folder)
+    assert not ws.base_model_dir("0000").exists()  # every base is checked before any is copied
+    line = str(err.value)
+    assert "\n" not in line and f"base-0123abcd has weights sha256 {ABC}, but the store's" in line
+    assert f"has {EMPTY} (two bases under one folder name)" in line
+    with pytest.raises(BinacError, match=f"its base base-0123abcd has weights sha256 {ABC}, but this study's base"):
+        archive.export_model(folder, ws.base_model_dir("0123abcd"), EMPTY)
+
+
+def test_an_archived_base_whose_weights_changed_refuses_naming_both(tmp_path, monkeypatch):
+    _clean_env(monkeypatch)
+    folder = tmp_path / "archive"
+    archive.export_model(folder, _base(tmp_path / "a" / "base-0123abcd", b"abc"), ABC)
+    (folder / "models" / "base-0123abcd" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(BinacError) as err:
+        archive.restore_models(_ws(tmp_path / "b"), folder)
+    assert f"recorded with weights sha256 {ABC} but its weights hash to {EMPTY}" in str(err.value)
+    assert not (tmp_path / "b" / "models").exists()
+
+
+def test_an_archived_base_without_a_record_is_hashed_and_recorded_when_archived_again(tmp_path, monkeypatch):
+    _clean_env(monkeypatch)
+    folder = tmp_path / "archive"
+    old = _base(folder / "models" / "base-0123abcd", b"abc")  # archived before the archive kept hashes
+    assert archive.weights_index(folder) == {}
+    assert archive.restore_models(_ws(tmp_path / "b"), folder) == ["base-0123abcd"]
+    assert not archive.export_model(folder, old, ABC) and archive.weights_index(folder) == {"base-0123abcd": ABC}
+
+
+def test_archived_runs_give_back_the_base_weights_they_recorded(tmp_path):
+    for key, params in (("k1", {weights.PARAM: ABC, "seed": "0"}), ("k2", {"seed": "1"})):
+        run = archive.run_folder(tmp_path, key)
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"params": params}))
+    assert archive.recorded_params(tmp_path, ["k1", "k2", "k3"], weights.PARAM) == {"k1": ABC}

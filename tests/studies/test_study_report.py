@@ -12,7 +12,7 @@ from binac_core.errors import BinacError
 from binac_core.foundation.stats import wilson_interval
 from binac_core.studies.run_values import budget_point
 from binac_core.studies.study import equal_budget_totals, load_study
-from binac_core.studies.study_report import build_study_report, choose_variant
+from binac_core.studies.study_report import BaseIdentity, build_study_report, choose_variant
 from binac_core.studies.verdicts import NO_DATA, claim, margin_verdict
 
 # The design's per-iteration counts (B = 8, G = 8, K = 4): (actor training, generated).
@@ -559,6 +559,34 @@ def test_the_regimes_section_gives_the_preconditions_and_each_gates_verdict(tmp_
     assert "| hint_gap | 1.000 [1.000, 1.000]; hint_gap_at_least 0.2: holds |" in table
     assert "| greedy_single | 0.020 [0.006, 0.070]; greedy_single_at_most 0.01: FAILS |" in table  # Wilson, 2 of 100
     assert "| 2 | 4.0 % | 2.0 % | 0.620 |" in text
+
+
+ABC = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+"""sha256 of b"abc"."""
+
+
+def test_the_header_and_the_gate_table_name_the_base_by_its_weights(tmp_path):
+    from tests.studies.test_preconditions import _measures, passing_base
+
+    st = _study(tmp_path, gates={"all": {"hint_gap_at_least": 0.2}})
+    measured = {**MEASURED, 2: {**MEASURED[2], "preconditions": _measures(passing_base())}}
+    base = BaseIdentity("base-0123", ABC)
+    runs = [{**_run("grpo", s, "sparse"), "base_weights": ABC} for s in st.seeds]
+    text = build_study_report(st, measured, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "a", base)["text"]
+    head = text[: text.index("## Protocol")]
+    assert f"**Base model**: `base-0123`, weights sha256 `{ABC}`" in head
+    assert "all 3 finished runs recorded the same weights" in head
+    assert (
+        f"**The preconditions** (G1-G4, binac_core/studies/preconditions.py: value [95 % interval]; a gate reads "
+        f"the interval's conservative end) of the base with weights sha256 `{ABC}` (`base-0123`):" in text
+    )
+    runs[0] = {**runs[0], "base_weights": None}
+    runs[1] = {**runs[1], "base_weights": "0" * 64}
+    head = build_study_report(st, measured, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "b", base)["text"]
+    assert f"**runs on other base weights**: sparse/grpo/s1 ({'0' * 64})" in head
+    assert "1 of 3 finished runs record no base weights" in head
+    unnamed = build_study_report(st, measured, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "c")["text"]
+    assert "**Base model**" not in unnamed and "conservative end):" in unnamed
 
 
 def test_a_control_study_tests_no_hypothesis_and_says_why(tmp_path):
