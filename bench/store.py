@@ -1,24 +1,28 @@
 """The trajectory store: shard ingest (rows/s) and BM25 feedback search at a million rows, old way vs new.
 
-    python -m bench.store [--rows 1000000] [--repeats 3] [--out bench/results.md]
+    python -m bench.store [--rows 1000000] [--shard-rows 1024] [--repeats 3] [--out bench/results.md]
 
 - ingest: `storage.write_shard`'s Parquet write of one shard of 1,024 rows (one tiny-preset step) and of 10,000
   rows, the old row-by-row `executemany` into DuckDB (kept here, `old_write_rows`) vs the columnar write
   (`storage._write_rows`); same rows, median of `--repeats`.
-- search: `sql/feedback_search.sql` over a generated store of `--rows` rows in shards of 1,024 (rows shaped like
-  real ones: short critic feedback such as "Step 3 is wrong." or "Looks correct.", and natural-language feedback of
-  10-40 words; 10 % without feedback), through `sqlrun.run` as `binac sql` runs it. Old: the query as it was (an
-  FTS index rebuilt over the selected rows at each query); new: the feedback index beside the shards. The new
-  index is built once by the first query (every shard new to it: reported apart) and then only for shards that
-  land; the timed queries find it current.
+- search: `sql/feedback_search.sql` over a generated store of `--rows` rows in shards of `--shard-rows` (1,024:
+  a tiny-preset step each; 100,000: the few large shards of a long study; rows shaped like real ones: short critic
+  feedback such as "Step 3 is wrong." or "Looks correct.", and natural-language feedback of 10-40 words; 10 %
+  without feedback), through `sqlrun.run` as `binac sql` runs it. Old: the query as it was (an FTS index rebuilt
+  over the selected rows at each query); new: the feedback index beside the shards. The new index is built once
+  by the first query (every shard new to it: reported apart) and then only for shards that land; the timed
+  queries find it current.
 
-The results are the `store` section of the results file, between markers (`bench.common.write_section`),
-replaced by the next run; the rest of the file is left as it is.
+The results are a section of the results file between markers (`bench.common.write_section`): `store` for shards
+of 1,024 rows (the ingest rows too), `store-<n>-row-shards` for shards of n rows (search only), each replaced by the
+next run of its layout; the rest of the file is left as it is. The load average is recorded at the start and the
+end: on a shared machine the seconds move with it, the old / new ratios much less.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import statistics
@@ -58,6 +62,7 @@ QUERIES = [
     {"query": "step wrong"},
     {"query": "check the sign of the carry"},
     {"query": "remainder final answer", "all_words": "1"},
+    {"query": "step wrong", "method": "binac", "split": "eval"},
 ]
 SHARD = 1024
 
@@ -181,20 +186,29 @@ def ingest(repeats: int, tmp: Path, log) -> list[tuple]:
     return rows_out
 
 
-def search(total: int, repeats: int, old_repeats: int, tmp: Path, log) -> list[tuple]:
-    ws = Workspace(tmp / "home")
-    rnd = random.Random(0)
-    t0 = time.perf_counter()
-    written, run, step = 0, 0, 0
+def write_store(ws: Workspace, total: int, shard_rows: int, rnd: random.Random) -> float:
+    """`total` rows in shards of `shard_rows`, 100 steps of 1,024 rows a run (one step a run for larger shards);
+    the seconds `write_shard` took (generating the rows excluded)."""
+    steps_per_run = max(1, 100 * SHARD // shard_rows)
+    written, run, step, write_s = 0, 0, 0, 0.0
     while written < total:
-        n = min(SHARD, total - written)
-        storage.write_shard(ws, f"run{run:04d}", "train", step, rows_of(run, step, n, rnd))
+        n = min(shard_rows, total - written)
+        rows = rows_of(run, step, n, rnd)
+        t0 = time.perf_counter()
+        storage.write_shard(ws, f"run{run:04d}", "train", step, rows)
+        write_s += time.perf_counter() - t0
         written += n
         step += 1
-        if step == 100:
+        if step == steps_per_run:
             run, step = run + 1, 0
-    write_s = time.perf_counter() - t0
-    shards = sum(1 for _ in ws.shards.glob("*/*.parquet"))
+    return write_s
+
+
+def search(total: int, shard_rows: int, repeats: int, old_repeats: int, tmp: Path, log) -> list[tuple]:
+    ws = Workspace(tmp / "home")
+    rnd = random.Random(0)
+    write_s = write_store(ws, total, shard_rows, rnd)
+    shards = sum(1 for p in ws.shards.glob("*/*.parquet") if p.parent.name != "_schema")
     log(f"store: {total:,} rows, {shards} shards written in {write_s:.1f} s")
     t0 = time.perf_counter()
     sqlrun.run(ws, SEARCH, QUERIES[0])
@@ -211,12 +225,14 @@ def search(total: int, repeats: int, old_repeats: int, tmp: Path, log) -> list[t
     old = {i: _time(lambda q=q: sqlrun.run(ws, OLD_SEARCH, q), old_repeats) for i, q in enumerate(QUERIES)}
     log("old: " + ", ".join(f"{statistics.median(v):.3f} s" for v in old.values()))
     out = []
+    layout = f"{total:,} rows in {shards} shards of {shard_rows:,}"
     for i, q in enumerate(QUERIES):
         o, w = statistics.median(old[i]), statistics.median(new[i])
-        words = q["query"] + (" (all words)" if q.get("all_words") == "1" else "")
+        words = f'"{q["query"]}"' + (" (all words)" if q.get("all_words") == "1" else "")
+        words += "".join(f", {k} = {q[k]}" for k in ("method", "split") if k in q)
         out.append(
             (
-                f'BM25 feedback search over {total:,} rows (`sql/feedback_search.sql`, query "{words}")',
+                f"BM25 feedback search over {layout} (`sql/feedback_search.sql`, query {words})",
                 f"FTS index rebuilt per query: {o:.3g} s",
                 f"feedback index: {w:.3g} s",
                 f"**{o / w:.3g}** [{min(old[i]) / max(new[i]):.3g}–{max(old[i]) / min(new[i]):.3g}] (old / new time)",
@@ -225,7 +241,7 @@ def search(total: int, repeats: int, old_repeats: int, tmp: Path, log) -> list[t
         )
     out.append(
         (
-            f"feedback index upkeep, {total:,}-row store",
+            f"feedback index upkeep, {layout}",
             f"first query, every shard new: {first_s:.3g} s",
             f"query after one {SHARD}-row shard landed: {landed:.3g} s",
             f"**{landed / statistics.median(new[0]):.3g}** (after a shard / current index)",
@@ -236,13 +252,30 @@ def search(total: int, repeats: int, old_repeats: int, tmp: Path, log) -> list[t
     return out
 
 
-def markdown(rows: list[tuple], args) -> str:
-    lines = [
-        "## `store`: the trajectory store (`python -m bench.store`)",
-        "",
-        f"Measured {datetime.now():%Y-%m-%d} on this machine; {args.rows:,}-row store, shards of {SHARD} rows. "
+def load() -> str:
+    """The load average (1 / 5 / 15 min), e.g. `1.06 / 1.63 / 1.48`."""
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def section(shard_rows: int) -> str:
+    """The results file's section of a layout: `store` for shards of `SHARD` rows, else one per shard size."""
+    return "store" if shard_rows == SHARD else f"store-{shard_rows}-row-shards"
+
+
+def markdown(rows: list[tuple], args, loads: tuple[str, str]) -> str:
+    what = (
         "Shard writes: the old row-by-row `executemany` vs the columnar write (one Arrow table, one INSERT). "
-        "Search: the old `sql/feedback_search.sql` (FTS index rebuilt over every selected row at each query) "
+        if args.shard_rows == SHARD
+        else ""
+    )
+    lines = [
+        f"## `{section(args.shard_rows)}`: the trajectory store (`python -m bench.store"
+        + (f" --shard-rows {args.shard_rows}`)" if args.shard_rows != SHARD else "`)"),
+        "",
+        f"Measured {datetime.now():%Y-%m-%d} on this machine ({os.cpu_count()} CPUs); {args.rows:,}-row store, shards "
+        f"of {args.shard_rows:,} rows; load average (1 / 5 / 15 min) {loads[0]} at the start, {loads[1]} at the end. "
+        + what
+        + "Search: the old `sql/feedback_search.sql` (FTS index rebuilt over every selected row at each query) "
         "vs the per-shard feedback index merged at query time (same scores: tests/store/test_feedback_index.py).",
         "",
         "| measurement | A | B | ratio: median [min–max] | notes |",
@@ -255,17 +288,21 @@ def markdown(rows: list[tuple], args) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--shard-rows", type=int, default=SHARD, help="rows per shard of the searched store")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--old-repeats", type=int, default=1, help="repeats of the old search (seconds each)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="binac-bench-store-"))
+    start = load()
     try:
-        rows = ingest(args.repeats, tmp, print) + search(args.rows, args.repeats, args.old_repeats, tmp, print)
+        rows = ingest(args.repeats, tmp, print) if args.shard_rows == SHARD else []
+        rows += search(args.rows, args.shard_rows, args.repeats, args.old_repeats, tmp, print)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    write_section(args.out, "store", markdown(rows, args))
-    print(f"wrote the store section of {args.out}")
+    key = section(args.shard_rows)
+    write_section(args.out, key, markdown(rows, args, (start, load())))
+    print(f"wrote the {key} section of {args.out}")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ The parameter `$comparison` selects the runs of one comparison (one MLflow paren
 parent run id or a unique prefix of one, or `all`), and the result says which comparison that was
 (`Result.comparison`).
 
-A query that names `feedback_docs` or `feedback_terms` (sql/feedback_search.sql) gets those views over the
-feedback index (binac_core/store/feedback_index.py), first brought up to date with the shards written since the last
-query; the index files are immutable, so this takes no lock either.
+A query that names `feedback_docs`, `feedback_terms` or `feedback_stats` (sql/feedback_search.sql) gets those views
+over the feedback index (binac_core/store/feedback_index.py), first brought up to date with the shards written since
+the last query; the index files are immutable, so this takes no lock either.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from binac_core.errors import BinacError
 from binac_core.foundation.workspace import Workspace
 from binac_core.store import feedback_index, storage
 
-FEEDBACK_INDEX_RE = re.compile(r"\bfeedback_(docs|terms)\b")  # a query that reads the feedback index
+FEEDBACK_INDEX_RE = re.compile(r"\bfeedback_(docs|terms|stats)\b")  # a query that reads the feedback index
 PARAM_RE = re.compile(r"^--\s*@param\s+(\w+)\s*=\s*(.*?)\s*$", re.M)
 COMPARISON = "comparison"  # the parameter that selects one comparison's runs
 RECENT = 3  # how many of the most recent comparisons an unknown comparison id's error lists
@@ -40,12 +40,18 @@ RECENT = 3  # how many of the most recent comparisons an unknown comparison id's
 
 def connect(ws: Workspace) -> duckdb.DuckDBPyConnection:
     """`storage.connect` (in memory, no lock on the store) with the full-text-search extension loaded, persistent
-    secrets and extension auto-installs off (both write files) and the configuration locked (`ALLOWED`)."""
+    secrets and extension auto-installs off (both write files), join keys pushed into scans up to
+    `feedback_index.DYNAMIC_OR_FILTERS` values, and the configuration locked (`ALLOWED`)."""
     ext_dir = ws.home / "duckdb_extensions"
     ext_dir.mkdir(parents=True, exist_ok=True)
     con = storage.connect(
         ws,
-        {"extension_directory": str(ext_dir), "allow_persistent_secrets": False, "autoinstall_known_extensions": False},
+        {
+            "extension_directory": str(ext_dir),
+            "allow_persistent_secrets": False,
+            "autoinstall_known_extensions": False,
+            "dynamic_or_filter_threshold": feedback_index.DYNAMIC_OR_FILTERS,
+        },
     )
     try:
         con.execute("LOAD fts")

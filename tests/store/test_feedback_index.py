@@ -158,19 +158,128 @@ def test_bm25_matches_a_fresh_fts_index(tmp_path, params):
     assert rounded["bm25"].tolist() == pytest.approx(old["bm25"].round(4).tolist(), abs=1e-9)
 
 
+def _same_as_fts(ws: Workspace, params: dict) -> None:
+    """The search's rows and scores are those of a fresh FTS index over the rows it selects."""
+    new, old = sqlrun.run(ws, UNROUNDED, params), _old(ws, params)
+    key = ["run_id", "step", "protocol", "problem_id", "sample_idx", "feedback_idx", "feedback"]
+    assert new[key].values.tolist() == old[key].values.tolist()
+    assert new["bm25"].tolist() == pytest.approx(old["bm25"].tolist(), abs=1e-9)
+
+
 def test_index_follows_the_shards(tmp_path):
+    """A shard that lands after the others were indexed is indexed alone, and its statistics join theirs; a shard
+    rewritten after it was indexed is searched, and counted, as it is now."""
     ws = Workspace(tmp_path / "home")
     _store(ws, runs=1)
     assert sqlrun.run(ws, SEARCH, {"query": "zebra"}).empty
     indexed = sorted(feedback_index.root(ws).rglob("*.parquet"))
-    storage.write_shard(ws, "late", "train", 7, [_row("late", 0, "a zebra crossed step 2")])
+    storage.write_shard(ws, "late", "train", 7, [_row("late", 0, "a zebra crossed step 2"), _row("late", 1, "step")])
     hits = sqlrun.run(ws, SEARCH, {"query": "zebras"})
     assert hits["run_id"].tolist() == ["late"]
     now = sorted(feedback_index.root(ws).rglob("*.parquet"))
-    assert set(indexed) < set(now) and len(now) == len(indexed) + 2  # only the new shard was indexed
+    assert set(indexed) < set(now) and len(now) == len(indexed) + 3  # only the new shard was indexed
+    for params in ({"query": "step zebra", "k": "100"}, {"query": "step", "split": "train", "k": "100"}):
+        _same_as_fts(ws, params)  # document count, average length, document frequencies: the late shard's too
     storage.write_shard(ws, "late", "train", 7, [_row("late", 0, "no striped animal here")])  # a re-run
     assert sqlrun.run(ws, SEARCH, {"query": "zebras"}).empty
     assert sqlrun.run(ws, SEARCH, {"query": "animal"})["run_id"].tolist() == ["late"]
+    for params in ({"query": "step animal", "k": "100"}, {"query": "step", "split": "train", "k": "100"}):
+        _same_as_fts(ws, params)  # the rewritten shard counted as it is now: one document, no `step`
+
+
+def test_the_statistics_count_documents_by_length_and_postings_by_shape(tmp_path):
+    """Hand-counted statistics of one shard: a document per row with feedback (stop words only: length 0; no
+    feedback: no document), a posting count per (term, tf, len), each per value of the filter columns."""
+    ws = Workspace(tmp_path / "home")
+    rows = [
+        _row("r", 0, "Step 3 is wrong.", split="train"),  # step, wrong
+        _row("r", 1, "wrong wrong steps", split="eval"),  # wrong x2, step
+        _row("r", 2, "The the and of", split="eval"),  # no index term
+        _row("r", 3, None, split="eval"),
+        _row("r", 4, "Wrong step!", split="train", method="grpo"),
+    ]
+    storage.write_shard(ws, "r", "train", 1, rows)
+    con = sqlrun.connect(ws)
+    try:
+        feedback_index.attach(con, ws)
+        stats = con.execute(
+            "SELECT term, tf, len, method, split, n FROM feedback_stats "
+            "ORDER BY term NULLS FIRST, tf, len, method, split"
+        ).fetchall()
+    finally:
+        con.close()
+    assert stats == [
+        (None, None, 0, "binac", "eval", 1),
+        (None, None, 2, "binac", "train", 1),
+        (None, None, 2, "grpo", "train", 1),
+        (None, None, 3, "binac", "eval", 1),
+        ("step", 1, 2, "binac", "train", 1),
+        ("step", 1, 2, "grpo", "train", 1),
+        ("step", 1, 3, "binac", "eval", 1),
+        ("wrong", 1, 2, "binac", "train", 1),
+        ("wrong", 1, 2, "grpo", "train", 1),
+        ("wrong", 2, 3, "binac", "eval", 1),
+    ]
+    for params in ({"query": "step wrong"}, {"query": "wrong", "method": "binac"}, {"query": "step", "split": "eval"}):
+        _same_as_fts(ws, params)
+
+
+def test_docs_are_numbered_in_the_order_ties_are_ranked_in(tmp_path):
+    """`doc`: the shard's code, then the row's rank by (run_id, step, problem_id, sample_idx, feedback_idx), whatever
+    order the rows were written in; the docs file is in `doc` order."""
+    ws = Workspace(tmp_path / "home")
+    ids = ["q2", "q0", "q1", "q0"]
+    rows = [_row("r", i, "step", problem_id=p, sample_idx=9 - i) for i, p in enumerate(ids)]
+    storage.write_shard(ws, "r", "train", 1, rows)
+    con = sqlrun.connect(ws)
+    try:
+        feedback_index.attach(con, ws)
+        docs = con.execute("SELECT row, doc >> 32, doc & 4294967295 FROM feedback_docs WHERE shard_no = 1").fetchall()
+    finally:
+        con.close()
+    code = feedback_index.shard_code("r/train-step00001.parquet")
+    assert docs == [(3, code, 0), (1, code, 1), (2, code, 2), (0, code, 3)]  # q0 (sample 6), q0 (8), q1, q2
+
+
+def test_ties_are_ranked_as_fts_ranks_them_across_shards(tmp_path):
+    """Rows of equal score in three shards, two of one (run, step) whose problem ids interleave (the protocols of
+    an evaluation): whatever k cuts the ties at, the rows kept are those FTS's ranking keeps, in its order."""
+    ws = Workspace(tmp_path / "home")
+    for protocol, ids in (("single", range(0, 60, 2)), ("feedback", range(1, 60, 2))):
+        rows = [_row("r", i, "Step 2 is wrong.", problem_id=f"q{i:03d}", protocol=protocol, step=3) for i in ids]
+        storage.write_shard(ws, "r", protocol, 3, rows)
+    texts = ("wrong step", "the sign is wrong", "Steps: wrong.")
+    storage.write_shard(ws, "s", "train", 1, [_row("s", i, texts[i % 3], problem_id=f"q{i:03d}") for i in range(40)])
+    for k in ("1", "5", "20", "45", "200"):
+        _same_as_fts(ws, {"query": "step wrong", "k": k})
+        _same_as_fts(ws, {"query": "wrong", "k": k, "comparison": "all"})
+
+
+def test_shards_that_share_a_code_are_kept_apart(tmp_path, monkeypatch):
+    """`doc` is unique only together with the shard: with every shard's code the same, rows of different shards
+    with the same rank are still told apart."""
+    monkeypatch.setattr(feedback_index, "shard_code", lambda key: 7)
+    ws = Workspace(tmp_path / "home")
+    _store(ws)
+    for params in ({"query": "step wrong", "k": "100"}, {"query": "sign carry", "method": "fixed%", "k": "100"}):
+        _same_as_fts(ws, params)
+
+
+def test_index_files_of_another_layout_are_not_read_and_are_dropped(tmp_path):
+    """Files named as an older binac named them (no layout in the name) are left out of the views, even when they
+    are not Parquet at all, and dropped as stale an hour later."""
+    ws = Workspace(tmp_path / "home")
+    shard = storage.write_shard(ws, "r", "train", 1, [_row("r", 0, "zebra crossing")])
+    st = shard.stat()
+    old = feedback_index.root(ws) / "r" / f"train-step00001.{st.st_ino}-{st.st_mtime_ns}-{st.st_size}.docs.parquet"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"not parquet")
+    assert sqlrun.run(ws, SEARCH, {"query": "zebra"})["run_id"].tolist() == ["r"]
+    assert old.exists()
+    past = feedback_index.STALE_AFTER_S + 60
+    os.utime(old, (st.st_atime - past, st.st_mtime - past))
+    assert sqlrun.run(ws, SEARCH, {"query": "zebra"})["run_id"].tolist() == ["r"]
+    assert not old.exists()
 
 
 def test_index_files_of_rewritten_shards_are_dropped_an_hour_later(tmp_path):
@@ -184,7 +293,7 @@ def test_index_files_of_rewritten_shards_are_dropped_an_hour_later(tmp_path):
     storage.write_shard(ws, "r", "train", 1, [_row("r", 0, "giraffe crossing")])  # a re-run
     assert sqlrun.run(ws, SEARCH, {"query": "giraffe"})["run_id"].tolist() == ["r"]
     current = run_files() - old
-    assert len(old) == len(current) == 2 and old < run_files()  # docs + terms each; the old ones kept for now
+    assert len(old) == len(current) == 3 and old < run_files()  # docs, terms, stats each; the old ones kept for now
     leftover = feedback_index.root(ws) / "r" / ".train-step00001.docs.parquet.123.456.tmp"  # a killed indexer's
     leftover.write_bytes(b"partial")
     past = feedback_index.STALE_AFTER_S + 60
