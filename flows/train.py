@@ -32,6 +32,7 @@ from binac_core.grading.sandbox import accept
 from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.loop import IterationResult, StepContext, run_iteration
 from binac_core.rl.methods import MethodSpec
+from binac_core.rl.schedule import actor_iterations_through
 from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.runlock import flow_run_claim, run_lock
 from binac_core.store import tracking
@@ -131,7 +132,7 @@ def _train(
             "seed": str(seed),
             "benchmark": cfg.task.benchmark,
             **({"variant": label} if label else {}),
-            "budget_actor_samples": str(budget or iterations * spec.actor_train_samples_per_iteration(cfg)),
+            "budget_actor_samples": str(budget or spec.actor_samples_through(cfg, iterations)),
         }
         params = {
             **cfg.flat(),
@@ -158,6 +159,7 @@ def _train(
             parent_run_id=parent_run_id,
             actor_samples_per_iteration=per_iteration,
             generated_samples_per_iteration=gen_per_iteration,
+            alternation=spec.alternation(cfg),
         )
         try:
             adapters = init_adapters(cfg_d, base, seed, str(shared))
@@ -175,7 +177,10 @@ def _train(
                 greedy=greedy,
             )
             evals = {0: evaluation_point(actor=actor, critic=critic, at=StepContext(seed, 0, str(shared)))}
-            log = IterationLog(f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration)
+            alternation = spec.alternation(cfg)
+            log = IterationLog(
+                f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration, alternation
+            )
             eval_at = evaluation_steps(
                 iterations,
                 cfg.train.eval_every,
@@ -185,6 +190,7 @@ def _train(
                 shared_samples,
                 generated_per_iteration=gen_per_iteration,
                 at_generated=cfg.train.eval_at_generated,
+                alternation=alternation,
             )
             stages = PrefectStages(cfg, cfg_d, base, data["train"])
             for step in range(1, iterations + 1):
@@ -209,7 +215,7 @@ def _train(
         closing_artifact(
             f"train-{method}-{cfg.name}-s{seed}",
             f"train {method} on {cfg.name}, seed {seed}",
-            _evals_table(evals, per_iteration, gen_per_iteration),
+            _evals_table(evals, per_iteration, gen_per_iteration, spec.alternation(cfg)),
             run_id,
         )
         return {
@@ -219,6 +225,7 @@ def _train(
             "evals": evals,
             "samples_per_iteration": per_iteration,
             "generated_per_iteration": gen_per_iteration,
+            **({"alternation": list(alternation)} if alternation else {}),
             "actor": actor,
             "critic": critic,
             "isolation": isolation,
@@ -245,7 +252,9 @@ def _update_stats(model: str, upd) -> dict[str, float]:
     return {f"train/{model}_entropy": upd.entropy, f"train/{model}_skipped_steps": upd.skipped_steps}
 
 
-def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: int) -> str:
+def _evals_table(
+    evals: dict[int, dict], per_iteration: int, gen_per_iteration: int, alternation: tuple[int, int] | None = None
+) -> str:
     """The run's held-out evaluations as a markdown table, one row per evaluation point, with the cumulative
     actor training samples and generated samples reached at it (`per_iteration`, `gen_per_iteration` each)."""
     keys = sorted({k for m in evals.values() for k in m if k.startswith("eval/acc")})
@@ -257,7 +266,8 @@ def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: 
     ]
     for step in sorted(evals):
         cells = [f"{evals[step][k]:.3f}" if k in evals[step] else "–" for k in keys]
-        lines.append(f"| {step} | {step * per_iteration} | {step * gen_per_iteration} | " + " | ".join(cells) + " |")
+        samples = actor_iterations_through(alternation, step) * per_iteration
+        lines.append(f"| {step} | {samples} | {step * gen_per_iteration} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -240,7 +240,10 @@ class TrainConfig(_Section):
     critic_lr: float = Field(2e-3, gt=0)
     """AdamW learning rate of the critic adapter."""
     critic_kl_coef: float = Field(0.0, ge=0)
-    """Weight of the k3 KL estimate of the critic to its initial policy."""
+    """Weight of the k3 KL estimate of the critic to its initial policy (the base model with its adapter disabled,
+    `update.policy_update`): an anchored critic, which keeps the feedback it learnt to write near what the base
+    critic writes while its reward information thins; the critic-training peers keep such an anchor (Critique-RL's
+    stage II: KL 0.01; CTRL: 0.001). 0 (default): no anchor."""
     critic_entropy_coef: float = Field(0.0, ge=0)
     """Weight of the critic's entropy bonus over its feedback tokens, as `entropy_coef` for the actor (logged as
     `train/critic_entropy`). 0 (default): no such term. It does not touch the actor's loss."""
@@ -259,6 +262,30 @@ class TrainConfig(_Section):
     critic still writes its K feedbacks per attempt, the actor still trains on the refinements they lead to, and
     the look-ahead and the critic's rewards are still computed and stored (so every iteration samples, and counts,
     the same sequences). 1 (default): every iteration. Methods that do not train a critic ignore it."""
+    critic_scale_rewards: bool | None = None
+    """The critic's own reward scaling: True divides its group-centred critic rewards by the group's std (GRPO),
+    False leaves them mean-centred only (Dr. GRPO: a group whose rewards differ a little then gives small
+    advantages, not unit-scale ones); None (default): `scale_rewards`, the actor's setting
+    (`batches.critic_samples`). The actor's advantages never read it."""
+    critic_skip_same_saying: bool = False
+    """Leave out of the critic's update every feedback group (an attempt's K feedbacks) whose feedbacks all say the
+    same thing (`batches.saying`: the same verdict and the same named step on a benchmark with a feedback analysis,
+    the synthetic task; the same text, stripped, elsewhere): their reward differences come from the actor's
+    sampling alone, not from what the critic said. Their tokens leave the loss's token-level denominator, and the
+    other groups' advantages are unchanged (each is normalised within its own group). A skip keyed on equal
+    rewards would change nothing: such groups already have advantage 0. Peers filter the critic's batch likewise
+    to keep it informative (GC-RL balances right and wrong first attempts; RLTF critiques wrong ones only). The rewards are still computed, stored
+    and measured. False (default): every group is trained on."""
+    alternation: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
+    """(a, c): the precursor's alternating schedule for methods that train a critic: a actor iterations with the
+    critic frozen, then c critic iterations with the actor frozen, repeated from iteration 1 (`schedule.phase_at`;
+    the authors' precursor code alternates so, many actor updates per critic update). In a critic iteration the actor's update θ → θ⁺ is still computed on the iteration's batch, for the
+    look-ahead refinements (so the critic's reward has the same form), and then discarded; a method without a
+    look-ahead (binac_lam0, r1 alone) takes no actor update there. The actor-sample count grows only in actor
+    iterations (`schedule.actor_iterations_through`); every iteration samples and counts the same generated
+    sequences. It composes with `critic_every` (a critic iteration updates the critic when its number is a
+    multiple of it). Not `t_low` / `t_high`, which are optimizer passes within an iteration. None (default):
+    both are trained every iteration."""
     critic_verdict_weight: float = Field(0.0, ge=0)
     """w: the critic's reward gains w × [its verdict matches the verifier on the first attempt]
     (`critic_reward.verdict_bonus`; Critique-RL's discrimination reward beside its helpfulness reward). 0: the rewards of

@@ -25,6 +25,7 @@ from binac_core.foundation.stats import SPLIT, per_seed, t_interval
 from binac_core.reports.critic_health import EXPLAINED, health_table
 from binac_core.reports.plots import ordered, seed_band
 from binac_core.rl.methods import SPECS, FeedbackSource
+from binac_core.rl.schedule import actor_iterations_through
 
 PROTOCOLS = [
     ("eval/acc_single", "single-turn (actor alone, at the evaluation temperature)"),
@@ -64,11 +65,22 @@ def curves(run: dict, key: str = "eval/acc_single", by_samples: bool | str = Tru
     """(actor training samples, value) at each evaluation of the run, (generated samples, value) with
     `by_samples="generated"`, or (iteration, value) with `by_samples=False`."""
     evals = {int(k): v for k, v in run["evals"].items()}
-    if not by_samples:
-        scale = 1
-    else:
-        scale = run["generated_per_iteration"] if by_samples == "generated" else run["samples_per_iteration"]
-    return [(step * scale, evals[step][key]) for step in sorted(evals) if key in evals[step]]
+
+    def x(step: int) -> int:
+        if not by_samples:
+            return step
+        return step * run["generated_per_iteration"] if by_samples == "generated" else actor_samples_at(run, step)
+
+    return [(x(step), evals[step][key]) for step in sorted(evals) if key in evals[step]]
+
+
+def actor_samples_at(run: dict, step: int) -> int:
+    """The run's actor training samples after iteration `step`: `samples_per_iteration` times its actor iterations
+    (all of them, or under the run's `alternation` the actor ones, `schedule.actor_iterations_through`)."""
+    alternation = run.get("alternation")
+    return run["samples_per_iteration"] * actor_iterations_through(
+        None if alternation is None else tuple(alternation), step
+    )
 
 
 def samples_to_reach(run: dict, target: float) -> int | None:
@@ -105,7 +117,7 @@ def _grpo_target(by_method: dict[str, list[dict]]) -> float | None:
 
 def _samples_used(run: dict) -> int:
     """The actor training samples of the run's whole training."""
-    return max(int(k) for k in run["evals"]) * run["samples_per_iteration"]
+    return actor_samples_at(run, max(int(k) for k in run["evals"]))
 
 
 def _generated_used(run: dict) -> int | None:
