@@ -29,6 +29,7 @@ from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.timing import phase_metrics, timed
 from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
+from binac_core.reports.measures import CRITIC_INFORMATION
 from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.loop import IterationResult, StepContext, run_iteration
 from binac_core.rl.methods import MethodSpec
@@ -62,6 +63,9 @@ def train(
 ) -> dict:
     """Train `method` for `steps` iterations (or the whole iterations within `budget` actor training samples);
     returns run id and evaluations.
+
+    The result's `critic_information` holds, per iteration, the critic's reward information measures it logged
+    (`measures.CRITIC_INFORMATION`, `train/<measure>`), which the comparison report plots.
 
     Two counts are logged each iteration, both cumulative: `train/actor_samples`, the actor TRAINING samples (the
     sequences its loss is computed on; never the look-ahead refinements), and `train/generated_samples`, every
@@ -176,6 +180,7 @@ def _train(
                 verdict=cfg.critic.verdict,
                 greedy=greedy,
             )
+            information: dict[int, dict[str, float]] = {}
             evals = {0: evaluation_point(actor=actor, critic=critic, at=StepContext(seed, 0, str(shared)))}
             alternation = spec.alternation(cfg)
             log = IterationLog(
@@ -201,6 +206,7 @@ def _train(
                 extra = log.metrics(_update_metrics(res), [res.attempts, res.feedback, res.refined, res.lookahead])
                 with timed("storage", timings):
                     metrics = store_train_step(run, step, res, extra=extra)
+                information[step] = {k: metrics[f"train/{k}"] for k in CRITIC_INFORMATION if f"train/{k}" in metrics}
                 if step in eval_at:
                     with timed("evaluation", timings):
                         evals[step] = evaluation_point(
@@ -229,6 +235,7 @@ def _train(
             "actor": actor,
             "critic": critic,
             "isolation": isolation,
+            "critic_information": {step: m for step, m in information.items() if m},
         }
 
 

@@ -113,6 +113,16 @@ def critic_signal_frac(keys: list, critic_rewards: list[float]) -> float | None:
     return None if flat is None else 1.0 - flat
 
 
+CRITIC_INFORMATION = (
+    "critic_flat_frac",
+    "critic_reward_spread",
+    "critic_wrong_frac",
+    "hint_value",
+    "r1_after_approving_right",
+)
+"""The critic's reward information measures, in the order the report plots them (module docstring)."""
+
+
 def critic_information(rows: list[dict]) -> dict[str, float | None]:
     """`critic_flat_frac`, `critic_reward_spread` and `critic_wrong_frac` (module docstring) of one step's feedback
     rows (columns `problem_id`, `sample_idx`, `critic_reward`, `attempt_reward`); rows without a critic reward are
