@@ -34,6 +34,7 @@ from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.loop import IterationResult, StepContext, run_iteration
 from binac_core.rl.methods import MethodSpec
 from binac_core.rl.schedule import actor_iterations_through
+from binac_core.rl.stream import difficulty_at
 from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.runlock import flow_run_claim, run_lock
 from binac_core.store import tracking
@@ -63,6 +64,9 @@ def train(
 ) -> dict:
     """Train `method` for `steps` iterations (or the whole iterations within `budget` actor training samples);
     returns run id and evaluations.
+
+    With `train.stream_target` each iteration's problems are drawn at the difficulty the problem stream chose from
+    the iterations before it (`binac_core.rl.stream`; logged as `train/difficulty`); the evaluations are not.
 
     The result's `critic_information` holds, per iteration, the critic's reward information measures it logged
     (`measures.CRITIC_INFORMATION`, `train/<measure>`), which the comparison report plots.
@@ -197,16 +201,21 @@ def _train(
                 at_generated=cfg.train.eval_at_generated,
                 alternation=alternation,
             )
-            stages = PrefectStages(cfg, cfg_d, base, data["train"])
+            stages = PrefectStages(cfg, cfg_d, base, data["train"], _stream_splits(cfg))
+            history: list[tuple[int, float]] = []  # the problem stream's (difficulty, training accuracy)
             for step in range(1, iterations + 1):
                 log.begin()
-                at = StepContext(seed, step, str(run_dir / f"step-{step:05d}"))
+                difficulty = difficulty_at(cfg, spec, history)
+                at = StepContext(seed, step, str(run_dir / f"step-{step:05d}"), difficulty)
                 res = run_iteration(stages, cfg, spec, at, actor, critic)
                 actor, critic, timings = res.actor, res.critic, dict(res.timings)
                 extra = log.metrics(_update_metrics(res), [res.attempts, res.feedback, res.refined, res.lookahead])
                 with timed("storage", timings):
                     metrics = store_train_step(run, step, res, extra=extra)
                 information[step] = {k: metrics[f"train/{k}"] for k in CRITIC_INFORMATION if f"train/{k}" in metrics}
+                if difficulty is not None:
+                    history.append((difficulty, metrics["train/reward_first"]))
+                    log_metrics(run_id, {"train/difficulty": difficulty}, step)
                 if step in eval_at:
                     with timed("evaluation", timings):
                         evals[step] = evaluation_point(
@@ -237,6 +246,18 @@ def _train(
             "isolation": isolation,
             "critic_information": {step: m for step, m in information.items() if m},
         }
+
+
+def _stream_splits(cfg) -> dict | None:
+    """With the problem stream (`train.stream_target`), the train split of every difficulty it may choose
+    (`prepare_data` of the config at that `task.difficulty`, each written once like the run's own); else None."""
+    if cfg.train.stream_difficulties is None:
+        return None
+    low, high = cfg.train.stream_difficulties
+    at = {
+        d: cfg.model_copy(update={"task": cfg.task.model_copy(update={"difficulty": d})}) for d in range(low, high + 1)
+    }
+    return {d: prepare_data(quote(c.model_dump(mode="json")), ("train",))["train"] for d, c in at.items()}
 
 
 def _update_metrics(res: IterationResult) -> dict[str, float]:

@@ -286,6 +286,26 @@ class TrainConfig(_Section):
     sequences. It composes with `critic_every` (a critic iteration updates the critic when its number is a
     multiple of it). Not `t_low` / `t_high`, which are optimizer passes within an iteration. None (default):
     both are trained every iteration."""
+    stream_target: float | None = Field(None, gt=0, lt=1)
+    """A problem stream driven by the method's own actor (synthetic task): each iteration's training problems are
+    drawn at a difficulty chosen from the actor's recent training accuracy (mean r0 of its attempts) toward this
+    target, within `stream_difficulties` (`binac_core.rl.stream.difficulty_at`: a staircase that moves one step
+    after `stream_window` iterations at a difficulty whose mean accuracy is more than `stream_band` from the
+    target), so the critic's batches keep wrong attempts as the actor improves (the regime a fixed difficulty
+    leaves: a curriculum toward a target success rate). It starts at `task.difficulty` (clamped into the range);
+    a method whose actor is never trained (critic_only) stays there. The held-out evaluation is unchanged
+    (`task.difficulty`). Logged per iteration as `train/difficulty`. None (default): every iteration draws from
+    the `task.difficulty` train split."""
+    stream_difficulties: tuple[Annotated[int, Field(ge=1, le=12)], Annotated[int, Field(ge=1, le=12)]] | None = None
+    """(low, high): the difficulties the stream may choose, every one of them among `task.pretrain_difficulties`
+    (the base must have been pretrained on them; a base pretrained over a wider range leaves the stream room above
+    the sparse regime). Needed with `stream_target`, refused without it."""
+    stream_window: int = Field(5, ge=1)
+    """W: iterations at one difficulty whose mean training accuracy the stream compares with `stream_target`
+    (the last W, sliding, until it moves; after a move it waits W iterations at the new difficulty)."""
+    stream_band: float = Field(0.1, ge=0, lt=1)
+    """The stream moves only when the window's mean accuracy is above `stream_target` + this (harder) or below
+    `stream_target` − this (easier)."""
     critic_verdict_weight: float = Field(0.0, ge=0)
     """w: the critic's reward gains w × [its verdict matches the verifier on the first attempt]
     (`critic_reward.verdict_bonus`; Critique-RL's discrimination reward beside its helpfulness reward). 0: the rewards of
@@ -329,6 +349,24 @@ class Config(_Section):
     """RL settings for actor (GRPO) and critic (Bi-NAC upper level)."""
     grading: GradingConfig = GradingConfig()
     """How answers are graded (the code sandbox's required isolation)."""
+
+    @model_validator(mode="after")
+    def _stream_within_pretraining(self):
+        t, task = self.train, self.task
+        if (t.stream_target is None) != (t.stream_difficulties is None):
+            raise ValueError("train.stream_target and train.stream_difficulties are set together or not at all")
+        if t.stream_difficulties is None:
+            return self
+        low, high = t.stream_difficulties
+        pretrained = set(task.pretrain_difficulties or (task.difficulty,))
+        if task.benchmark != "synthetic":
+            raise ValueError(f"train.stream_target needs the synthetic task (benchmark is {task.benchmark!r})")
+        if low > high or not set(range(low, high + 1)) <= pretrained:
+            raise ValueError(
+                f"train.stream_difficulties {low},{high} must be a range low <= high within the base's pretraining "
+                f"difficulties (task.pretrain_difficulties: {','.join(map(str, sorted(pretrained)))})"
+            )
+        return self
 
     def flat(self) -> dict[str, str]:
         """Flat `section.field -> value` strings, for MLflow params."""
@@ -470,6 +508,8 @@ def load_config(preset: str, overrides: dict | None = None) -> Config:
             raise BinacError(f"invalid config {preset}: {where}: {unknown_key(*map(str, err['loc']))}") from None
         if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
             raise BinacError(f"invalid config {preset}: {unknown_key(where, top_level=('name',))}") from None
+        if not where:  # a check across sections (`Config`'s validators): its message names the fields
+            raise BinacError(f"invalid config {preset}: {err['msg'].removeprefix('Value error, ')}") from None
         raise BinacError(f"invalid config {preset}: {where}: {err['msg']} (got {err.get('input')!r})") from None
     check_generation(cfg, preset)
     return cfg

@@ -36,7 +36,7 @@ that (`Policy.hold`: references whose digest says "in memory"); with a folder it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -63,12 +63,16 @@ from binac_core.rl.update import AdapterUpdate, UpdateSettings, update_adapter
 
 @dataclass(frozen=True)
 class StepContext:
-    """Where in a run a stage is: the run's seed, the iteration (1, 2, ...) and the step's output folder (None:
-    nothing is written, `LibraryStages` keeps the adapters in memory)."""
+    """Where in a run a stage is: the run's seed, the iteration (1, 2, ...), the step's output folder (None:
+    nothing is written, `LibraryStages` keeps the adapters in memory) and, with `train.stream_target`, the
+    iteration's difficulty."""
 
     seed: int
     step: int
     out_dir: str | None = None
+    difficulty: int | None = None
+    """The difficulty the problem stream chose for this iteration (`binac_core.rl.stream.difficulty_at`); None:
+    the run's train split."""
 
 
 class Stages(Protocol):
@@ -236,14 +240,17 @@ def iteration(
     actor: AdapterRef,
     critic: AdapterRef | None,
     folder: str | Path | None = None,
+    difficulty: int | None = None,
+    rows_at: Mapping[int, Sequence[dict]] | None = None,
 ) -> IterationResult:
     """`run_iteration` in memory (`LibraryStages`) at `step` of a run with `seed`, on problems drawn from `rows`
-    (the train split); `folder`: where the updated adapters are saved (module docstring), None keeps them in
+    (the train split), or with the problem stream's `difficulty` from `rows_at[difficulty]` (the train split of
+    each difficulty); `folder`: where the updated adapters are saved (module docstring), None keeps them in
     `policy`. Rewards come back as `Scores`, the rest as the library's records."""
     if folder is None and spec.alternation(cfg) is not None:
         raise BinacError("train.alternation in memory needs a folder: a critic iteration reloads the kept actor")
-    at = StepContext(seed, step, None if folder is None else str(folder))
-    return run_iteration(LibraryStages(policy, backend, cfg, rows), cfg, spec, at, actor, critic)
+    at = StepContext(seed, step, None if folder is None else str(folder), difficulty)
+    return run_iteration(LibraryStages(policy, backend, cfg, rows, rows_at), cfg, spec, at, actor, critic)
 
 
 @dataclass(frozen=True)
@@ -256,6 +263,8 @@ class LibraryStages:
     cfg: Config
     rows: Sequence[dict]
     """The train split the problems are drawn from."""
+    rows_at: Mapping[int, Sequence[dict]] | None = None
+    """The train split of each difficulty the problem stream may choose (`StepContext.difficulty`)."""
 
     def _params(self, at: StepContext, stage: str, tokens: int | None = None) -> SamplingParams:
         g = self.cfg.generation
@@ -263,7 +272,8 @@ class LibraryStages:
 
     def rollouts(self, at, actor):
         t = self.cfg.train
-        problems = [dict(r) for r in sample_problems(self.rows, t.batch_problems, at.seed, at.step)]
+        rows = self.rows if at.difficulty is None else self.rows_at[at.difficulty]
+        problems = [dict(r) for r in sample_problems(rows, t.batch_problems, at.seed, at.step)]
         return problems, generate_attempts(
             self.backend, self.cfg.task.benchmark, problems, actor, t.group_size, self._params(at, "attempts")
         )
