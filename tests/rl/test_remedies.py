@@ -285,3 +285,31 @@ def test_the_flows_running_totals_and_the_reports_axis_under_alternation():
     run = {"samples_per_iteration": 48, "alternation": [2, 1], "evals": {"0": {"a": 0.1}, "3": {"a": 0.2}}}
     assert actor_samples_at(run, 3) == 96 and curves(run, "a") == [(0, 0.1), (96, 0.2)]
     assert actor_samples_at({"samples_per_iteration": 48}, 3) == 144
+
+
+class _AnswerBackend:
+    """Answers every prompt `A: 0`; keeps every prompt it was sent."""
+
+    def __init__(self):
+        self.sent: list[str] = []
+
+    def generate(self, prompts, adapter, params):
+        from binac_core.model.generation import Generation
+
+        self.sent += [m[-1]["content"] for m in prompts]
+        return [Generation("A: 0", [1], [2], [0.0]) for _ in prompts]
+
+
+def test_the_stream_draws_the_iterations_problems_from_the_chosen_difficultys_split():
+    from binac_core.benchmarks.synthetic import make_row
+    from binac_core.rl.loop import LibraryStages
+
+    cfg = _stream_cfg()
+    rows = [make_row("1+1")]  # the run's own split (difficulty 1): never drawn once the stream is on
+    rows_at = {d: [make_row("2" + "+1" * d)] for d in (3, 4, 5)}
+    stages = LibraryStages(None, _AnswerBackend(), cfg, rows, rows_at)
+    for d in (3, 4, 5):
+        problems, _ = stages.rollouts(StepContext(0, 1, None, d), AdapterRef("actor", "", "θ"))
+        assert [p["difficulty"] for p in problems] == [d]
+    problems, _ = stages.rollouts(StepContext(0, 1), AdapterRef("actor", "", "θ"))
+    assert problems == rows
