@@ -279,7 +279,8 @@ class TrainConfig(_Section):
     alternation: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
     """(a, c): the precursor's alternating schedule for methods that train a critic: a actor iterations with the
     critic frozen, then c critic iterations with the actor frozen, repeated from iteration 1 (`schedule.phase_at`;
-    the authors' precursor code alternates so, many actor updates per critic update). In a critic iteration the actor's update θ → θ⁺ is still computed on the iteration's batch, for the
+    the authors' precursor code alternates whole iterations so, t_L : t_H = 15 : 1 and variants 1:1, 20:1, 15:5,
+    20:5, i.e. (15, 1) here; ../shared/notes/binac-paper.md, "Alternating updates"). In a critic iteration the actor's update θ → θ⁺ is still computed on the iteration's batch, for the
     look-ahead refinements (so the critic's reward has the same form), and then discarded; a method without a
     look-ahead (binac_lam0, r1 alone) takes no actor update there. The actor-sample count grows only in actor
     iterations (`schedule.actor_iterations_through`); every iteration samples and counts the same generated

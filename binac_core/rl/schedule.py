@@ -6,7 +6,8 @@ With alternation (a, c), iterations cycle through a actor iterations (the critic
 (the actor frozen), from iteration 1: iteration s is an actor iteration when (s − 1) mod (a + c) < a. Without one
 (None) every iteration trains both (`Phase.BOTH`). What a phase does to the iteration's stages is
 binac_core/rl/loop.py's (`MethodSpec.keeps_actor_update_at`, `MethodSpec.trains_critic_at`); the authors'
-precursor code alternates so (../shared/notes/binac-paper.md; many actor updates per critic update).
+precursor code alternates whole iterations so, t_L = 15 actor steps then t_H = 1 critic step by default
+(../shared/notes/binac-paper.md, "Alternating updates").
 """
 
 from __future__ import annotations
