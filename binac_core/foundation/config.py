@@ -270,23 +270,24 @@ class TrainConfig(_Section):
     critic_skip_same_saying: bool = False
     """Leave out of the critic's update every feedback group (an attempt's K feedbacks) whose feedbacks all say the
     same thing (`batches.saying`: the same verdict and the same named step on a benchmark with a feedback analysis,
-    the synthetic task; the same text, stripped, elsewhere): their reward differences come from the actor's
-    sampling alone, not from what the critic said. Their tokens leave the loss's token-level denominator, and the
-    other groups' advantages are unchanged (each is normalised within its own group). A skip keyed on equal
-    rewards would change nothing: such groups already have advantage 0. Peers filter the critic's batch likewise
-    to keep it informative (GC-RL balances right and wrong first attempts; RLTF critiques wrong ones only). The rewards are still computed, stored
-    and measured. False (default): every group is trained on."""
+    the synthetic task; the same text, stripped, elsewhere): their reward differences come from the actor's sampling
+    alone, not from what the critic said. Their tokens leave the loss's token-level denominator, and the other
+    groups' advantages are unchanged (each is normalised within its own group). A skip keyed on equal rewards would
+    change nothing: such groups already have advantage 0. Peers filter the critic's batch likewise to keep it
+    informative (GC-RL balances right and wrong first attempts; RLTF critiques wrong ones only). The rewards are
+    still computed, stored and measured. False (default): every group is trained on."""
     alternation: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
     """(a, c): the precursor's alternating schedule for methods that train a critic: a actor iterations with the
     critic frozen, then c critic iterations with the actor frozen, repeated from iteration 1 (`schedule.phase_at`;
     the authors' precursor code alternates whole iterations so, t_L : t_H = 15 : 1 and variants 1:1, 20:1, 15:5,
-    20:5, i.e. (15, 1) here; ../shared/notes/binac-paper.md, "Alternating updates"). In a critic iteration the actor's update θ → θ⁺ is still computed on the iteration's batch, for the
-    look-ahead refinements (so the critic's reward has the same form), and then discarded; a method without a
-    look-ahead (binac_lam0, r1 alone) takes no actor update there. The actor-sample count grows only in actor
-    iterations (`schedule.actor_iterations_through`); every iteration samples and counts the same generated
-    sequences. It composes with `critic_every` (a critic iteration updates the critic when its number is a
-    multiple of it). Not `t_low` / `t_high`, which are optimizer passes within an iteration. None (default):
-    both are trained every iteration."""
+    20:5, i.e. (15, 1) here; ../shared/notes/binac-paper.md, "Alternating updates"). In a critic iteration the
+    actor's update θ → θ⁺ is still computed on the iteration's batch, for the look-ahead refinements (so the
+    critic's reward has the same form), and then discarded; a method without a look-ahead (binac_lam0, r1 alone)
+    takes no actor update there. The actor-sample count grows only in actor iterations
+    (`schedule.actor_iterations_through`); every iteration samples and counts the same generated sequences. It
+    composes with `critic_every` (a critic iteration updates the critic when its number is a multiple of it). Not
+    `t_low` / `t_high`, which are optimizer passes within an iteration. None (default): both are trained every
+    iteration."""
     stream_target: float | None = Field(None, gt=0, lt=1)
     """A problem stream driven by the method's own actor (synthetic task): each iteration's training problems are
     drawn at a difficulty chosen from the actor's recent training accuracy (mean r0 of its attempts) toward this
