@@ -8,6 +8,7 @@ import time
 
 from binac_core.grading.counters import GraderCounts
 from binac_core.model.stage_io import GeneratedFile
+from binac_core.rl.schedule import actor_iterations_through
 from flows.reporting import progress
 
 
@@ -15,11 +16,20 @@ class IterationLog:
     """Counts and clocks of one run of `iterations` iterations; `begin` at the start of each iteration, then
     `metrics` once its updates are done, then `progress` at its end."""
 
-    def __init__(self, label: str, iterations: int, per_iteration: int, gen_per_iteration: int):
+    def __init__(
+        self,
+        label: str,
+        iterations: int,
+        per_iteration: int,
+        gen_per_iteration: int,
+        alternation: tuple[int, int] | None = None,
+    ):
         """`label`: the progress line's prefix (method, preset, seed). `per_iteration`, `gen_per_iteration`: the
-        method's actor training samples and generated samples per iteration (binac_core/rl/methods.py)."""
+        method's actor training samples and generated samples per iteration (binac_core/rl/methods.py), the
+        former added at its actor iterations only under `alternation` (`MethodSpec.alternation`)."""
         self.label, self.iterations = label, iterations
         self.per_iteration, self.gen_per_iteration = per_iteration, gen_per_iteration
+        self.alternation, self.step = alternation, 0
         self.samples = self.generated = 0
         """Cumulative actor training samples and generated samples, after the iteration's `metrics`."""
         self.t_start = time.time()
@@ -34,7 +44,8 @@ class IterationLog:
         losses), the iteration's grader counts (`grader/*`), the cumulative counts (`train/actor_samples`,
         `train/generated_samples`, counted here), the iteration's seconds so far (`perf/step_s`) and the tokens per
         second of its `generations` (None: a stage the method lacks)."""
-        self.samples += self.per_iteration
+        self.step += 1
+        self.samples = self.per_iteration * actor_iterations_through(self.alternation, self.step)
         self.generated += self.gen_per_iteration
         gens = [g for g in generations if g is not None]
         gen_s = sum(g.seconds for g in gens)

@@ -27,9 +27,12 @@ class PrefectStages:
     cfg_d: dict
     base: StageFile
     train_split: StageFile
+    stream_splits: dict[int, StageFile] | None = None
+    """The train split of each difficulty the problem stream may choose (`StepContext.difficulty`)."""
 
     def rollouts(self, at: StepContext, actor: AdapterRef):
-        return generate_rollouts(self.cfg_d, self.base, self.train_split, actor=actor, **_where(at))
+        split = self.train_split if at.difficulty is None else self.stream_splits[at.difficulty]
+        return generate_rollouts(self.cfg_d, self.base, split, actor=actor, **_where(at))
 
     def score(self, at: StepContext, batch, answers, name: str):
         return score_rewards(self.cfg_d, batch, answers, out_dir=at.out_dir, name=name)

@@ -32,9 +32,12 @@ from binac_core.foundation.timing import phase_metrics, timed
 from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
 from binac_core.model.weights import PARAM
+from binac_core.reports.measures import CRITIC_INFORMATION
 from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.loop import IterationResult, StepContext, run_iteration
 from binac_core.rl.methods import MethodSpec
+from binac_core.rl.schedule import actor_iterations_through
+from binac_core.rl.stream import difficulty_at
 from binac_core.runs.bases import check_run, check_train
 from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.runlock import flow_run_claim, run_lock
@@ -65,6 +68,12 @@ def train(
 ) -> dict:
     """Train `method` for `steps` iterations (or the whole iterations within `budget` actor training samples);
     returns run id and evaluations.
+
+    With `train.stream_target` each iteration's problems are drawn at the difficulty the problem stream chose from
+    the iterations before it (`binac_core.rl.stream`; logged as `train/difficulty`); the evaluations are not.
+
+    The result's `critic_information` holds, per iteration, the critic's reward information measures it logged
+    (`measures.CRITIC_INFORMATION`, `train/<measure>`), which the comparison report plots.
 
     Two counts are logged each iteration, both cumulative: `train/actor_samples`, the actor TRAINING samples (the
     sequences its loss is computed on; never the look-ahead refinements), and `train/generated_samples`, every
@@ -145,7 +154,7 @@ def _train(
             "seed": str(seed),
             "benchmark": cfg.task.benchmark,
             **({"variant": label} if label else {}),
-            "budget_actor_samples": str(budget or iterations * spec.actor_train_samples_per_iteration(cfg)),
+            "budget_actor_samples": str(budget or spec.actor_samples_through(cfg, iterations)),
         }
         params = {
             **cfg.flat(),
@@ -171,6 +180,7 @@ def _train(
             parent_run_id=parent_run_id,
             actor_samples_per_iteration=per_iteration,
             generated_samples_per_iteration=gen_per_iteration,
+            alternation=spec.alternation(cfg),
         )
         try:
             adapters = init_adapters(cfg_d, base, seed, str(shared))
@@ -187,8 +197,12 @@ def _train(
                 verdict=cfg.critic.verdict,
                 greedy=greedy,
             )
+            information: dict[int, dict[str, float]] = {}
             evals = {0: evaluation_point(actor=actor, critic=critic, at=StepContext(seed, 0, str(shared)))}
-            log = IterationLog(f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration)
+            alternation = spec.alternation(cfg)
+            log = IterationLog(
+                f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration, alternation
+            )
             eval_at = evaluation_steps(
                 iterations,
                 cfg.train.eval_every,
@@ -198,16 +212,23 @@ def _train(
                 shared_samples,
                 generated_per_iteration=gen_per_iteration,
                 at_generated=cfg.train.eval_at_generated,
+                alternation=alternation,
             )
-            stages = PrefectStages(cfg, cfg_d, base, data["train"])
+            stages = PrefectStages(cfg, cfg_d, base, data["train"], _stream_splits(cfg))
+            history: list[tuple[int, float]] = []  # the problem stream's (difficulty, training accuracy)
             for step in range(1, iterations + 1):
                 log.begin()
-                at = StepContext(seed, step, str(run_dir / f"step-{step:05d}"))
+                difficulty = difficulty_at(cfg, spec, history)
+                at = StepContext(seed, step, str(run_dir / f"step-{step:05d}"), difficulty)
                 res = run_iteration(stages, cfg, spec, at, actor, critic)
                 actor, critic, timings = res.actor, res.critic, dict(res.timings)
                 extra = log.metrics(_update_metrics(res), [res.attempts, res.feedback, res.refined, res.lookahead])
                 with timed("storage", timings):
                     metrics = store_train_step(run, step, res, extra=extra)
+                information[step] = {k: metrics[f"train/{k}"] for k in CRITIC_INFORMATION if f"train/{k}" in metrics}
+                if difficulty is not None:
+                    history.append((difficulty, metrics["train/reward_first"]))
+                    log_metrics(run_id, {"train/difficulty": difficulty}, step)
                 if step in eval_at:
                     with timed("evaluation", timings):
                         evals[step] = evaluation_point(
@@ -222,7 +243,7 @@ def _train(
         closing_artifact(
             f"train-{method}-{cfg.name}-s{seed}",
             f"train {method} on {cfg.name}, seed {seed}",
-            _evals_table(evals, per_iteration, gen_per_iteration),
+            _evals_table(evals, per_iteration, gen_per_iteration, spec.alternation(cfg)),
             run_id,
         )
         return {
@@ -232,10 +253,24 @@ def _train(
             "evals": evals,
             "samples_per_iteration": per_iteration,
             "generated_per_iteration": gen_per_iteration,
+            **({"alternation": list(alternation)} if alternation else {}),
             "actor": actor,
             "critic": critic,
             "isolation": isolation,
+            "critic_information": {step: m for step, m in information.items() if m},
         }
+
+
+def _stream_splits(cfg) -> dict | None:
+    """With the problem stream (`train.stream_target`), the train split of every difficulty it may choose
+    (`prepare_data` of the config at that `task.difficulty`, each written once like the run's own); else None."""
+    if cfg.train.stream_difficulties is None:
+        return None
+    low, high = cfg.train.stream_difficulties
+    at = {
+        d: cfg.model_copy(update={"task": cfg.task.model_copy(update={"difficulty": d})}) for d in range(low, high + 1)
+    }
+    return {d: prepare_data(quote(c.model_dump(mode="json")), ("train",))["train"] for d, c in at.items()}
 
 
 def _update_metrics(res: IterationResult) -> dict[str, float]:
@@ -258,7 +293,9 @@ def _update_stats(model: str, upd) -> dict[str, float]:
     return {f"train/{model}_entropy": upd.entropy, f"train/{model}_skipped_steps": upd.skipped_steps}
 
 
-def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: int) -> str:
+def _evals_table(
+    evals: dict[int, dict], per_iteration: int, gen_per_iteration: int, alternation: tuple[int, int] | None = None
+) -> str:
     """The run's held-out evaluations as a markdown table, one row per evaluation point, with the cumulative
     actor training samples and generated samples reached at it (`per_iteration`, `gen_per_iteration` each)."""
     keys = sorted({k for m in evals.values() for k in m if k.startswith("eval/acc")})
@@ -270,7 +307,8 @@ def _evals_table(evals: dict[int, dict], per_iteration: int, gen_per_iteration: 
     ]
     for step in sorted(evals):
         cells = [f"{evals[step][k]:.3f}" if k in evals[step] else "–" for k in keys]
-        lines.append(f"| {step} | {step * per_iteration} | {step * gen_per_iteration} | " + " | ".join(cells) + " |")
+        samples = actor_iterations_through(alternation, step) * per_iteration
+        lines.append(f"| {step} | {samples} | {step * gen_per_iteration} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

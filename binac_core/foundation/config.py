@@ -273,7 +273,10 @@ class TrainConfig(_Section):
     critic_lr: float = Field(2e-3, gt=0)
     """AdamW learning rate of the critic adapter."""
     critic_kl_coef: float = Field(0.0, ge=0)
-    """Weight of the k3 KL estimate of the critic to its initial policy."""
+    """Weight of the k3 KL estimate of the critic to its initial policy (the base model with its adapter disabled,
+    `update.policy_update`): an anchored critic, which keeps the feedback it learnt to write near what the base
+    critic writes while its reward information thins; the critic-training peers keep such an anchor (Critique-RL's
+    stage II: KL 0.01; CTRL: 0.001). 0 (default): no anchor."""
     critic_entropy_coef: float = Field(0.0, ge=0)
     """Weight of the critic's entropy bonus over its feedback tokens, as `entropy_coef` for the actor (logged as
     `train/critic_entropy`). 0 (default): no such term. It does not touch the actor's loss."""
@@ -292,6 +295,52 @@ class TrainConfig(_Section):
     critic still writes its K feedbacks per attempt, the actor still trains on the refinements they lead to, and
     the look-ahead and the critic's rewards are still computed and stored (so every iteration samples, and counts,
     the same sequences). 1 (default): every iteration. Methods that do not train a critic ignore it."""
+    critic_scale_rewards: bool | None = None
+    """The critic's own reward scaling: True divides its group-centred critic rewards by the group's std (GRPO),
+    False leaves them mean-centred only (Dr. GRPO: a group whose rewards differ a little then gives small
+    advantages, not unit-scale ones); None (default): `scale_rewards`, the actor's setting
+    (`batches.critic_samples`). The actor's advantages never read it."""
+    critic_skip_same_saying: bool = False
+    """Leave out of the critic's update every feedback group (an attempt's K feedbacks) whose feedbacks all say the
+    same thing (`batches.saying`: the same verdict and the same named step on a benchmark with a feedback analysis,
+    the synthetic task; the same text, stripped, elsewhere): their reward differences come from the actor's sampling
+    alone, not from what the critic said. Their tokens leave the loss's token-level denominator, and the other
+    groups' advantages are unchanged (each is normalised within its own group). A skip keyed on equal rewards would
+    change nothing: such groups already have advantage 0. Peers filter the critic's batch likewise to keep it
+    informative (GC-RL balances right and wrong first attempts; RLTF critiques wrong ones only). The rewards are
+    still computed, stored and measured. False (default): every group is trained on."""
+    alternation: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
+    """(a, c): the precursor's alternating schedule for methods that train a critic: a actor iterations with the
+    critic frozen, then c critic iterations with the actor frozen, repeated from iteration 1 (`schedule.phase_at`;
+    the authors' precursor code alternates whole iterations so, t_L : t_H = 15 : 1 and variants 1:1, 20:1, 15:5,
+    20:5, i.e. (15, 1) here; ../shared/notes/binac-paper.md, "Alternating updates"). In a critic iteration the
+    actor's update θ → θ⁺ is still computed on the iteration's batch, for the look-ahead refinements (so the
+    critic's reward has the same form), and then discarded; a method without a look-ahead (binac_lam0, r1 alone)
+    takes no actor update there. The actor-sample count grows only in actor iterations
+    (`schedule.actor_iterations_through`); every iteration samples and counts the same generated sequences. It
+    composes with `critic_every` (a critic iteration updates the critic when its number is a multiple of it). Not
+    `t_low` / `t_high`, which are optimizer passes within an iteration. None (default): both are trained every
+    iteration."""
+    stream_target: float | None = Field(None, gt=0, lt=1)
+    """A problem stream driven by the method's own actor (synthetic task): each iteration's training problems are
+    drawn at a difficulty chosen from the actor's recent training accuracy (mean r0 of its attempts) toward this
+    target, within `stream_difficulties` (`binac_core.rl.stream.difficulty_at`: a staircase that moves one step
+    after `stream_window` iterations at a difficulty whose mean accuracy is more than `stream_band` from the
+    target), so the critic's batches keep wrong attempts as the actor improves (the regime a fixed difficulty
+    leaves: a curriculum toward a target success rate). It starts at `task.difficulty` (clamped into the range);
+    a method whose actor is never trained (critic_only) stays there. The held-out evaluation is unchanged
+    (`task.difficulty`). Logged per iteration as `train/difficulty`. None (default): every iteration draws from
+    the `task.difficulty` train split."""
+    stream_difficulties: tuple[Annotated[int, Field(ge=1, le=12)], Annotated[int, Field(ge=1, le=12)]] | None = None
+    """(low, high): the difficulties the stream may choose, every one of them among `task.pretrain_difficulties`
+    (the base must have been pretrained on them; a base pretrained over a wider range leaves the stream room above
+    the sparse regime). Needed with `stream_target`, refused without it."""
+    stream_window: int = Field(5, ge=1)
+    """W: iterations at one difficulty whose mean training accuracy the stream compares with `stream_target`
+    (the last W, sliding, until it moves; after a move it waits W iterations at the new difficulty)."""
+    stream_band: float = Field(0.1, ge=0, lt=1)
+    """The stream moves only when the window's mean accuracy is above `stream_target` + this (harder) or below
+    `stream_target` − this (easier)."""
     critic_verdict_weight: float = Field(0.0, ge=0)
     """w: the critic's reward gains w × [its verdict matches the verifier on the first attempt]
     (`critic_reward.verdict_bonus`; Critique-RL's discrimination reward beside its helpfulness reward). 0: the rewards of
@@ -335,6 +384,24 @@ class Config(_Section):
     """RL settings for actor (GRPO) and critic (Bi-NAC upper level)."""
     grading: GradingConfig = GradingConfig()
     """How answers are graded (the code sandbox's required isolation)."""
+
+    @model_validator(mode="after")
+    def _stream_within_pretraining(self):
+        t, task = self.train, self.task
+        if (t.stream_target is None) != (t.stream_difficulties is None):
+            raise ValueError("train.stream_target and train.stream_difficulties are set together or not at all")
+        if t.stream_difficulties is None:
+            return self
+        low, high = t.stream_difficulties
+        pretrained = set(task.pretrain_difficulties or (task.difficulty,))
+        if task.benchmark != "synthetic":
+            raise ValueError(f"train.stream_target needs the synthetic task (benchmark is {task.benchmark!r})")
+        if low > high or not set(range(low, high + 1)) <= pretrained:
+            raise ValueError(
+                f"train.stream_difficulties {low},{high} must be a range low <= high within the base's pretraining "
+                f"difficulties (task.pretrain_difficulties: {','.join(map(str, sorted(pretrained)))})"
+            )
+        return self
 
     def flat(self) -> dict[str, str]:
         """Flat `section.field -> value` strings, for MLflow params."""
@@ -497,6 +564,8 @@ def load_config(preset: str, overrides: dict | None = None) -> Config:
             raise BinacError(f"invalid config {preset}: {where}: {unknown_key(*map(str, err['loc']))}") from None
         if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
             raise BinacError(f"invalid config {preset}: {unknown_key(where, top_level=('name',))}") from None
+        if not where:  # a check across sections (`Config`'s validators): its message names the fields
+            raise BinacError(f"invalid config {preset}: {err['msg'].removeprefix('Value error, ')}") from None
         raise BinacError(f"invalid config {preset}: {where}: {err['msg']} (got {err.get('input')!r})") from None
     check_generation(cfg, preset)
     return cfg

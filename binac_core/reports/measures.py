@@ -47,6 +47,24 @@ step is right" is about the written steps only: such an attempt's answer line ma
   the groups that carry a gradient for the critic. Noise raises it: it is not a measure of signal (the penalty
   form's second draw r1⁺ makes rewards differ more often while `critic_signal` falls; tests/reports/test_measures.py).
 
+The critic's reward information (every benchmark with critic rewards; the synthetic task for the last two), what
+the critic's update can learn from one iteration, over feedback rows (one per feedback) with a `critic_reward`:
+- `critic_flat_frac`: the share of feedback groups (an attempt's K feedbacks) whose critic rewards are all equal:
+  every critic advantage of such a group is 0 (`losses.group_advantages`), so it carries no gradient; equal to
+  1 − `critic_signal_frac`, stated in the direction the study reads (the flat groups).
+- `critic_reward_spread`: the mean over feedback groups of the group's spread, max − min of its critic rewards
+  (0 for a flat group): how far apart the rewards the critic is compared on lie.
+- `critic_wrong_frac`: the share of feedback groups whose attempt is wrong (`attempt_reward` ≤ 0, the verifier's
+  verdict), i.e. of the critic's batch: the attempts on which a hint can turn a wrong answer right.
+- `hint_value` (synthetic task): over feedback on attempts that have a first wrong step, the mean r1
+  (`refined_reward`) after feedback naming exactly that step minus the mean r1 after feedback naming another step
+  (a feedback naming no step is in neither): what naming the right step is worth to the actor now. None when
+  either set is empty.
+- `r1_after_approving_right` (synthetic task): over feedback that approves (`feedback_approves`) an attempt whose
+  first answer is right (`attempt_reward` > 0), the mean r1: whether approval of a right attempt is kept.
+A single iteration of a small batch has few such rows; sql/critic_information.sql and the report's plot pool them
+in bins of 10 iterations (the pooled shares and means of the bin's rows, not a mean of per-iteration values).
+
 Critic health (every benchmark), over feedback rows with a verdict (the `feedback_verdict` column: `correct`,
 `incorrect` or `none`, `binac_core.benchmarks.verdict`; NULL for a fixed instruction, so self_correct has none), judged
 against the verifier on the first attempt (right: `attempt_reward` > 0; `critic_verdict_measures`):
@@ -93,6 +111,51 @@ def critic_signal_frac(keys: list, critic_rewards: list[float]) -> float | None:
     signal (module docstring)."""
     flat = zero_adv_frac(keys, critic_rewards)
     return None if flat is None else 1.0 - flat
+
+
+CRITIC_INFORMATION = (
+    "critic_flat_frac",
+    "critic_reward_spread",
+    "critic_wrong_frac",
+    "hint_value",
+    "r1_after_approving_right",
+)
+"""The critic's reward information measures, in the order the report plots them (module docstring)."""
+
+
+def critic_information(rows: list[dict]) -> dict[str, float | None]:
+    """`critic_flat_frac`, `critic_reward_spread` and `critic_wrong_frac` (module docstring) of one step's feedback
+    rows (columns `problem_id`, `sample_idx`, `critic_reward`, `attempt_reward`); rows without a critic reward are
+    left out, all None without any."""
+    groups: dict = defaultdict(list)
+    wrong: dict = {}
+    for r in rows:
+        if r.get("critic_reward") is None:
+            continue
+        key = (r["problem_id"], r["sample_idx"])
+        groups[key].append(float(r["critic_reward"]))
+        wrong[key] = r["attempt_reward"] <= 0
+    spreads = [max(g) - min(g) for g in groups.values()]
+    return {
+        "critic_flat_frac": _share(sum(s == 0 for s in spreads), len(spreads)),
+        "critic_reward_spread": sum(spreads) / len(spreads) if spreads else None,
+        "critic_wrong_frac": _share(sum(wrong.values()), len(wrong)),
+    }
+
+
+def hint_measures(rows: list[dict]) -> dict[str, float | None]:
+    """`hint_value` and `r1_after_approving_right` (module docstring) of feedback rows with a first-error analysis
+    (columns `first_wrong_step`, `feedback_step`, `feedback_approves`, `attempt_reward`, `refined_reward`)."""
+    first, other, approved = [], [], []
+    for r in rows:
+        if r["first_wrong_step"] is not None and r["feedback_step"] is not None:
+            (first if r["feedback_step"] == r["first_wrong_step"] else other).append(r["refined_reward"])
+        if r.get("feedback_approves") and (r.get("attempt_reward") or 0) > 0:
+            approved.append(r["refined_reward"])
+    return {
+        "hint_value": sum(first) / len(first) - sum(other) / len(other) if first and other else None,
+        "r1_after_approving_right": sum(approved) / len(approved) if approved else None,
+    }
 
 
 def critic_error_measures(rows: list[dict]) -> dict[str, float | None]:

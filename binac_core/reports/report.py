@@ -23,8 +23,10 @@ from pathlib import Path
 
 from binac_core.foundation.stats import SPLIT, per_seed, t_interval
 from binac_core.reports.critic_health import EXPLAINED, health_table
-from binac_core.reports.plots import ordered, seed_band
+from binac_core.reports.measures import CRITIC_INFORMATION
+from binac_core.reports.plots import method_color, ordered, seed_band
 from binac_core.rl.methods import SPECS, FeedbackSource
+from binac_core.rl.schedule import actor_iterations_through
 
 PROTOCOLS = [
     ("eval/acc_single", "single-turn (actor alone, at the evaluation temperature)"),
@@ -64,11 +66,22 @@ def curves(run: dict, key: str = "eval/acc_single", by_samples: bool | str = Tru
     """(actor training samples, value) at each evaluation of the run, (generated samples, value) with
     `by_samples="generated"`, or (iteration, value) with `by_samples=False`."""
     evals = {int(k): v for k, v in run["evals"].items()}
-    if not by_samples:
-        scale = 1
-    else:
-        scale = run["generated_per_iteration"] if by_samples == "generated" else run["samples_per_iteration"]
-    return [(step * scale, evals[step][key]) for step in sorted(evals) if key in evals[step]]
+
+    def x(step: int) -> int:
+        if not by_samples:
+            return step
+        return step * run["generated_per_iteration"] if by_samples == "generated" else actor_samples_at(run, step)
+
+    return [(x(step), evals[step][key]) for step in sorted(evals) if key in evals[step]]
+
+
+def actor_samples_at(run: dict, step: int) -> int:
+    """The run's actor training samples after iteration `step`: `samples_per_iteration` times its actor iterations
+    (all of them, or under the run's `alternation` the actor ones, `schedule.actor_iterations_through`)."""
+    alternation = run.get("alternation")
+    return run["samples_per_iteration"] * actor_iterations_through(
+        None if alternation is None else tuple(alternation), step
+    )
 
 
 def samples_to_reach(run: dict, target: float) -> int | None:
@@ -105,7 +118,7 @@ def _grpo_target(by_method: dict[str, list[dict]]) -> float | None:
 
 def _samples_used(run: dict) -> int:
     """The actor training samples of the run's whole training."""
-    return max(int(k) for k in run["evals"]) * run["samples_per_iteration"]
+    return actor_samples_at(run, max(int(k) for k in run["evals"]))
 
 
 def _generated_used(run: dict) -> int | None:
@@ -222,13 +235,23 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
     lines.append(
         f"![held-out single-turn accuracy vs iterations, actor training samples and generated samples]({png.name})"
     )
+    files = [png]
+    if any(r.get("critic_information") for r in runs):
+        info_png = out_dir / "critic_information.png"
+        _plot_critic_information(by_method, info_png)
+        files.append(info_png)
+        lines += [
+            "",
+            f"![the critic's reward information over training, in bins of {INFORMATION_BIN} iterations]"
+            f"({info_png.name})",
+        ]
     text = "\n".join(lines) + "\n"
     (out_dir / "report.md").write_text(text)
     html = out_dir / "report.html"
     html.write_text(render_html(text, out_dir, f"binac comparison ({meta['preset']})"))
     return {
         "text": text,
-        "files": [str(out_dir / "report.md"), str(html), str(png)],
+        "files": [str(out_dir / "report.md"), str(html), *map(str, files)],
         "table": table,
         "metrics": summary_metrics(runs),
     }
@@ -311,6 +334,62 @@ def render_html(markdown_text: str, folder: Path, title: str) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
         f"</head><body>{body}</body></html>\n"
     )
+
+
+INFORMATION_BIN = 10
+"""Iterations per bin of the critic information plot (`_plot_critic_information`)."""
+
+
+def information_bins(information: dict, measure: str, width: int = INFORMATION_BIN) -> dict[int, float]:
+    """{first iteration of the bin: the mean of the bin's per-iteration values of `measure`} of one run's
+    `critic_information` ({iteration: {measure: value}}; keys may be strings, as read back from JSON); a bin
+    where no iteration has a value is left out. A mean of per-iteration values, each weighting its iteration
+    alike: sql/critic_information.sql pools the bin's rows instead, which differs where iterations have unequal
+    counts (hint_value's rows)."""
+    bins: dict[int, list[float]] = {}
+    for step, measures in information.items():
+        if measure in measures:
+            bins.setdefault((int(step) - 1) // width * width + 1, []).append(measures[measure])
+    return {b: sum(v) / len(v) for b, v in sorted(bins.items())}
+
+
+def _plot_critic_information(by_method: dict, png: Path) -> None:
+    """The critic's reward information over training (`measures.CRITIC_INFORMATION`), one panel per measure: per
+    method the mean over seeds of each run's `information_bins`, with a 95 % band, against the bin's first
+    iteration; methods without critic rewards are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CRITIC_INFORMATION), figsize=(4 * len(CRITIC_INFORMATION), 4), dpi=100)
+    for ax, measure in zip(axes, CRITIC_INFORMATION, strict=True):
+        for m, runs in by_method.items():
+            points: dict[int, list[float]] = {}
+            for r in runs:
+                for b, v in information_bins(r.get("critic_information") or {}, measure).items():
+                    points.setdefault(b, []).append(v)
+            if points:  # not `seed_band`, which cuts the band at 0: hint_value can be negative
+                xs = sorted(points)
+                stats = [t_interval(points[x]) for x in xs]
+                mean = [mu for mu, _ in stats]
+                half = [0.0 if math.isnan(h) else h for _, h in stats]
+                ax.plot(xs, mean, marker="o", markersize=3, color=method_color(m), label=m)
+                ax.fill_between(
+                    xs,
+                    [a - h for a, h in zip(mean, half, strict=True)],
+                    [a + h for a, h in zip(mean, half, strict=True)],
+                    color=method_color(m),
+                    alpha=0.15,
+                    linewidth=0,
+                )
+        ax.set_xlabel(f"iteration (bins of {INFORMATION_BIN})")
+        ax.set_title(measure, fontsize=9)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("the critic's reward information (binac_core/reports/measures.py): mean over seeds, 95 % band")
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
 
 
 def _plot(by_method: dict, png: Path) -> None:

@@ -8,9 +8,11 @@ from binac_core.foundation.stats import mean
 from binac_core.model.stage_io import ScoredBatch
 from binac_core.reports.measures import (
     critic_error_measures,
+    critic_information,
     critic_signal_frac,
     critic_signal_measures,
     critic_verdict_measures,
+    hint_measures,
     refine_zero_adv_frac,
     zero_adv_frac,
 )
@@ -26,7 +28,8 @@ def train_metrics(
     critic_measures: bool,
 ) -> dict:
     """train/reward_first, train/reward_refined, the advantage collapse and critic measures of
-    `binac_core.reports.measures` (the critic health ones, `train/critic/*`, wherever the rows have verdicts;
+    `binac_core.reports.measures` (the critic's reward information, `critic_information`, wherever there are
+    critic rewards, and with `critic_measures` `hint_measures` too; the critic health ones, `train/critic/*`, wherever the rows have verdicts;
     `critic_measures`: the synthetic task's first-error ones) of the step's stored `rows`; None values are left
     out."""
     metrics = {
@@ -47,10 +50,12 @@ def train_metrics(
             metrics["train/critic_signal_frac"] = critic_signal_frac(
                 [(f.problem_id, f.sample_idx) for f in scored.feedback], critic_rewards
             )
+            metrics.update({f"train/{k}": v for k, v in critic_information(rows).items()})
         metrics.update(health_metrics("train/critic/", rows))
         if critic_measures:
             metrics.update({f"train/{k}": v for k, v in critic_error_measures(rows).items()})
             metrics.update({f"train/{k}": v for k, v in critic_signal_measures(rows).items()})
+            metrics.update({f"train/{k}": v for k, v in hint_measures(rows).items()})
     return {k: v for k, v in metrics.items() if v is not None}
 
 

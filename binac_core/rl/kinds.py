@@ -1,5 +1,5 @@
 """The kinds the pipeline dispatches on, as enums whose values are identifiers: where a second turn's feedback comes
-from (`FeedbackSource`), how a feedback is rewarded (`CriticRewardForm`) and the held-out evaluation protocols
+from (`FeedbackSource`), how a feedback is rewarded (`CriticRewardForm`), which level trains at an iteration (`Phase`) and the held-out evaluation protocols
 (`EvalProtocol`). The values are what is stored (MLflow tags and params, evaluation files, the trajectory
 `protocol` column, shard names); what a report shows of a feedback source is its label (`FEEDBACK_SOURCE_LABELS`),
 so a label can be reworded without touching stored data. A stored source is read back with `FeedbackSource.parse`,
@@ -82,6 +82,17 @@ STORED_LABELS = {
 """The labels stored runs may hold as their feedback source (in the `eval_feedback_source` tag and param and the
 evaluation files' `feedback_source`; studies/archive's runs do), as the sources they name. Fixed: they are stored
 texts, whatever `FEEDBACK_SOURCE_LABELS` shows."""
+
+
+class Phase(Kind):
+    """Which level trains at an iteration (`train.alternation`, binac_core/rl/schedule.py)."""
+
+    BOTH = "both"
+    """No alternation: the actor and the critic train at every iteration (the critic still by `critic_every`)."""
+    ACTOR = "actor"
+    """The actor trains, the critic is frozen."""
+    CRITIC = "critic"
+    """The critic trains, the actor is frozen (its look-ahead update is computed and discarded)."""
 
 
 class CriticRewardForm(Kind):

@@ -12,6 +12,11 @@ The algorithm at a glance (docs/algorithm.md, "One iteration, per method"; which
     [critic rewards permuted across the batch: a negative control]           train.critic_reward_shuffle
     [φ → φ⁺ on z]                                     update_adapter          spec.trains_critic_at(cfg, step)
 
+Under `train.alternation` (binac_core/rl/schedule.py) an actor iteration leaves the critic as it is, and a critic
+iteration computes θ⁺ for the look-ahead alone and keeps θ (`MethodSpec.keeps_actor_update_at`); the adapters
+then come back from their folders (`Policy.sync`, weights and optimizer state), so the in-memory path needs a
+`folder` there.
+
 `run_iteration` is the iteration, written once: it calls the stages it is handed (`Stages`) in this order, and
 the two implementations run it. `LibraryStages` (below) makes plain library calls on in-memory values;
 flows/stages.py's `PrefectStages` calls the cached Prefect tasks of tasks/, which hand each other stage files.
@@ -31,17 +36,18 @@ that (`Policy.hold`: references whose digest says "in memory"); with a folder it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from binac_core import benchmarks
+from binac_core.errors import BinacError
 from binac_core.foundation.config import Config
 from binac_core.foundation.timing import timed
 from binac_core.model.generation import GenerationBackend, SamplingParams
 from binac_core.model.stage_io import AdapterRef, Attempt, Feedback, Refinement, ScoredBatch, Scores
-from binac_core.rl.batches import actor_samples, feedback_samples
+from binac_core.rl.batches import actor_samples, critic_samples
 from binac_core.rl.critic_reward import critic_reward, shuffle_seed_of
 from binac_core.rl.episodes import (
     generate_attempts,
@@ -57,12 +63,16 @@ from binac_core.rl.update import AdapterUpdate, UpdateSettings, update_adapter
 
 @dataclass(frozen=True)
 class StepContext:
-    """Where in a run a stage is: the run's seed, the iteration (1, 2, ...) and the step's output folder (None:
-    nothing is written, `LibraryStages` keeps the adapters in memory)."""
+    """Where in a run a stage is: the run's seed, the iteration (1, 2, ...), the step's output folder (None:
+    nothing is written, `LibraryStages` keeps the adapters in memory) and, with `train.stream_target`, the
+    iteration's difficulty."""
 
     seed: int
     step: int
     out_dir: str | None = None
+    difficulty: int | None = None
+    """The difficulty the problem stream chose for this iteration (`binac_core.rl.stream.difficulty_at`); None:
+    the run's train split."""
 
 
 class Stages(Protocol):
@@ -130,6 +140,7 @@ class IterationResult:
     critic_rewards: Any
     """The critic's reward per feedback (`binac_core.rl.critic_reward`; computed for every method with feedback)."""
     actor_update: AdapterUpdate | None
+    """None also at a critic iteration of `train.alternation` (`discarded_actor_update`)."""
     critic_update: AdapterUpdate | None
     """None also at an iteration the schedule skips (`train.critic_every`; `MethodSpec.trains_critic_at`)."""
     actor: AdapterRef
@@ -137,6 +148,9 @@ class IterationResult:
     critic: AdapterRef | None
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds per phase (`binac_core.foundation.timing.PHASES`) the iteration spent."""
+    discarded_actor_update: AdapterUpdate | None = None
+    """A critic iteration's (`train.alternation`) look-ahead update θ → θ⁺: computed for the critic's reward,
+    not kept (`actor` is θ, `actor_update` None)."""
 
     @property
     def actor_loss(self) -> float | None:
@@ -159,7 +173,7 @@ def run_iteration(
     without feedback, grpo), through `stages`."""
     timings: dict[str, float] = {}
     feedback = refined = refined_rewards = ahead = ahead_rewards = critic_rewards = None
-    actor_upd = critic_upd = None
+    actor_upd = critic_upd = discarded = None
     with timed("sample", timings):
         batch, attempts = stages.rollouts(at, actor)
     with timed("score", timings):
@@ -173,17 +187,22 @@ def run_iteration(
             refined = stages.refine(at, batch, attempts, feedback, actor, "refined")
         with timed("score", timings):
             refined_rewards = stages.score(at, batch, refined, "refined")
-    if spec.train_actor:
+    ahead_actor = actor
+    if spec.updates_actor_at(cfg, at.step):  # also at a critic iteration of `train.alternation`, for θ⁺
         two = spec.actor_second_turn
         with timed("actor_update", timings):
             actor_upd = stages.update_actor(
                 at, actor, attempts, first, refined if two else None, refined_rewards if two else None
             )
-        actor = actor_upd.adapter
+        ahead_actor = actor_upd.adapter
+        if spec.keeps_actor_update_at(cfg, at.step):
+            actor = ahead_actor
+        else:  # a critic iteration: θ⁺ serves the look-ahead only, the actor stays θ
+            actor_upd, discarded = None, actor_upd
     if spec.feedback:
-        if spec.lookahead:  # θ⁺ = the actor just updated on this batch
+        if spec.lookahead:  # θ⁺ = the actor updated on this batch
             with timed("lookahead", timings):
-                ahead = stages.refine(at, batch, attempts, feedback, actor, "lookahead")
+                ahead = stages.refine(at, batch, attempts, feedback, ahead_actor, "lookahead")
                 ahead_rewards = stages.score(at, batch, ahead, "lookahead")
         with timed("score", timings):
             critic_rewards = stages.critic_reward(at, spec, refined_rewards, ahead_rewards, feedback, attempts, first)
@@ -206,6 +225,7 @@ def run_iteration(
         actor,
         critic,
         timings,
+        discarded,
     )
 
 
@@ -220,12 +240,17 @@ def iteration(
     actor: AdapterRef,
     critic: AdapterRef | None,
     folder: str | Path | None = None,
+    difficulty: int | None = None,
+    rows_at: Mapping[int, Sequence[dict]] | None = None,
 ) -> IterationResult:
     """`run_iteration` in memory (`LibraryStages`) at `step` of a run with `seed`, on problems drawn from `rows`
-    (the train split); `folder`: where the updated adapters are saved (module docstring), None keeps them in
+    (the train split), or with the problem stream's `difficulty` from `rows_at[difficulty]` (the train split of
+    each difficulty); `folder`: where the updated adapters are saved (module docstring), None keeps them in
     `policy`. Rewards come back as `Scores`, the rest as the library's records."""
-    at = StepContext(seed, step, None if folder is None else str(folder))
-    return run_iteration(LibraryStages(policy, backend, cfg, rows), cfg, spec, at, actor, critic)
+    if folder is None and spec.alternation(cfg) is not None:
+        raise BinacError("train.alternation in memory needs a folder: a critic iteration reloads the kept actor")
+    at = StepContext(seed, step, None if folder is None else str(folder), difficulty)
+    return run_iteration(LibraryStages(policy, backend, cfg, rows, rows_at), cfg, spec, at, actor, critic)
 
 
 @dataclass(frozen=True)
@@ -238,6 +263,8 @@ class LibraryStages:
     cfg: Config
     rows: Sequence[dict]
     """The train split the problems are drawn from."""
+    rows_at: Mapping[int, Sequence[dict]] | None = None
+    """The train split of each difficulty the problem stream may choose (`StepContext.difficulty`)."""
 
     def _params(self, at: StepContext, stage: str, tokens: int | None = None) -> SamplingParams:
         g = self.cfg.generation
@@ -245,7 +272,8 @@ class LibraryStages:
 
     def rollouts(self, at, actor):
         t = self.cfg.train
-        problems = [dict(r) for r in sample_problems(self.rows, t.batch_problems, at.seed, at.step)]
+        rows = self.rows if at.difficulty is None else self.rows_at[at.difficulty]
+        problems = [dict(r) for r in sample_problems(rows, t.batch_problems, at.seed, at.step)]
         return problems, generate_attempts(
             self.backend, self.cfg.task.benchmark, problems, actor, t.group_size, self._params(at, "attempts")
         )
@@ -309,7 +337,7 @@ class LibraryStages:
         )
 
     def update_critic(self, at, critic, feedback, critic_rewards: list[float]):
-        return self._update(at, critic, feedback_samples(feedback, critic_rewards, self.cfg.train.scale_rewards))
+        return self._update(at, critic, critic_samples(self.cfg, feedback, critic_rewards))
 
     def _update(self, at: StepContext, adapter: AdapterRef, samples) -> AdapterUpdate:
         """`update_adapter` with the adapter's settings, saving into `out_dir/<adapter name>` as the update stages

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from binac_core.errors import BinacError
-from binac_core.rl.kinds import CriticRewardForm, FeedbackSource
+from binac_core.rl import schedule
+from binac_core.rl.kinds import CriticRewardForm, FeedbackSource, Phase
 
 if TYPE_CHECKING:
     from binac_core.foundation.config import Config
@@ -53,10 +54,35 @@ class MethodSpec:
         return cfg.train.critic_verdict_weight if self.verdict_weight is None else self.verdict_weight
 
     def trains_critic_at(self, cfg: Config, step: int) -> bool:
-        """Whether iteration `step` (1, 2, ...) updates the critic: the method trains it and `step` is a multiple of
-        `train.critic_every` (the two-timescale schedule). It says nothing of the feedback, which every iteration
-        of a method with a second turn samples."""
-        return self.train_critic and step % cfg.train.critic_every == 0
+        """Whether iteration `step` (1, 2, ...) updates the critic: the method trains it, `step` is a multiple of
+        `train.critic_every` (the two-timescale schedule) and is not an actor iteration of `train.alternation`
+        (`phase_at`). It says nothing of the feedback, which every iteration of a method with a second turn
+        samples."""
+        return self.train_critic and step % cfg.train.critic_every == 0 and self.phase_at(cfg, step) != Phase.ACTOR
+
+    def alternation(self, cfg: Config) -> schedule.Alternation:
+        """`train.alternation` where the method trains both the actor and the critic (the binac variants), else
+        None: a method that trains one level only has nothing to alternate."""
+        return cfg.train.alternation if self.train_actor and self.train_critic else None
+
+    def phase_at(self, cfg: Config, step: int) -> Phase:
+        """Which level trains at iteration `step` (`schedule.phase_at` of `alternation`)."""
+        return schedule.phase_at(self.alternation(cfg), step)
+
+    def keeps_actor_update_at(self, cfg: Config, step: int) -> bool:
+        """Whether iteration `step` trains the actor: the method trains it and `step` is not a critic iteration."""
+        return self.train_actor and self.phase_at(cfg, step) != Phase.CRITIC
+
+    def updates_actor_at(self, cfg: Config, step: int) -> bool:
+        """Whether iteration `step` computes the actor's update θ → θ⁺: where it keeps it, and in a critic
+        iteration of a method with a look-ahead, whose critic reward needs θ⁺ (discarded after the look-ahead)."""
+        return self.keeps_actor_update_at(cfg, step) or (self.train_actor and self.lookahead)
+
+    def actor_samples_through(self, cfg: Config, step: int) -> int:
+        """The actor training samples of iterations 1 .. `step`, exact: `actor_train_samples_per_iteration` times
+        the iterations that train the actor (`schedule.actor_iterations_through`)."""
+        per_iteration = self.actor_train_samples_per_iteration(cfg)
+        return per_iteration * schedule.actor_iterations_through(self.alternation(cfg), step)
 
     def actor_train_samples_per_iteration(self, cfg: Config) -> int:
         """The sequences the actor's loss is computed on per iteration (the actor-samples axis): its B·G attempts
@@ -83,8 +109,10 @@ class MethodSpec:
     def iterations_for_budget(self, cfg: Config, budget: int) -> int:
         """The whole iterations whose actor training samples fit in `budget` (the largest number; a run never
         exceeds its budget). A method that never trains the actor (critic_only, 0 per iteration) runs the
-        iterations GRPO would: `budget` // (B·G), its B·G attempts counted as GRPO's. A budget smaller than one
-        iteration is refused, one line naming the method. Generated samples play no part here."""
+        iterations GRPO would: `budget` // (B·G), its B·G attempts counted as GRPO's. Under `train.alternation`
+        the critic iterations add no actor samples: the last iteration within the budget
+        (`schedule.last_step_within`), the critic iterations after the last actor iteration included. A budget
+        smaller than one iteration is refused, one line naming the method. Generated samples play no part here."""
         grpo = cfg.train.batch_problems * cfg.train.group_size
         per_iteration = self.actor_train_samples_per_iteration(cfg) or grpo
         if budget < per_iteration:
@@ -92,7 +120,7 @@ class MethodSpec:
                 f"an actor-sample budget of {budget} is less than one iteration of {self.name} "
                 f"({per_iteration} actor training samples)"
             )
-        return budget // per_iteration
+        return schedule.last_step_within(self.alternation(cfg), budget // per_iteration)
 
 
 _CRITIC, _TRAINED = FeedbackSource.CRITIC_BASE, FeedbackSource.CRITIC_TRAINED

@@ -188,6 +188,7 @@ def evaluation_steps(
     *,
     generated_per_iteration: int = 0,
     at_generated: int | None = None,
+    alternation: tuple[int, int] | None = None,
 ) -> set[int]:
     """Iterations after which to evaluate: in a comparison, those that reach `shared_samples` (the actor training
     sample counts every compared method reaches exactly, `shared_eval_samples`), else `points` evenly spaced
@@ -195,19 +196,30 @@ def evaluation_steps(
     iterations; the last iteration always. Then the equal-budget points, each when the run gets that far: with
     `at_samples`, the first iteration whose cumulative actor training samples (`samples_per_iteration` each)
     reach it; with `at_generated`, the first whose cumulative generated samples (`generated_per_iteration`
-    each) reach it. A method whose count never grows (0 per iteration) has no such point."""
+    each) reach it. A method whose count never grows (0 per iteration) has no such point. Under `alternation`
+    (`MethodSpec.alternation`) the actor training samples grow at actor iterations only: a count is reached at
+    the iteration of its actor iteration (`schedule.step_of_actor_iteration`)."""
     import math
 
+    from binac_core.rl.schedule import step_of_actor_iteration
+
     if shared_samples and samples_per_iteration:
-        steps = {s // samples_per_iteration for s in shared_samples if s % samples_per_iteration == 0}
+        steps = {
+            step_of_actor_iteration(alternation, s // samples_per_iteration)
+            for s in shared_samples
+            if s % samples_per_iteration == 0
+        }
         steps = {s for s in steps if s <= iterations} | {iterations}
     elif points:
         steps = {math.ceil(i * iterations / points) for i in range(1, points + 1)}
     else:
         steps = {s for s in range(1, iterations + 1) if s % every == 0} | {iterations}
-    for target, per_iteration in ((at_samples, samples_per_iteration), (at_generated, generated_per_iteration)):
+    for target, per_iteration, schedule in (
+        (at_samples, samples_per_iteration, alternation),
+        (at_generated, generated_per_iteration, None),
+    ):
         if target and per_iteration:
-            first = math.ceil(target / per_iteration)
+            first = step_of_actor_iteration(schedule, math.ceil(target / per_iteration))
             if first <= iterations:
                 steps.add(first)
     return steps

@@ -29,6 +29,9 @@ class RunIdentity:
     does not train (`binac evaluate`), whose count columns stay NULL."""
     generated_samples_per_iteration: int | None = None
     """Sequences sampled per iteration (`MethodSpec.generated_samples_per_iteration`); None as above."""
+    alternation: tuple[int, int] | None = None
+    """The method's `train.alternation` (`MethodSpec.alternation`): its critic iterations add no actor training
+    samples (`schedule.actor_iterations_through`); None: every iteration adds them."""
 
     def columns(self) -> dict:
         """The identity columns of a stored row: run_id, method, preset, seed, benchmark, parent_run_id."""

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from binac_core import benchmarks
 from binac_core.benchmarks.verdict import parse_verdict
 from binac_core.model.stage_io import Attempt, ScoredBatch
+from binac_core.rl.schedule import actor_iterations_through
 from binac_core.store.identity import RunIdentity
 
 
@@ -85,13 +86,14 @@ def trajectory_rows(
 
 def sample_counts(run: RunIdentity, step: int) -> dict:
     """The `actor_samples` and `generated_samples` columns: the run's cumulative actor training samples and
-    generated samples after `step` (eval rows: at the evaluation's step; step 0: 0), i.e. `step` times the
-    run's per-iteration counts (binac_core/rl/methods.py; flows/train.py sets them). NULL for rows of a run without
-    them (`binac evaluate`)."""
+    generated samples after `step` (eval rows: at the evaluation's step; step 0: 0), i.e. the run's per-iteration
+    counts (binac_core/rl/methods.py; flows/train.py sets them) times the iterations that added them: `step` for
+    the generated samples, the actor iterations among them for the actor's (`schedule.actor_iterations_through`
+    of the run's `alternation`). NULL for rows of a run without them (`binac evaluate`)."""
     if run.actor_samples_per_iteration is None:
         return {"actor_samples": None, "generated_samples": None}
     return {
-        "actor_samples": step * run.actor_samples_per_iteration,
+        "actor_samples": actor_iterations_through(run.alternation, step) * run.actor_samples_per_iteration,
         "generated_samples": step * run.generated_samples_per_iteration,
     }
 

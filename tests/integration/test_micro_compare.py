@@ -53,7 +53,12 @@ def test_compare_makes_one_parent_with_a_child_per_method_and_a_report(micro_com
     assert sorted(r.data.tags["method"] for r in children) == sorted(ALL)
     assert all(r.info.status == "FINISHED" and r.data.tags["seed"] == "0" for r in children)
     arts = {a.path for a in c.list_artifacts(parents[0].info.run_id, "report")}
-    assert arts == {"report/report.md", "report/report.html", "report/accuracy_vs_samples.png"}
+    assert arts == {
+        "report/report.md",
+        "report/report.html",
+        "report/accuracy_vs_samples.png",
+        "report/critic_information.png",  # the methods with critic rewards logged their reward information
+    }
     assert "acc_single" in micro_compare["stdout"] and "acc_feedback" in micro_compare["stdout"]
 
 
@@ -382,6 +387,29 @@ def test_the_verdict_column_and_the_critic_health_metrics_agree_in_sql_and_mlflo
                 assert history[row.step] == pytest.approx(value), (row.method, split, name, row.step)
                 compared.add((split, name))
     assert {("train", "verdict_accuracy"), ("eval", "verdict_accuracy"), ("train", "verdict_missing")} <= compared
+
+
+def test_the_critic_information_agrees_in_sql_and_mlflow(micro_compare):
+    """sql/critic_information.sql at bin 1, per run, equals the MLflow metrics `train/<measure>` of every run and
+    iteration with critic rewards (binac_core/reports/measures.py, "The critic's reward information"); a measure
+    SQL finds no rows for is not logged."""
+    from binac_core.reports.measures import CRITIC_INFORMATION
+
+    ws = Workspace(micro_compare["home"])
+    query = (Path(__file__).resolve().parents[2] / "sql" / "critic_information.sql").read_text()
+    rows = sqlrun.run(ws, query, {"bin": 1, "per_run": 1})
+    c, compared = tracking.client(ws), set()
+    assert {"binac", "binac_lam0", "binac_disc"} <= set(rows.method)
+    for row in rows.itertuples(index=False):
+        for name in CRITIC_INFORMATION:
+            history = {m.step: m.value for m in c.get_metric_history(row.run_id, f"train/{name}")}
+            value = getattr(row, name)
+            if value is None or value != value:
+                assert row.bin_start not in history, (row.method, name, row.bin_start)
+                continue
+            assert history[row.bin_start] == pytest.approx(value), (row.method, name, row.bin_start)
+            compared.add(name)
+    assert {"critic_flat_frac", "critic_reward_spread", "critic_wrong_frac"} <= compared
 
 
 def test_the_comparison_report_has_the_critic_health_table(micro_compare):

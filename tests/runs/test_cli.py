@@ -83,7 +83,7 @@ def test_set_unknown_field_names_the_closest_and_the_valid_fields(binac):
         "error: --set train.lr: unknown field of section train (did you mean train.actor_lr or "
         f"train.critic_lr?); valid: {valid}"
     ], err
-    assert valid.startswith("activation_checkpointing, actor_lr, alpha_shaping, batch_problems")
+    assert valid.startswith("activation_checkpointing, actor_lr, alpha_shaping, alternation, batch_problems")
 
 
 @pytest.mark.parametrize(
