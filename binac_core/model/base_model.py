@@ -123,6 +123,8 @@ def existing_base(cfg: Config, ws: Workspace, extra: tuple[Path, ...] = ()) -> t
         base = named_base(cfg, ws, extra)
         return Path(base.path), base.digest
     if m.source == "hub":
+        if not m.hub_id:
+            return None
         out = Path(m.hub_id)
     elif m.source == "smol":
         from binac_core.model.smol import checkpoint_dir

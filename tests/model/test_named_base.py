@@ -91,3 +91,5 @@ def test_a_hub_folder_named_by_weights_must_hash_to_them(ws, tmp_path):
 def test_an_unbuilt_base_is_not_there_before_any_compute(ws):
     assert existing_base(load_config("micro"), ws) is None  # nothing is built to answer
     assert not ws.models_root.exists()
+    assert existing_base(load_config("micro", {"model.source": "hub"}), ws) is None  # no hub id: nothing to hash
+    assert existing_base(load_config("llama1b-math"), ws) is None  # a hub id is not downloaded to answer
