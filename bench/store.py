@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import shutil
 import statistics
 import tempfile
@@ -155,13 +156,22 @@ def rows_of(run: int, step: int, n: int, rnd: random.Random) -> list[dict]:
     return out
 
 
-def _time(fn, repeats: int) -> list[float]:
+def _time(fn, repeats: int, cpu: list[float] | None = None) -> list[float]:
+    """The wall seconds of `repeats` calls of `fn`; the process's CPU seconds (user + system) of each appended to
+    `cpu` when given (steadier than wall time on a shared machine)."""
     out = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        c0, t0 = _cpu(), time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.append(_cpu() - c0)
     return out
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def ingest(repeats: int, tmp: Path, log) -> list[tuple]:
@@ -210,11 +220,11 @@ def search(total: int, shard_rows: int, repeats: int, old_repeats: int, tmp: Pat
     write_s = write_store(ws, total, shard_rows, rnd)
     shards = sum(1 for p in ws.shards.glob("*/*.parquet") if p.parent.name != "_schema")
     log(f"store: {total:,} rows, {shards} shards written in {write_s:.1f} s")
-    t0 = time.perf_counter()
-    sqlrun.run(ws, SEARCH, QUERIES[0])
-    first_s = time.perf_counter() - t0
+    first_cpu: list[float] = []
+    first_s = _time(lambda: sqlrun.run(ws, SEARCH, QUERIES[0]), 1, first_cpu)[0]
     log(f"first query (indexes every shard): {first_s:.1f} s")
-    new = {i: _time(lambda q=q: sqlrun.run(ws, SEARCH, q), repeats) for i, q in enumerate(QUERIES)}
+    cpu = {i: [] for i in range(len(QUERIES))}
+    new = {i: _time(lambda q=q: sqlrun.run(ws, SEARCH, q), repeats, cpu[i]) for i, q in enumerate(QUERIES)}
     storage.write_shard(ws, "late", "train", 0, rows_of(999, 0, SHARD, rnd))
     landed = _time(lambda: sqlrun.run(ws, SEARCH, QUERIES[0]), 1)[0]
     log(
@@ -222,7 +232,8 @@ def search(total: int, shard_rows: int, repeats: int, old_repeats: int, tmp: Pat
         + ", ".join(f"{statistics.median(v):.3f} s" for v in new.values())
         + f"; after a shard lands {landed:.3f} s"
     )
-    old = {i: _time(lambda q=q: sqlrun.run(ws, OLD_SEARCH, q), old_repeats) for i, q in enumerate(QUERIES)}
+    old_cpu = {i: [] for i in range(len(QUERIES))}
+    old = {i: _time(lambda q=q: sqlrun.run(ws, OLD_SEARCH, q), old_repeats, old_cpu[i]) for i, q in enumerate(QUERIES)}
     log("old: " + ", ".join(f"{statistics.median(v):.3f} s" for v in old.values()))
     out = []
     layout = f"{total:,} rows in {shards} shards of {shard_rows:,}"
@@ -236,7 +247,8 @@ def search(total: int, shard_rows: int, repeats: int, old_repeats: int, tmp: Pat
                 f"FTS index rebuilt per query: {o:.3g} s",
                 f"feedback index: {w:.3g} s",
                 f"**{o / w:.3g}** [{min(old[i]) / max(new[i]):.3g}–{max(old[i]) / min(new[i]):.3g}] (old / new time)",
-                f"median of {repeats} new, {old_repeats} old; through `sqlrun.run` like `binac sql`",
+                f"median of {repeats} new, {old_repeats} old; through `sqlrun.run` like `binac sql`; "
+                f"CPU s (user + system): old {statistics.median(old_cpu[i]):.3g}, new {statistics.median(cpu[i]):.3g}",
             )
         )
     out.append(
@@ -245,8 +257,9 @@ def search(total: int, shard_rows: int, repeats: int, old_repeats: int, tmp: Pat
             f"first query, every shard new: {first_s:.3g} s",
             f"query after one {SHARD}-row shard landed: {landed:.3g} s",
             f"**{landed / statistics.median(new[0]):.3g}** (after a shard / current index)",
-            f"{shards} shards written in {write_s:.1f} s ({total / write_s:,.0f} rows/s through `write_shard`); "
-            "a store from before the index pays the first-query cost once",
+            f"first query {first_cpu[0]:.3g} CPU s; {shards} shards written in {write_s:.1f} s "
+            f"({total / write_s:,.0f} rows/s through `write_shard`); a store from before the index pays the "
+            "first-query cost once",
         )
     )
     return out

@@ -8,8 +8,9 @@
 -- `feedback_terms` (one row per feedback and term), `feedback_docs` (one row per feedback) and `feedback_stats`
 -- (per shard and value of the filter columns: documents by length, postings by term, tf and length). The corpus
 -- statistics (number of feedback texts, average length, document frequency of each word) are those of the rows
--- the filters below select, summed from `feedback_stats`, so the scores are those of `PRAGMA create_fts_index`
--- built over exactly those rows (building that index at every query instead takes about 5.5 s at a million rows).
+-- the filters below select, summed from `feedback_stats` (`counts`), so the scores are those of
+-- `PRAGMA create_fts_index` built over exactly those rows (building that index at every query instead takes about
+-- 5.5 s at a million rows).
 -- A word's share of a score depends only on its tf and the text's length, so it is computed once per (word, tf,
 -- length) (`parts`) and summed per text (`scores`). Only the best texts are then looked up: those at or above the
 -- k-th score, at most k per shard (a shard's texts are numbered in the order ties are ranked in, `doc`), first
@@ -37,16 +38,15 @@
 --
 -- Example: binac sql sql/feedback_search.sql --param query="check the sign" --param method=binac
 WITH tokens AS (SELECT DISTINCT stem(unnest(fts_main__binac_fts_probe.tokenize($query)), 'porter') AS t),
-stats AS (
-    SELECT count(*) AS num_docs, avg(len) AS avgdl
-    FROM (SELECT len, unnest(range(n)) FROM feedback_stats
-          WHERE term IS NULL
-            AND method LIKE $method AND split LIKE $split AND ($comparison = 'all' OR parent_run_id = $comparison))),
-shapes AS (
-    SELECT term, tf, len, sum(n) AS n FROM feedback_stats
-    WHERE term IN (SELECT t FROM tokens)
+counts AS MATERIALIZED (
+    SELECT term, tf, len, sum(n)::BIGINT AS n FROM feedback_stats
+    WHERE (term IS NULL OR term IN (SELECT t FROM tokens))
       AND method LIKE $method AND split LIKE $split AND ($comparison = 'all' OR parent_run_id = $comparison)
     GROUP BY term, tf, len),
+stats AS (
+    SELECT count(*) AS num_docs, avg(len) AS avgdl
+    FROM (SELECT len, unnest(range(n)) FROM counts WHERE term IS NULL)),  -- each document's length: FTS's avg
+shapes AS (SELECT term, tf, len, n FROM counts WHERE term IS NOT NULL),
 dfs AS (SELECT term, sum(n)::BIGINT AS df FROM shapes GROUP BY term),
 parts AS (
     SELECT term, tf, len,
