@@ -27,7 +27,8 @@ the corpus statistics (document count, average length, document frequency) summe
 query selects, so scores are those of an FTS index built over the same rows (tests/store/test_feedback_index.py):
 the counts are exact integers, the average length is DuckDB's `avg` over the same lengths, and each term's share
 of a score is FTS's expression over the same values. A score sums its terms' shares in the order DuckDB meets
-them, as FTS's does, so scores equal to the last bit may differ in that bit, from FTS and between runs.
+them, as FTS's does, so two scores that are equal on paper may differ in their last bit (and rank either way),
+from FTS and between runs.
 
 The index is kept current lazily, by readers: `attach` indexes each shard that has no index files for its current
 identity (a new shard, a rewritten one, a shard stored before the index existed or indexed in another layout),
