@@ -13,13 +13,18 @@ The limits, measured in the same process and interleaved with the samplers (one 
   the matmuls of a decode step of that batch cost alone;
 - the memory bandwidth (GB/s): one streaming read of `STREAM_MIB` MiB (far beyond the last-level cache), `sum`
   (`read_bandwidth`).
+Neither is the hardware's nameplate: they are what torch's kernels reach on these shapes, which is the ceiling a
+loop built on them can reach.
 The roofline of a sampling call (`Work`): per phase, the prefill and each decode step, the longer of its FLOPs at
 the compute ceiling and its bytes at the bandwidth (the weights, plus the KV cache its rows read), summed. FLOPs
 and bytes are counted from the model's shapes (`Shapes`) over the work its output needs: the real prompt tokens,
 then one forward per generated token but each row's last, attending over that row's own context; no padding, no
 finished rows. That is the same work whichever sampler produced the tokens (a call's lengths are its own: all run
-the same prompts, seed and sampling distribution), so share = roofline seconds / wall seconds compares them.
-Tokens/s count completion tokens including the end-of-turn token, as binac does; prompt rendering and decoding are
+the same prompts, seed and sampling distribution), so share = roofline seconds / seconds taken compares them.
+Seconds: the limits and the shares are in CPU seconds of this process (`time.process_time`; one thread, so the
+time it held a core): on a shared machine wall seconds also count the waits for a core, which move with the other
+jobs' load; tokens/s are given both per wall second (as in the other rows of the results) and per CPU second.
+Tokens count completion tokens including the end-of-turn token, as binac does; prompt rendering and decoding are
 included, model loading is not. Batch 1 is `BATCH1_PROMPTS` prompts in one `generate` call of batch size 1.
 
 The samplers: `HFBackend` (this checkout's decode loop), `HFBackend(lean=False)` (transformers' `generate`), and,
@@ -30,7 +35,7 @@ start (|scale B A| = 0.05 |W|, as scripts/gpu_check.py builds it), T = 1.
 Also, with `--before`: the testbed-shaped case (`testbed_model`): a random Llama of the `testbed` preset's shapes
 (hidden 64, 2 layers, 4 heads, vocabulary ~200 characters), batch 64, prompts of 100-200 tokens, up to 96 new
 tokens, an end-of-turn bias giving about 25 tokens on average (the critic's feedback) or 50 (the refinements) with
-the longest rows at the budget; seconds per call of the loop against TREE's, interleaved.
+the longest rows at the budget; wall and CPU seconds per call of the loop against TREE's, interleaved.
 
 The results are the `roofline` section of the results file, between markers, replaced by the next run.
 """
@@ -147,13 +152,13 @@ class Work:
 
 
 def matmul_seconds(weights: list[torch.Tensor], rows: int) -> float:
-    """Seconds of `F.linear` of one [rows, in] input with each weight [out, in] in turn (one decode step's
+    """CPU seconds of `F.linear` of one [rows, in] input with each weight [out, in] in turn (one decode step's
     matmuls when `weights` are the model's, in the loop's order)."""
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for w in weights:
         F.linear(inputs[w.shape[1]], w)
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def step_weights(policy) -> list[torch.Tensor]:
@@ -166,10 +171,10 @@ def step_weights(policy) -> list[torch.Tensor]:
 
 
 def read_bandwidth(buffer: torch.Tensor) -> float:
-    """Bytes per second of one streaming read of `buffer` (`sum`)."""
-    t0 = time.perf_counter()
+    """Bytes per CPU second of one streaming read of `buffer` (`sum`)."""
+    t0 = time.process_time()
     buffer.sum()
-    return buffer.numel() * buffer.element_size() / (time.perf_counter() - t0)
+    return buffer.numel() * buffer.element_size() / (time.process_time() - t0)
 
 
 def limit_probes(weights: list[torch.Tensor]) -> dict:
@@ -201,18 +206,23 @@ def as_backend_module(module: types.ModuleType) -> types.SimpleNamespace:
     return types.SimpleNamespace(supports=module.supports, llama_weights=module.llama_weights, sample=sample)
 
 
+def timed(fn) -> tuple[float, float, object]:
+    """(wall seconds, CPU seconds of this process, result) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, out
+
+
 def sampler_variant(backend, prompts, adapter, params, module=None):
-    """A measurement callable: one `generate` over `prompts`; returns (wall seconds, generations). With `module`,
-    the backend's decode module is that one for the call."""
+    """A measurement callable: one `generate` over `prompts`; returns `timed`'s (wall s, CPU s, generations).
+    With `module`, the backend's decode module is that one for the call."""
     from binac_core.model import generation
 
     def run():
         real = generation.decode
         generation.decode = module or real
         try:
-            t0 = time.perf_counter()
-            gens = backend.generate(prompts, adapter, params)
-            return time.perf_counter() - t0, gens
+            return timed(lambda: backend.generate(prompts, adapter, params))
         finally:
             generation.decode = real
 
@@ -294,19 +304,18 @@ def testbed_prompts(batch: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch
 
 
 def testbed_variants(before: types.ModuleType, new_tokens: int = 96) -> dict:
-    """{f"{sampler}@{case}": callable returning (seconds, mean completion tokens)}: the loop and TREE's."""
+    """{f"{sampler}@{case}": callable returning (wall s, CPU s, mean completion tokens)}: the loop and TREE's."""
     from binac_core.model import decode
 
     ids, mask = testbed_prompts()
 
     def variant(module, model):
         def run():
-            t0 = time.perf_counter()
-            out = module.sample(model, ids, mask, new_tokens, 1.0, [1], torch.Generator().manual_seed(0))
-            seconds = time.perf_counter() - t0
+            gen = torch.Generator().manual_seed(0)
+            wall, cpu, out = timed(lambda: module.sample(model, ids, mask, new_tokens, 1.0, [1], gen))
             ends = (out.tokens == 1).int().argmax(-1)
             n = torch.where((out.tokens == 1).any(-1), ends + 1, out.tokens.shape[1])
-            return seconds, float(n.float().mean())
+            return wall, cpu, float(n.float().mean())
 
         return run
 
@@ -374,14 +383,17 @@ def call_work(r: dict, batch: int, gens, i: int) -> Work:
 
 
 def sampler_rounds(r: dict, name: str, batch: int) -> dict[str, list[float]]:
-    """Per round: tokens/s, achieved GFLOP/s, roofline GFLOP/s and share of the roofline of one sampler."""
-    out = {"tok_s": [], "gflops": [], "roof_gflops": [], "share": []}
-    for i, (seconds, gens) in enumerate(r["runs"][f"{name}@{batch}"]):
+    """Per round, for one sampler: tokens per wall second and per CPU second, achieved GFLOP per CPU second,
+    roofline GFLOP/s and the share of the roofline (roofline seconds / CPU seconds)."""
+    out = {"tok_s": [], "tok_cpu_s": [], "gflops": [], "roof_gflops": [], "share": []}
+    for i, (wall, cpu, gens) in enumerate(r["runs"][f"{name}@{batch}"]):
         work = call_work(r, batch, gens, i)
-        out["tok_s"].append(sum(len(g.token_ids) for g in gens) / seconds)
-        out["gflops"].append(work.flops / seconds / 1e9)
+        tokens = sum(len(g.token_ids) for g in gens)
+        out["tok_s"].append(tokens / wall)
+        out["tok_cpu_s"].append(tokens / cpu)
+        out["gflops"].append(work.flops / cpu / 1e9)
         out["roof_gflops"].append(work.flops / work.floor_s / 1e9)
-        out["share"].append(work.floor_s / seconds)
+        out["share"].append(work.floor_s / cpu)
     return out
 
 
@@ -424,19 +436,23 @@ def limits_lines(r: dict) -> list[str]:
 def sampler_table(r: dict) -> list[str]:
     names = ["loop", "generate"] + (["before"] if r["before"] else [])
     lines = [
-        "| batch | sampler | tokens/s | achieved GFLOP/s | roofline GFLOP/s | share of the roofline | "
-        "loop / this (throughput) |",
-        "|---|---|---|---|---|---|---|",
+        "| batch | sampler | tokens/s (wall) | tokens per CPU s | achieved GFLOP per CPU s | roofline GFLOP/s | "
+        "share of the roofline | loop / this, wall | loop / this, CPU |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for b in BATCHES:
         per = {n: sampler_rounds(r, n, b) for n in names}
         for n in names:
             m = {k: median(v) for k, v in per[n].items()}
-            vs = "" if n == "loop" else _ratio(paired_ratio(per["loop"]["tok_s"], per[n]["tok_s"]))
+            shares = per[n]["share"]
+            vs = (
+                ["", ""]
+                if n == "loop"
+                else [_ratio(paired_ratio(per["loop"][k], per[n][k])) for k in ("tok_s", "tok_cpu_s")]
+            )
             lines.append(
-                f"| {b} | {n} | {m['tok_s']:.1f} | {m['gflops']:.1f} | {m['roof_gflops']:.1f} | "
-                f"{100 * m['share']:.0f} % [{100 * min(per[n]['share']):.0f}, {100 * max(per[n]['share']):.0f}] "
-                f"| {vs} |"
+                f"| {b} | {n} | {m['tok_s']:.1f} | {m['tok_cpu_s']:.1f} | {m['gflops']:.1f} | {m['roof_gflops']:.1f} "
+                f"| **{100 * m['share']:.0f} %** [{100 * min(shares):.0f}, {100 * max(shares):.0f}] | {vs[0]} | {vs[1]} |"
             )
     return lines
 
@@ -449,15 +465,18 @@ def testbed_lines(r: dict) -> list[str]:
         "Testbed-shaped model (random weights of the `testbed` preset's shapes, batch 64, prompts of 100-200 "
         "tokens, up to 96 new tokens, T = 1), the loop against the `--before` tree's, seconds per call:",
         "",
-        "| case | mean completion tokens | before s | loop s | before / loop (time) |",
-        "|---|---|---|---|---|",
+        "| case | mean completion tokens | before: wall s / CPU s | loop: wall s / CPU s | before / loop, wall | "
+        "before / loop, CPU |",
+        "|---|---|---|---|---|---|",
     ]
     for case in TESTBED_BIAS:
         loop, old = r["testbed"][f"loop@{case}"], r["testbed"][f"before@{case}"]
-        ls, os_ = [x[0] for x in loop], [x[0] for x in old]
+        cells = []
+        for k in (0, 1):
+            cells.append(_ratio(paired_ratio([x[k] for x in old], [x[k] for x in loop])))
         lines.append(
-            f"| {case}-like | {loop[0][1]:.1f} | {median(os_):.3f} | {median(ls):.3f} | "
-            f"{_ratio(paired_ratio(os_, ls))} |"
+            f"| {case}-like | {loop[0][2]:.1f} | {median([x[0] for x in old]):.3f} / {median([x[1] for x in old]):.3f} "
+            f"| {median([x[0] for x in loop]):.3f} / {median([x[1] for x in loop]):.3f} | {cells[0]} | **{cells[1]}** |"
         )
     return lines
 

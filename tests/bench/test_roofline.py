@@ -44,13 +44,15 @@ def test_report_has_every_batch_sampler_and_limit():
     shapes = roofline.Shapes(64, 192, 2, 4, 4, 16, 200)
     gens = [Generation("", [1] * 20, [2] * 8, [0.0] * 8) for _ in range(64)]
     runs = {
-        f"{n}@{b}": [(1.0, gens[: 4 if b == 1 else b])] * 2 for n in ("loop", "generate", "before") for b in (1, 32, 64)
+        f"{n}@{b}": [(2.0, 1.0, gens[: 4 if b == 1 else b])] * 2
+        for n in ("loop", "generate", "before")
+        for b in (1, 32, 64)
     }
     runs |= {f"matmul@{m}": [0.01, 0.02] for m in (*roofline.BATCHES, roofline.PEAK_ROWS)}
     runs["bandwidth"] = [1e10, 2e10]
     r = {
         "runs": runs,
-        "testbed": {f"{n}@{c}": [(0.5, 25.0)] * 2 for n in ("loop", "before") for c in roofline.TESTBED_BIAS},
+        "testbed": {f"{n}@{c}": [(0.5, 0.4, 25.0)] * 2 for n in ("loop", "before") for c in roofline.TESTBED_BIAS},
         "shapes": shapes,
         "threads": 1,
         "repeats": 2,
