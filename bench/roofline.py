@@ -197,13 +197,13 @@ def load_before(tree: Path) -> types.ModuleType:
 
 
 def as_backend_module(module: types.ModuleType) -> types.SimpleNamespace:
-    """`module` seen by this checkout's `HFBackend`: its `sample` called without the `weights` argument (an older
-    loop merges the adapter itself, per call)."""
+    """`module` seen by this checkout's `HFBackend`: its `sample` called without the `weights` argument, which the
+    backend's `llama_weights` here does not compute (an older loop merges the adapter itself, once per call)."""
 
     def sample(*args, weights=None, **kwargs):
         return module.sample(*args, **kwargs)
 
-    return types.SimpleNamespace(supports=module.supports, llama_weights=module.llama_weights, sample=sample)
+    return types.SimpleNamespace(supports=module.supports, llama_weights=lambda model: None, sample=sample)
 
 
 def timed(fn) -> tuple[float, float, object]:

@@ -68,3 +68,17 @@ def test_report_has_every_batch_sampler_and_limit():
             assert f"| {b} | {n} |" in text
     assert "compute ceiling" in text and "memory bandwidth" in text
     assert "feedback-like" in text and "refinement-like" in text
+
+
+def test_an_older_loop_merges_the_adapter_once_per_call():
+    """The `--before` loop runs through this checkout's `HFBackend`, whose lean path asks for merged weights once
+    per call and passes them on: for an older `sample` (no `weights` argument) nothing is merged on its behalf."""
+    import types
+
+    calls = []
+    older = types.SimpleNamespace(supports=lambda m: True, llama_weights=lambda m: calls.append("merge"), sample=None)
+    older.sample = lambda *a, **k: calls.append(("sample", a, k))
+    seen = roofline.as_backend_module(older)
+    assert seen.llama_weights("model") is None and not calls
+    seen.sample("model", 1, weights=None)
+    assert calls == [("sample", ("model", 1), {})]
