@@ -311,15 +311,24 @@ def _attention(
     return w.layers[i].o(at.pack(out.transpose(1, 2).reshape(b, n, h * d)))
 
 
-def forward(w: LlamaWeights, ids: torch.Tensor, rope: tuple, cache: KVCache, start: int, bias: torch.Tensor):
+def forward(
+    w: LlamaWeights,
+    ids: torch.Tensor,
+    rope: tuple,
+    cache: KVCache,
+    start: int,
+    bias: torch.Tensor,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Logits [B, V] of the last of the positions `start ..` holding `ids` [B, L] (`LlamaForCausalLM.forward`
-    with `logits_to_keep=1`); the cache receives their keys and values."""
-    return _logits(w, _last_hidden(w, ids, rope, cache, start, bias))
+    with `logits_to_keep=1`), written into `out` if given; the cache receives their keys and values."""
+    return _logits(w, _last_hidden(w, ids, rope, cache, start, bias), out)
 
 
-def _logits(w: LlamaWeights, hidden: torch.Tensor) -> torch.Tensor:
-    """The final norm and the LM head of last positions' hidden states [B, hidden]."""
-    return F.linear(_rms_norm(hidden, w.norm, w.eps), w.head)
+def _logits(w: LlamaWeights, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The final norm and the LM head of last positions' hidden states [B, hidden] (`F.linear`'s matmul, into
+    `out` if given)."""
+    return torch.matmul(_rms_norm(hidden, w.norm, w.eps), w.head.t(), out=out)
 
 
 def _last_hidden(
@@ -344,7 +353,9 @@ def _last_hidden(
     return at.last(x)
 
 
-def prefill(w: LlamaWeights, ids: torch.Tensor, keep: torch.Tensor, rope: tuple, cache: KVCache) -> torch.Tensor:
+def prefill(
+    w: LlamaWeights, ids: torch.Tensor, keep: torch.Tensor, rope: tuple, cache: KVCache, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """`forward` of the left-padded prompt block `ids` [B, P] (`keep`: its attention mask) from position 0, in
     chunks of prompt rows (`_prompt_chunks`), each packed (`_packed_prompt`), the final norm and the LM head once
     over all rows. A chunk's activations and a layer's weights stay in the last-level cache between the layer's
@@ -362,11 +373,11 @@ def prefill(w: LlamaWeights, ids: torch.Tensor, keep: torch.Tensor, rope: tuple,
         )
         for c in _prompt_chunks(keep)
     ]
-    return _logits(w, torch.cat(hidden))
+    return _logits(w, torch.cat(hidden), out)
 
 
 def prefill_distinct(
-    w: LlamaWeights, ids: torch.Tensor, keep: torch.Tensor, rope: tuple, cache: KVCache
+    w: LlamaWeights, ids: torch.Tensor, keep: torch.Tensor, rope: tuple, cache: KVCache, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """`prefill`, each distinct prompt once: rows holding the same prompt (the critic's K feedbacks on one attempt,
     GRPO's G attempts at one problem) get the keys, values and logits of its first row, copied. Done only where
@@ -374,14 +385,14 @@ def prefill_distinct(
     b, p = ids.shape
     rows, inverse = torch.unique(torch.cat([ids, keep.long()], dim=1), dim=0, return_inverse=True)
     if rows.shape[0] == b or rows.shape[0] < MIN_ROWS:
-        return prefill(w, ids, keep, rope, cache)
+        return prefill(w, ids, keep, rope, cache, out)
     first = torch.full((rows.shape[0],), b, dtype=torch.long, device=ids.device)
     first = first.scatter_reduce(0, inverse, torch.arange(b, device=ids.device), reduce="amin")
     once = KVCache.empty(w, keep[first], p)
     logits = prefill(w, ids[first], keep[first], tuple(t[first] for t in rope), once)
     cache.keys[:, :, :, :p] = once.keys[:, inverse]
     cache.values[:, :, :, :p] = once.values[:, inverse]
-    return logits[inverse]
+    return torch.index_select(logits, 0, inverse, out=out) if out is not None else logits[inverse]
 
 
 def _prompt_chunks(keep: torch.Tensor) -> list[slice]:
@@ -431,12 +442,40 @@ class Sampled:
     logprobs: torch.Tensor
 
 
+@dataclass(frozen=True)
+class Scratch:
+    """One call's buffers for a step's [rows, vocabulary] tensors: logits, log-probs, probabilities (or scaled
+    logits before them) and float64 cumulative sums. Tensors of this size (MiBs) made afresh at every step would
+    each be mapped and faulted in anew (`binac_core.model.memory.map_large_blocks`): half of `_draw`'s time at
+    smol's batch 32. A step of M rows uses the buffers' first M rows (`rows`)."""
+
+    logits: torch.Tensor
+    logp: torch.Tensor
+    probs: torch.Tensor
+    cdf: torch.Tensor
+
+    @staticmethod
+    def empty(rows: int, vocab: int, like: torch.Tensor) -> Scratch:
+        f32 = like.new_empty(rows, vocab, dtype=torch.float32)
+        f64 = like.new_empty(rows, vocab, dtype=torch.float64)
+        return Scratch(f32, torch.empty_like(f32), torch.empty_like(f32), f64)
+
+    def rows(self, m: int) -> Scratch:
+        return Scratch(self.logits[:m], self.logp[:m], self.probs[:m], self.cdf[:m])
+
+
 def _draw(
-    logits: torch.Tensor, temperature: float, gen: torch.Generator, rows: torch.Tensor, batch: int
+    logits: torch.Tensor,
+    temperature: float,
+    gen: torch.Generator,
+    rows: torch.Tensor,
+    batch: int,
+    scratch: Scratch | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row from softmax(logits / T) (T = 0: argmax of the logits) and its log-prob under that
     distribution (T = 0: under softmax(logits), as `_SampledLogprobs` records it). `logits` [M, V] are those of
-    the batch rows `rows` [M] of a batch of `batch` rows.
+    the batch rows `rows` [M] of a batch of `batch` rows; the intermediate [M, V] tensors go into `scratch`'s
+    buffers (fresh ones without).
 
     Drawn by inverting the cumulative distribution: the first token whose float64 running sum of probabilities
     exceeds u x (the total), u ~ U[0, 1) from `gen`, one number per row of the batch (`batch` of them, whichever
@@ -444,10 +483,11 @@ def _draw(
     predecessor's, so it is never drawn. (`torch.multinomial` draws one exponential per vocabulary entry instead,
     the exponential race: the same distribution, ten times slower at batch 64.) T = 1 divides by nothing: x / 1
     is x."""
-    scaled = logits / temperature if temperature > 0 and temperature != 1 else logits
-    logp = torch.log_softmax(scaled, dim=-1)
+    s = scratch or Scratch.empty(*logits.shape, logits)
+    scaled = torch.div(logits, temperature, out=s.probs) if temperature > 0 and temperature != 1 else logits
+    logp = torch.log_softmax(scaled, -1, out=s.logp)
     if temperature > 0:
-        cdf = torch.cumsum(logp.exp(), -1, dtype=torch.float64)
+        cdf = s.cdf.copy_(torch.exp(logp, out=s.probs)).cumsum_(-1)  # float64 sums (the cast is exact)
         u = torch.rand(batch, 1, generator=gen, dtype=torch.float64, device=cdf.device)
         u = u if rows.numel() == batch else u[rows]
         tok = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=cdf.shape[1] - 1).squeeze(-1)
@@ -492,7 +532,8 @@ def sample(
     cache = KVCache.empty(w, keep.bool(), p + max_new_tokens)
     cos, sin = _rope_table(w, p + max_new_tokens, device)
     pos = (keep.long().cumsum(-1) - 1).clamp(min=0)  # real tokens before each position
-    logits = prefill_distinct(w, input_ids, keep.bool(), (cos[pos][:, None], sin[pos][:, None]), cache)
+    scratch = Scratch.empty(b, w.head.shape[0], w.head)
+    logits = prefill_distinct(w, input_ids, keep.bool(), (cos[pos][:, None], sin[pos][:, None]), cache, scratch.logits)
     nxt = pos[:, -1:] + 1
     eos = torch.tensor(eos_ids, device=device)
     tokens = torch.zeros(b, max_new_tokens, dtype=torch.long, device=device)
@@ -501,7 +542,7 @@ def sample(
     unfinished = torch.ones(b, dtype=torch.bool, device=device)  # of those rows
     steps = 0
     for t in range(max_new_tokens):
-        tok, lp = _draw(logits.float(), temperature, gen, rows, b)
+        tok, lp = _draw(logits, temperature, gen, rows, b, scratch.rows(rows.numel()))
         tokens[rows, t], logprobs[rows, t] = tok, lp
         steps = t + 1
         unfinished &= ~torch.isin(tok, eos)
@@ -513,6 +554,7 @@ def sample(
             cache = cache.rows(kept, p + t)
             rows, tok, nxt, unfinished = (x[kept] for x in (rows, tok, nxt, unfinished))
         rope = (cos[nxt][:, None], sin[nxt][:, None])
-        logits = forward(w, tok[:, None], rope, cache, p + t, cache.bias[:, None, None, : p + t + 1])
+        out = scratch.logits[: rows.numel()]
+        logits = forward(w, tok[:, None], rope, cache, p + t, cache.bias[:, None, None, : p + t + 1], out)
         nxt = nxt + 1
     return Sampled(tokens[:, :steps], logprobs[:, :steps])

@@ -55,9 +55,9 @@ def _spy_sampler(monkeypatch, lean: bool) -> list[dict[int, torch.Tensor]]:
     name = "searchsorted" if lean else "multinomial"
     real, real_draw = getattr(torch, name), decode._draw
 
-    def draw(logits, temperature, gen, rows, batch):
+    def draw(logits, temperature, gen, rows, *rest):
         computed.append(rows.tolist())
-        return real_draw(logits, temperature, gen, rows, batch)
+        return real_draw(logits, temperature, gen, rows, *rest)
 
     def spy(probs, *a, **k):
         dist = torch.diff(probs, dim=-1, prepend=probs[:, :1] * 0) if lean else probs.detach().clone()
