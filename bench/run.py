@@ -2,6 +2,7 @@
 
     python -m bench.run [--preset micro|tiny|smol-synthetic] [--repeats N] [--out bench/results.md] [--calls N]
                         [--base-dir DIR] [--threads N] [--compare-threads] [--no-memory]
+    python -m bench.run --roofline [--repeats N] [--before TREE] [--out bench/results.md]
 
 What it measures (each module's docstring says exactly what is and is not inside each figure):
 1. one GRPO iteration, binac's loop (HFBackend + policy_update) vs TRL 1.16's GRPOTrainer (`bench.grpo`);
@@ -11,6 +12,9 @@ What it measures (each module's docstring says exactly what is and is not inside
 4. fresh-process import/setup time and peak RSS of one binac vs one TRL iteration (`bench.memory`);
 5. one GRPO iteration inside `binac train` vs the bare loop of 1., and the pipeline's time per task, optionally
    also on an older checkout's code (`bench.pipeline`, `--before-tree`).
+`--roofline` measures instead the decode loop's roofline on `smol` (`bench.roofline`: the machine's matmul rate and
+memory bandwidth, the share of them the decode loop and transformers' `generate` achieve, optionally the loop of an
+older checkout, `--before-tree`), written as its own section of the results file.
 Ratios, not absolute seconds, are the result: the machines are shared, and seconds move with everyone's load.
 Every variant runs with the same torch thread count: the pipeline's (`BINAC_TORCH_THREADS`, default 1) unless
 `--threads` says otherwise.
@@ -487,6 +491,11 @@ def parse_args(argv=None):
         help="also break a pipeline iteration down on this checkout's code (e.g. a "
         "`git worktree` of an older commit), beside this checkout's",
     )
+    p.add_argument(
+        "--roofline",
+        action="store_true",
+        help="measure the decode loop's roofline on smol instead (bench.roofline; ~20 minutes on a busy 2-core machine)",
+    )
     p.add_argument("--child", choices=["prefect", "binac", "trl", "update", "pipeline"], help=argparse.SUPPRESS)
     p.add_argument("--iterations", type=int, help=argparse.SUPPRESS)
     p.add_argument("--method", default="grpo", help=argparse.SUPPRESS)
@@ -506,6 +515,14 @@ def main(argv=None) -> None:
         if args.code_tree:  # before anything imports binac_core, tasks or flows
             sys.path.insert(0, str(Path(args.code_tree).resolve()))
         child_main(args)
+        return
+    if args.roofline:
+        from bench import roofline
+
+        if args.threads:
+            os.environ["BINAC_TORCH_THREADS"] = str(args.threads)
+        before = ["--before", args.before_tree] if args.before_tree else []
+        roofline.main(["--repeats", str(args.repeats or SMOL_REPEATS), "--out", args.out, *before])
         return
     from bench import smol
     from binac_core.foundation.config import load_config

@@ -16,7 +16,7 @@ restated over plain tensors:
 - the final norm and the LM head, on the last position only.
 Left padding: pad keys are masked out, and positions count real tokens only (position = number of real tokens
 before it), as `generate` derives `position_ids` from the attention mask; so a row's logits are those of its
-unpadded sequence (`binac_core.rl.update.sequence_logprobs`, which runs each sequence from position 0).
+unpadded sequence (`binac_core.rl.update.sequence_logprobs`, which runs right-padded from position 0).
 
 The LoRA adapter is merged, per call, into copies of the projection weights (`LinearWeights.of`: base weight +
 peft's `get_delta_weight` of each active adapter; nothing added when adapters are disabled). The base weights are
@@ -31,9 +31,21 @@ frequencies depend on the sequence length), DoRA or merged peft layers, models w
 Sampling (`sample`): softmax(logits / T) drawn by inverting its cumulative distribution with one uniform number
 per row from the call's own `torch.Generator` (`_draw`; the global RNG is neither read nor moved), T = 0 greedy
 argmax; the stored log-prob of each token is the log-softmax of the distribution it was drawn from. A row stops at
-its first end-of-turn id; the loop ends when every row has stopped or after `max_new_tokens` steps. Finished rows
-keep being computed (their tokens are discarded), so the draws of the other rows, and their random numbers, do not
-depend on when a row finished.
+its first end-of-turn id; the loop ends when every row has stopped or after `max_new_tokens` steps. Every step draws
+one uniform number per row of the batch, finished or not, so the random numbers of a row do not depend on when the
+others finished.
+
+What is computed, and what is not (`sample`):
+- the prefill runs the projections and the MLP on the prompts' real positions only (`_last_hidden`'s `real`); the
+  padding enters the attention as zero keys and values, masked out, so a real position's outputs are unchanged;
+  it runs a few prompts at a time (`prefill`), so that their activations stay in the cache;
+- a finished row stops being computed: once the unfinished rows are at most `COMPACT_AT` of the rows computed, the
+  others are dropped from the step's inputs and from the KV cache (`KVCache.rows`), keeping at least `MIN_ROWS`;
+- the merged weights can be computed once for several calls (`sample`'s `weights`).
+None of this changes a computed number: every operation of a step is row-wise except the matmuls, and a row of a
+matmul does not depend on the other rows as long as there are at least `MIN_ROWS` of them (`MIN_ROWS`). So the
+tokens and log-probs of a row are bitwise those of the batch computed whole, on the CPU (measured with MKL; a GPU's
+BLAS may pick another kernel for another number of rows, which changes roundings, not the distribution).
 """
 
 from __future__ import annotations
@@ -46,6 +58,24 @@ import torch.nn.functional as F  # noqa: N812
 STATIC_ROPE = ("default", "linear", "llama3")
 """RoPE types whose frequencies do not depend on the sequence length (transformers' `dynamic_rope_update` leaves
 them alone), so a cos/sin table computed once per call is exactly what the model computes per step."""
+
+MIN_ROWS = 4
+"""The fewest rows a matmul runs on once the loop leaves the batch's own shape (packed prompts, compacted rows). An
+output row of `F.linear` is bitwise the same whatever the other rows of the input, for every number of rows from 4
+up (measured on torch 2.13's MKL sgemm, 1 thread, at the shapes of smol, micro, tiny and testbed: every subset of
+4 to 3,200 rows against the whole); 1 to 3 rows take another kernel, whose roundings differ."""
+
+ATTEND_CHUNK = 1 << 17
+"""Attention scores computed at once (`_attend`): 512 KiB of float32, so that a chunk and the softmax's output fit
+in a core's 1-2 MiB L2 cache."""
+
+PREFILL_POSITIONS = 512
+"""Prompt positions a prefill chunk holds at most (`prefill`), unless one prompt is longer: at smol's sizes its
+widest activation (gate/up, 512 x 3072 floats, 6 MiB) and a layer's weights (14 MB) fit in a 32 MiB L3 cache."""
+
+COMPACT_AT = 0.75
+"""Finished rows are dropped from the computation (`_kept_rows`) once the unfinished ones are at most this share of
+the rows computed: each compaction copies the KV cache's remaining rows, so it waits until it saves a quarter."""
 
 
 @dataclass(frozen=True)
@@ -193,53 +223,198 @@ class KVCache:
         bias[:, :width].masked_fill_(~keep_prompt, float("-inf"))
         return KVCache(w.embed.new_empty(shape), w.embed.new_empty(shape), bias)
 
+    def part(self, rows: slice) -> KVCache:
+        """The cache of the batch rows `rows`: views of this cache's buffers."""
+        return KVCache(self.keys[:, rows], self.values[:, rows], self.bias[rows])
+
+    def rows(self, index: torch.Tensor, end: int) -> KVCache:
+        """The cache of the batch rows `index` (ascending) alone, their first `end` positions moved in place to the
+        buffers' first rows (a row is only ever moved to a lower one, after the rows below it have been read); the
+        result's keys and values are views of this cache's buffers, whose other rows it overwrites."""
+        for j, r in enumerate(index.tolist()):
+            if j != r:
+                self.keys[:, j, :, :end] = self.keys[:, r, :, :end]
+                self.values[:, j, :, :end] = self.values[:, r, :, :end]
+        m = index.numel()
+        return KVCache(self.keys[:, :m], self.values[:, :m], self.bias[index])
+
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scale: float):
     """softmax(q k^T x scale + bias) v, the math of `F.scaled_dot_product_attention` and of transformers'
-    `eager_attention_forward`, for q [B, h, L, D], keys/values [B, kv_heads, n, D], bias [B, 1, L, n]. Grouped-query
-    attention without `repeat_kv`'s copies: query head j reads key/value head j // (h / kv_heads), as there.
-    One query position (a decode step): explicit, where SDPA's dispatch costs more than these three matmul-sized
-    ops; several (the prefill): SDPA, whose fused kernel never holds the [B, h, L, n] scores (six times faster
-    on a `testbed` prefill of 64 prompts of 200 tokens)."""
+    `eager_attention_forward`, for q [B, h, L, D], keys/values [B, kv_heads, n, D], bias [B, 1, L, n]
+    (`_attend_rows`), computed `ATTEND_CHUNK` scores at a time: a few batch rows per chunk, whose scores stay in
+    the core's cache between the five operations that pass over them (the prompt's block at the prefill; a decode
+    step's scores are one chunk). The batch rows are independent, so the chunks change no number."""
+    b, h, n_q, _ = q.shape
+    step = max(1, ATTEND_CHUNK // (h * n_q * keys.shape[2]))
+    if step >= b:
+        return _attend_rows(q, keys, values, bias, scale)
+    chunks = range(0, b, step)
+    return torch.cat([_attend_rows(*(t[i : i + step] for t in (q, keys, values, bias)), scale) for i in chunks])
+
+
+def _attend_rows(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scale: float):
+    """`_attend` in one piece. Grouped-query attention without `repeat_kv`'s copies: query head j reads key/value
+    head j // (h / kv_heads), as there. (Explicit rather than SDPA: at decode sizes SDPA's dispatch costs more
+    than these few matmul-sized ops.) Scaled and biased in place: the same roundings as `scores * scale + bias`."""
     b, h, n_q, d = q.shape
-    if n_q > 1:
-        return F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=bias, scale=scale, enable_gqa=keys.shape[1] != h
-        )
     kvh, n = keys.shape[1], keys.shape[2]
     scores = torch.matmul(q.reshape(b, kvh, -1, d), keys.transpose(-1, -2)).view(b, kvh, h // kvh, n_q, n)
-    weights = torch.softmax(scores * scale + bias[:, :, None], dim=-1)
+    weights = torch.softmax(scores.mul_(scale).add_(bias[:, :, None]), dim=-1)
     return torch.matmul(weights.view(b, kvh, -1, n), values).view(b, h, n_q, d)
 
 
+class Positions:
+    """Which of the positions of a [B, L] block are computed: all (`real` None), or the flat indices `real` into
+    B x L (row-major) of those that are, the others being left padding (`_packed_prompt`)."""
+
+    def __init__(self, b: int, n: int, real: torch.Tensor | None = None):
+        self.b, self.n, self.real = b, n, real
+        self._full: torch.Tensor | None = None
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, L, C] of the computed rows x [N, C] (x itself when all are), zeros at the others. A view of one
+        buffer per width C, zeroed once and rewritten at the computed rows on each call: it holds the last call's
+        values only."""
+        if self.real is None:
+            return x
+        if self._full is None or self._full.shape[1] != x.shape[-1]:
+            self._full = x.new_zeros(self.b * self.n, x.shape[-1])
+        return self._full.index_copy_(0, self.real, x).view(self.b, self.n, -1)
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """The computed rows [N, C] of x [B, L, C] (x itself when all are)."""
+        return x if self.real is None else x.reshape(self.b * self.n, -1).index_select(0, self.real)
+
+    def last(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, C]: each row's last position, of x [B, L, C] or of the computed rows x [N, C] (a row's last position
+        is computed: the padding is on the left)."""
+        if self.real is None:
+            return x[:, -1]
+        return x[torch.bincount(self.real // self.n, minlength=self.b).cumsum(0) - 1]
+
+
 def _attention(
-    w: LlamaWeights, i: int, x: torch.Tensor, rope: tuple, cache: KVCache, start: int, bias: torch.Tensor
+    w: LlamaWeights, i: int, x: torch.Tensor, rope: tuple, cache: KVCache, start: int, bias: torch.Tensor, at: Positions
 ) -> torch.Tensor:
-    """`LlamaAttention.forward` for the L new positions `start .. start + L - 1` of x [B, L, hidden]: their keys
-    and values are written into the cache, and each query attends to the cached keys with `bias` [B, 1, L,
-    start + L] (`_attend`)."""
-    b, n, _ = x.shape
+    """`LlamaAttention.forward` for the L new positions `start .. start + L - 1` of x ([B, L, hidden], or the
+    computed positions of `at` [N, hidden]): their keys and values are written into the cache (zeros at positions
+    not computed), and each query attends to the cached keys with `bias` [B, 1, L, start + L] (`_attend`)."""
+    b, n = at.b, at.n
     h, kvh, d = w.heads, w.kv_heads, w.head_dim
-    qkv = w.layers[i].qkv(x).view(b, n, h + 2 * kvh, d).transpose(1, 2)
+    qkv = at.unpack(w.layers[i].qkv(x)).view(b, n, h + 2 * kvh, d).transpose(1, 2)
     qk = _rotate(qkv[:, : h + kvh], *rope)  # q and k rotated together: the same elementwise operations
     end = start + n
     cache.keys[i, :, :, start:end] = qk[:, h:]
     cache.values[i, :, :, start:end] = qkv[:, h + kvh :]
     out = _attend(qk[:, :h], cache.keys[i, :, :, :end], cache.values[i, :, :, :end], bias, d**-0.5)
-    return w.layers[i].o(out.transpose(1, 2).reshape(b, n, h * d))
+    return w.layers[i].o(at.pack(out.transpose(1, 2).reshape(b, n, h * d)))
 
 
 def forward(
-    w: LlamaWeights, ids: torch.Tensor, rope: tuple, cache: KVCache, start: int, bias: torch.Tensor
+    w: LlamaWeights,
+    ids: torch.Tensor,
+    rope: tuple,
+    cache: KVCache,
+    start: int,
+    bias: torch.Tensor,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logits [B, V] of the last of the positions `start ..` holding `ids` [B, L] (`LlamaForCausalLM.forward`
-    with `logits_to_keep=1`); the cache receives their keys and values."""
-    x = F.embedding(ids, w.embed)
+    with `logits_to_keep=1`), written into `out` if given; the cache receives their keys and values."""
+    return _logits(w, _last_hidden(w, ids, rope, cache, start, bias), out)
+
+
+def _logits(w: LlamaWeights, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The final norm and the LM head of last positions' hidden states [B, hidden] (`F.linear`'s matmul, into
+    `out` if given)."""
+    return torch.matmul(_rms_norm(hidden, w.norm, w.eps), w.head.t(), out=out)
+
+
+def _last_hidden(
+    w: LlamaWeights,
+    ids: torch.Tensor,
+    rope: tuple,
+    cache: KVCache,
+    start: int,
+    bias: torch.Tensor,
+    real: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`forward` up to the final norm: the last position's hidden state [B, hidden]. With `real` (flat indices
+    into B x L of the real positions, every row's last one among them), the projections and the MLP run on those
+    positions only and the others enter the attention as zeros: the prefill of left-padded prompts
+    (`_packed_prompt`)."""
+    at = Positions(*ids.shape, real)
+    x = F.embedding(ids if real is None else ids.reshape(-1)[real], w.embed)
     for i, lw in enumerate(w.layers):
-        x = x + _attention(w, i, _rms_norm(x, lw.attn_norm, w.eps), rope, cache, start, bias)
+        x = x + _attention(w, i, _rms_norm(x, lw.attn_norm, w.eps), rope, cache, start, bias, at)
         gate, up = lw.gate_up(_rms_norm(x, lw.mlp_norm, w.eps)).chunk(2, dim=-1)
         x = x + lw.down(w.act(gate) * up)
-    return F.linear(_rms_norm(x[:, -1], w.norm, w.eps), w.head)
+    return at.last(x)
+
+
+def prefill(
+    w: LlamaWeights, ids: torch.Tensor, keep: torch.Tensor, rope: tuple, cache: KVCache, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`forward` of the left-padded prompt block `ids` [B, P] (`keep`: its attention mask) from position 0, in
+    chunks of prompt rows (`_prompt_chunks`), each packed (`_packed_prompt`), the final norm and the LM head once
+    over all rows. A chunk's activations and a layer's weights stay in the last-level cache between the layer's
+    operations, where the whole block's would not (smol, 32 prompts of ~100 tokens: 28 MB per activation)."""
+    p = ids.shape[1]
+    hidden = [
+        _last_hidden(
+            w,
+            ids[c],
+            tuple(t[c] for t in rope),
+            cache.part(c),
+            0,
+            _prefill_bias(cache.bias[c, :p]),
+            _packed_prompt(keep[c]),
+        )
+        for c in _prompt_chunks(keep)
+    ]
+    return _logits(w, torch.cat(hidden), out)
+
+
+def prefill_distinct(
+    w: LlamaWeights, ids: torch.Tensor, keep: torch.Tensor, rope: tuple, cache: KVCache, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`prefill`, each distinct prompt once: rows holding the same prompt (the critic's K feedbacks on one attempt,
+    GRPO's G attempts at one problem) get the keys, values and logits of its first row, copied. Done only where
+    there are at least `MIN_ROWS` distinct prompts, so each row's numbers are bitwise those of the whole block."""
+    b, p = ids.shape
+    rows, inverse = torch.unique(torch.cat([ids, keep.long()], dim=1), dim=0, return_inverse=True)
+    if rows.shape[0] == b or rows.shape[0] < MIN_ROWS:
+        return prefill(w, ids, keep, rope, cache, out)
+    first = torch.full((rows.shape[0],), b, dtype=torch.long, device=ids.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(b, device=ids.device), reduce="amin")
+    once = KVCache.empty(w, keep[first], p)
+    logits = prefill(w, ids[first], keep[first], tuple(t[first] for t in rope), once)
+    cache.keys[:, :, :, :p] = once.keys[:, inverse]
+    cache.values[:, :, :, :p] = once.values[:, inverse]
+    return torch.index_select(logits, 0, inverse, out=out) if out is not None else logits[inverse]
+
+
+def _prompt_chunks(keep: torch.Tensor) -> list[slice]:
+    """Consecutive rows of the prompt block (`keep` [B, P]) of about `PREFILL_POSITIONS` positions each; the whole
+    block as one chunk if a chunk would compute fewer than `MIN_ROWS` positions (its matmuls' kernel would
+    change)."""
+    b, p = keep.shape
+    rows = max(1, PREFILL_POSITIONS // p)
+    chunks = [slice(i, min(i + rows, b)) for i in range(0, b, rows)]
+    computed = [keep[c].numel() if _packed_prompt(keep[c]) is None else int(keep[c].sum()) for c in chunks]
+    return chunks if min(computed) >= MIN_ROWS else [slice(0, b)]
+
+
+def _packed_prompt(keep: torch.Tensor) -> torch.Tensor | None:
+    """Flat indices of the real positions of the left-padded prompt block (`keep` [B, P], its attention mask), or
+    None where there is no padding or fewer than `MIN_ROWS` real positions (packing would change a matmul's
+    kernel)."""
+    flat = keep.reshape(-1)
+    if bool(flat.all()):
+        return None
+    real = flat.nonzero().squeeze(1)
+    return real if real.numel() >= MIN_ROWS else None
 
 
 def _rope_table(w: LlamaWeights, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,26 +434,6 @@ def _prefill_bias(bias: torch.Tensor) -> torch.Tensor:
     return out[:, None]
 
 
-def _prefill(
-    w: LlamaWeights, input_ids: torch.Tensor, keep: torch.Tensor, table: tuple, pos: torch.Tensor, cache: KVCache
-) -> torch.Tensor:
-    """The prompt block's forward: logits [B, V] at each row's last position, its keys and values written into
-    `cache`. Rows holding the same prompt (the critic's K feedbacks on one attempt, GRPO's G attempts at one
-    problem) are computed once, and their keys, values and logits copied to each of those rows."""
-    cos, sin = table
-    b, p = input_ids.shape
-    rows, inverse = torch.unique(torch.cat([input_ids, keep.long()], dim=1), dim=0, return_inverse=True)
-    if rows.shape[0] == b:  # no prompt twice
-        return forward(w, input_ids, (cos[pos][:, None], sin[pos][:, None]), cache, 0, _prefill_bias(cache.bias[:, :p]))
-    first = torch.full((rows.shape[0],), b, dtype=torch.long, device=inverse.device)
-    first = first.scatter_reduce(0, inverse, torch.arange(b, device=inverse.device), reduce="amin")
-    once, at = KVCache.empty(w, keep[first], p), pos[first]
-    logits = forward(w, input_ids[first], (cos[at][:, None], sin[at][:, None]), once, 0, _prefill_bias(once.bias))
-    cache.keys[:, :, :, :p] = once.keys[:, inverse]
-    cache.values[:, :, :, :p] = once.values[:, inverse]
-    return logits[inverse]
-
-
 @dataclass(frozen=True)
 class Sampled:
     """Tokens and their log-probs [B, steps]; entries after a row's end-of-turn token are meaningless."""
@@ -287,22 +442,74 @@ class Sampled:
     logprobs: torch.Tensor
 
 
-def _draw(logits: torch.Tensor, temperature: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class Scratch:
+    """One call's buffers for a step's [rows, vocabulary] tensors: logits, log-probs, probabilities (or scaled
+    logits before them) and float64 cumulative sums. Tensors of this size (MiBs) made afresh at every step would
+    each be mapped and faulted in anew (`binac_core.model.memory.map_large_blocks`): half of `_draw`'s time at
+    smol's batch 32. A step of M rows uses the buffers' first M rows (`rows`)."""
+
+    logits: torch.Tensor
+    logp: torch.Tensor
+    probs: torch.Tensor
+    cdf: torch.Tensor
+
+    @staticmethod
+    def empty(rows: int, vocab: int, like: torch.Tensor) -> Scratch:
+        f32 = like.new_empty(rows, vocab, dtype=torch.float32)
+        f64 = like.new_empty(rows, vocab, dtype=torch.float64)
+        return Scratch(f32, torch.empty_like(f32), torch.empty_like(f32), f64)
+
+    def rows(self, m: int) -> Scratch:
+        return Scratch(self.logits[:m], self.logp[:m], self.probs[:m], self.cdf[:m])
+
+
+def _draw(
+    logits: torch.Tensor,
+    temperature: float,
+    gen: torch.Generator,
+    rows: torch.Tensor,
+    batch: int,
+    scratch: Scratch | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row from softmax(logits / T) (T = 0: argmax of the logits) and its log-prob under that
-    distribution (T = 0: under softmax(logits), as `_SampledLogprobs` records it).
+    distribution (T = 0: under softmax(logits), as `_SampledLogprobs` records it). `logits` [M, V] are those of
+    the batch rows `rows` [M] of a batch of `batch` rows; the intermediate [M, V] tensors go into `scratch`'s
+    buffers (fresh ones without).
 
     Drawn by inverting the cumulative distribution: the first token whose float64 running sum of probabilities
-    exceeds u x (the total), u ~ U[0, 1) from `gen`, one number per row. A token of probability 0 never has a
-    running sum above its predecessor's, so it is never drawn. (`torch.multinomial` draws one exponential per
-    vocabulary entry instead, the exponential race: the same distribution, ten times slower at batch 64.)"""
-    logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+    exceeds u x (the total), u ~ U[0, 1) from `gen`, one number per row of the batch (`batch` of them, whichever
+    rows are computed; row r uses the r-th). A token of probability 0 never has a running sum above its
+    predecessor's, so it is never drawn. (`torch.multinomial` draws one exponential per vocabulary entry instead,
+    the exponential race: the same distribution, ten times slower at batch 64.) T = 1 divides by nothing: x / 1
+    is x."""
+    s = scratch or Scratch.empty(*logits.shape, logits)
+    scaled = torch.div(logits, temperature, out=s.probs) if temperature > 0 and temperature != 1 else logits
+    logp = torch.log_softmax(scaled, -1, out=s.logp)
     if temperature > 0:
-        cdf = logp.exp().double().cumsum(-1)
-        u = torch.rand(cdf.shape[0], 1, generator=gen, dtype=torch.float64, device=cdf.device)
+        cdf = s.cdf.copy_(torch.exp(logp, out=s.probs)).cumsum_(-1)  # float64 sums (the cast is exact)
+        u = torch.rand(batch, 1, generator=gen, dtype=torch.float64, device=cdf.device)
+        u = u if rows.numel() == batch else u[rows]
         tok = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=cdf.shape[1] - 1).squeeze(-1)
     else:
         tok = logits.argmax(-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+def _kept_rows(unfinished: torch.Tensor, count: int, batch: int) -> torch.Tensor | None:
+    """Which of the rows computed to keep computing (indices into them, in order), given which are unfinished
+    [M] and how many (`count`), or None to keep them all: the unfinished ones once they are at most `COMPACT_AT`
+    of the M, topped up with the first finished ones to `MIN_ROWS` (fewer rows would change the matmuls'
+    kernel); never fewer than `batch` rows when the batch itself has fewer than `MIN_ROWS`."""
+    m = unfinished.numel()
+    floor = min(MIN_ROWS, batch)
+    if m <= floor or count > COMPACT_AT * m:
+        return None
+    keep = unfinished
+    if count < floor:
+        keep = unfinished.clone()
+        keep[(~unfinished).nonzero().squeeze(1)[: floor - count]] = True
+    return keep.nonzero().squeeze(1)
 
 
 @torch.no_grad()
@@ -314,30 +521,40 @@ def sample(
     temperature: float,
     eos_ids: list[int],
     gen: torch.Generator,
+    weights: LlamaWeights | None = None,
 ) -> Sampled:
     """Sample up to `max_new_tokens` tokens after each left-padded prompt row of `input_ids` [B, P] (`keep`: its
-    attention mask), from the model with its adapter state of the moment (module docstring)."""
-    w = llama_weights(model)
+    attention mask), from the model with its adapter state of the moment (module docstring); `weights`: that
+    state's `llama_weights(model)` when the caller has it already (several batches of one adapter state)."""
+    w = weights or llama_weights(model)
     b, p = input_ids.shape
     device = input_ids.device
     cache = KVCache.empty(w, keep.bool(), p + max_new_tokens)
     cos, sin = _rope_table(w, p + max_new_tokens, device)
     pos = (keep.long().cumsum(-1) - 1).clamp(min=0)  # real tokens before each position
-    logits = _prefill(w, input_ids, keep.bool(), (cos, sin), pos, cache)
+    scratch = Scratch.empty(b, w.head.shape[0], w.head)
+    logits = prefill_distinct(w, input_ids, keep.bool(), (cos[pos][:, None], sin[pos][:, None]), cache, scratch.logits)
     nxt = pos[:, -1:] + 1
     eos = torch.tensor(eos_ids, device=device)
     tokens = torch.zeros(b, max_new_tokens, dtype=torch.long, device=device)
     logprobs = torch.zeros(b, max_new_tokens, device=device)
-    done = torch.zeros(b, dtype=torch.bool, device=device)
+    rows = torch.arange(b, device=device)  # the batch rows computed
+    unfinished = torch.ones(b, dtype=torch.bool, device=device)  # of those rows
     steps = 0
     for t in range(max_new_tokens):
-        tok, lp = _draw(logits.float(), temperature, gen)
-        tokens[:, t], logprobs[:, t] = tok, lp
+        tok, lp = _draw(logits, temperature, gen, rows, b, scratch.rows(rows.numel()))
+        tokens[rows, t], logprobs[rows, t] = tok, lp
         steps = t + 1
-        done |= torch.isin(tok, eos)
-        if t + 1 == max_new_tokens or bool(done.all()):
+        unfinished &= ~torch.isin(tok, eos)
+        count = int(unfinished.sum())
+        if t + 1 == max_new_tokens or count == 0:
             break
+        kept = _kept_rows(unfinished, count, b)
+        if kept is not None:
+            cache = cache.rows(kept, p + t)
+            rows, tok, nxt, unfinished = (x[kept] for x in (rows, tok, nxt, unfinished))
         rope = (cos[nxt][:, None], sin[nxt][:, None])
-        logits = forward(w, tok[:, None], rope, cache, p + t, cache.bias[:, None, None, : p + t + 1])
+        out = scratch.logits[: rows.numel()]
+        logits = forward(w, tok[:, None], rope, cache, p + t, cache.bias[:, None, None, : p + t + 1], out)
         nxt = nxt + 1
     return Sampled(tokens[:, :steps], logprobs[:, :steps])

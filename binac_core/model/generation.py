@@ -5,8 +5,8 @@ Callers depend only on `GenerationBackend.generate`. Two implementations:
   generator per call seeded with `SamplingParams.seed`, one draw of it seeding each batch, so a re-run reproduces
   the same samples on the same device). On Llama-architecture float32 models (tiny, micro, smol) it runs binac's
   own decode loop, `binac_core.model.decode.sample`: prefill, then one token per step over a preallocated KV cache,
-  the active LoRA adapter merged into copies of the weights, tokens drawn from the batch's own `torch.Generator`
-  (the global RNG is not touched). Why its own loop: at the tiny preset's size, transformers' `generate` spends most
+  the active LoRA adapter merged into copies of the weights (once per `generate` call), tokens drawn from the
+  batch's own `torch.Generator` (the global RNG is not touched). Why its own loop: at the tiny preset's size, transformers' `generate` spends most
   of its time in per-step Python (peft's wrappers, cache and mask objects, logits processors) and in
   `torch.multinomial`; the loop has 2.2x its tokens/s at batch 64 with the actor adapter, 3x at batch 8
   (bench/throughput.py; bench/results.md). Other
@@ -35,6 +35,7 @@ any generation (`check_context`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -161,18 +162,26 @@ class HFBackend:
         gen = torch.Generator().manual_seed(params.seed)
         with self.policy.using(adapter):
             lean = self.lean and decode.supports(self.policy.model)
+            weights = functools.cache(functools.partial(decode.llama_weights, self.policy.model))
             for start in range(0, len(prompts), self.batch_size):
                 chunk = [self.render(m, params.max_new_tokens) for m in prompts[start : start + self.batch_size]]
-                out.extend(self._generate_ids(chunk, params, gen, lean))
+                out.extend(self._generate_ids(chunk, params, gen, lean, weights))
+        weights.cache_clear()  # the merged copies go before the memory is handed back
         return_freed_memory()  # the batches' logits and KV caches: binac_core/model/memory.py
         return out
 
     def _generate_ids(
-        self, prompt_ids: list[list[int]], params: SamplingParams, gen: torch.Generator, lean: bool = True
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        gen: torch.Generator,
+        lean: bool = True,
+        weights=None,
     ) -> list[Generation]:
         """One batch: left-padded prompts, sampled by `binac_core.model.decode.sample` (`lean`) or transformers'
         `generate`, each seeded with one draw from the call's generator `gen`; completions cut after their first
-        end-of-turn token and decoded."""
+        end-of-turn token and decoded. `weights`: a callable giving the decode loop's merged weights, so that the
+        batches of one call merge the adapter once (`generate`); None: each batch merges its own."""
         tok = self.policy.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
         input_ids, mask = left_padded(prompt_ids, pad)
@@ -181,7 +190,14 @@ class HFBackend:
         if lean:
             own = torch.Generator(self.policy.device).manual_seed(seed)
             res = decode.sample(
-                self.policy.model, input_ids, mask, params.max_new_tokens, params.temperature, self.eos_ids, own
+                self.policy.model,
+                input_ids,
+                mask,
+                params.max_new_tokens,
+                params.temperature,
+                self.eos_ids,
+                own,
+                weights=weights() if weights else None,
             )
             new, tok_logp = res.tokens.cpu(), res.logprobs.cpu()
         else:

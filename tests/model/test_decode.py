@@ -81,11 +81,11 @@ def test_repeated_prompts_are_prefilled_once_and_decode_as_their_unique_rows(loa
     policy, ref = loaded
     prompts = [p for p in _prompts(4) for _ in range(3)]  # each prompt three times, as K feedbacks on one attempt
     prefilled = []
-    real = decode.forward
-    monkeypatch.setattr(decode, "forward", lambda w, ids, *a: prefilled.append(ids.shape) or real(w, ids, *a))
+    real = decode.prefill
+    monkeypatch.setattr(decode, "prefill", lambda w, ids, *a: prefilled.append(ids.shape) or real(w, ids, *a))
     greedy = HFBackend(policy, 12).generate(prompts, ref, SamplingParams(8, 0.0, 1.0, seed=0))
-    assert prefilled[0][0] == 4  # the prompt block: four rows, not twelve
-    monkeypatch.setattr(decode, "forward", real)
+    assert prefilled == [(4, prefilled[0][1])]  # the prompt block: four rows, not twelve
+    monkeypatch.setattr(decode, "prefill", real)
     unique = HFBackend(policy, 4).generate(_prompts(4), ref, SamplingParams(8, 0.0, 1.0, seed=0))
     assert [g.token_ids for g in greedy] == [g.token_ids for g in unique for _ in range(3)]
     sampled = HFBackend(policy, 12).generate(prompts, ref, SamplingParams(12, TEMPERATURE, 1.0, seed=3))
@@ -171,3 +171,45 @@ def test_first_tokens_follow_softmax_of_logits_over_temperature(loaded):
     # The recorded log-probs are those of that distribution.
     want = torch.log_softmax(logits / TEMPERATURE, -1)[out.tokens[:, 0]]
     assert torch.allclose(out.logprobs[:, 0], want, atol=LOGP_TOL, rtol=0)
+
+
+def test_leaving_out_finished_rows_and_padding_changes_no_number(loaded, monkeypatch):
+    """The loop stops computing finished rows (`KVCache.rows`), skips the prompts' padding in the prefill
+    (`_packed_prompt`) and prefills a few prompts at a time (`_prompt_chunks`); none of it changes a computed
+    number: every row's tokens and log-probs, up to its first end-of-turn token, are bitwise those of the batch
+    computed whole (`decode.MIN_ROWS` says why; on the CPU)."""
+    from binac_core.model.generation import left_padded
+
+    policy, ref = loaded
+    if policy.device.type != "cpu":
+        pytest.skip("bitwise row independence is measured for the CPU's BLAS only")
+    tok = policy.tokenizer
+    rendered = [
+        tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False) for m in _prompts(16)
+    ]
+    ids, mask = left_padded(rendered, tok.pad_token_id)
+    eos = HFBackend(policy, 1).eos_ids
+
+    def run():
+        with policy.using(ref):
+            out = decode.sample(policy.model, ids, mask, 12, TEMPERATURE, eos, torch.Generator().manual_seed(3))
+        ends = [next((j + 1 for j, t in enumerate(row) if t in eos), len(row)) for row in out.tokens.tolist()]
+        return [(out.tokens[i, :n], out.logprobs[i, :n]) for i, n in enumerate(ends)]
+
+    monkeypatch.setattr(decode, "PREFILL_POSITIONS", 3 * ids.shape[1])  # chunks of 3 prompts
+    kept, real_rows = [], decode.KVCache.rows
+    monkeypatch.setattr(
+        decode.KVCache, "rows", lambda self, index, end: kept.append(index.numel()) or real_rows(self, index, end)
+    )
+    lean = run()
+    assert kept and min(kept) >= decode.MIN_ROWS, "the check needs rows that finish early"
+    assert decode._packed_prompt(mask.bool()) is not None
+    assert len(decode._prompt_chunks(mask.bool())) > 1
+    compactions = len(kept)
+    monkeypatch.setattr(decode, "COMPACT_AT", 0.0)
+    monkeypatch.setattr(decode, "_packed_prompt", lambda keep: None)
+    monkeypatch.setattr(decode, "PREFILL_POSITIONS", 10**9)
+    whole = run()
+    assert len(kept) == compactions  # computed whole this time
+    for (t1, l1), (t2, l2) in zip(lean, whole, strict=True):
+        assert torch.equal(t1, t2) and torch.equal(l1, l2)

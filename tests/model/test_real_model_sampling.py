@@ -44,19 +44,28 @@ def _prompts(n=16):
     return [[{"role": "user", "content": f"Solve: {k}+3-{k % 3}"}] for k in range(n)]
 
 
-def _spy_sampler(monkeypatch, lean: bool) -> list[torch.Tensor]:
-    """The distributions the sampler draws from, one [B, V] tensor per step: the probabilities handed to
-    `torch.multinomial` (transformers' sampler) or the differences of the cumulative sums handed to
-    `torch.searchsorted` (`binac_core.model.decode._draw`)."""
-    drawn = []
+def _spy_sampler(monkeypatch, lean: bool) -> list[dict[int, torch.Tensor]]:
+    """The distributions the sampler draws from, one {batch row: [V] tensor} per step: the probabilities handed to
+    `torch.multinomial` (transformers' sampler, every row at every step) or the differences of the cumulative sums
+    handed to `torch.searchsorted` by `binac_core.model.decode._draw`, for the rows its `rows` argument names (the
+    decode loop stops computing finished rows)."""
+    from binac_core.model import decode
+
+    drawn, computed = [], []
     name = "searchsorted" if lean else "multinomial"
-    real = getattr(torch, name)
+    real, real_draw = getattr(torch, name), decode._draw
+
+    def draw(logits, temperature, gen, rows, *rest):
+        computed.append(rows.tolist())
+        return real_draw(logits, temperature, gen, rows, *rest)
 
     def spy(probs, *a, **k):
-        drawn.append(torch.diff(probs, dim=-1, prepend=probs[:, :1] * 0) if lean else probs.detach().clone())
+        dist = torch.diff(probs, dim=-1, prepend=probs[:, :1] * 0) if lean else probs.detach().clone()
+        drawn.append(dict(zip(computed[-1] if lean else range(len(dist)), dist, strict=True)))
         return real(probs, *a, **k)
 
     monkeypatch.setattr(torch, name, spy)
+    monkeypatch.setattr(decode, "_draw", draw)
     return drawn
 
 
@@ -71,7 +80,7 @@ def test_sampling_ignores_the_shipped_generation_config_and_stops_on_both_end_to
     gens = backend.generate(_prompts(), ref, SamplingParams(16, TEMPERATURE, 1.0, seed=3))
     monkeypatch.undo()
     assert drawn, "the sampler never ran"
-    vocab = drawn[0].shape[-1]
+    vocab = drawn[0][0].shape[-1]
     beyond_top3 = 0
     for i, g in enumerate(gens):
         for t, (tok, lp) in enumerate(zip(g.token_ids, g.logprobs, strict=True)):
