@@ -57,7 +57,7 @@ from binac_core.reports.plots import METHOD_ORDER, seed_band
 from binac_core.reports.report import sandbox_line
 from binac_core.rl.evaluation import greedy_evaluated
 from binac_core.rl.methods import method_spec
-from binac_core.studies import hypotheses_v3
+from binac_core.studies import critic_curves, hypotheses_v3
 from binac_core.studies.pilot_rule import changed_fields, choose_paired, edges
 from binac_core.studies.run_values import (
     AXES,
@@ -148,6 +148,9 @@ def build_study_report(
                 axis=axis,
             )
         lines += _critic_tables(st, rr)
+        curve_lines, curve_files = critic_curves.section(st, rr, _arms(st), out_dir, regime.name)
+        lines += curve_lines
+        files += curve_files
         lines += _gains(st, rr)
         png = out_dir / f"study-{regime.name}.png"
         if rr:
