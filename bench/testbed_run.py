@@ -9,9 +9,9 @@ paired; the settings are the third study's (`SETTINGS`: difficulty 7, `actor_lr`
 its evaluations included. Both sides run on the same base model's weights (`--base`, by default the third study's
 archived base), copied into each side's workspace under that side's config digest, so neither pretrains.
 
-Reported (and written to OUT/testbed_run.json): each pair's wall seconds and ratio with the load average at its
-start; the median over seeds of each phase's seconds (`perf/<phase>_s`, `bench.stage_costs.phase_totals`); and,
-per seed, the areas under held-out acc_single and acc_feedback (`pilot_rule.curve_area` over the evaluations)
+Reported (and written to OUT/testbed_run.json, which a rerun resumes: seeds already there are not run again):
+each pair's wall and CPU seconds and their ratios, with the load average at its start and at each run's end;
+the median over seeds of each phase's seconds (`perf/<phase>_s`, `bench.stage_costs.phase_totals`); and, per seed, the areas under held-out acc_single and acc_feedback (`pilot_rule.curve_area` over the evaluations)
 on each side, with the mean paired difference and its 95 % t interval: the check that a change which alters the
 random stream (float rounding in another order is enough for sampling to diverge) leaves what a run learns the
 same within 3 points (bench/results.md). A run's wall time includes its process start and its evaluations.
@@ -60,8 +60,19 @@ def seed_workspace(side: Path, home: Path, base: Path) -> None:
         shutil.copytree(base, target)
 
 
+def extra_settings(side: Path, home: Path) -> dict:
+    """Settings that keep `side`'s run doing the work the other side's does: measurements added since (the fixed
+    attempt bank, `bank.enabled`, scored at every evaluation) turned off where `side`'s config has them."""
+    code = "from binac_core.foundation.config import Config as C; print('bank' in C.model_fields)"
+    has_bank = subprocess.run(
+        [sys.executable, "-c", code], cwd=side, env=_env(side, home), capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return {"bank.enabled": "false"} if has_bank == "True" else {}
+
+
 def _train(side: Path, home: Path, seed: int, steps: int, log: Path) -> subprocess.Popen:
-    sets = [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
+    settings = {**SETTINGS, **extra_settings(side, home)}
+    sets = [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]
     args = ["train", "--preset", "testbed", "--method", "binac", "--steps", str(steps), "--seed", str(seed), *sets]
     out = log.open("w")
     return subprocess.Popen(
@@ -70,19 +81,29 @@ def _train(side: Path, home: Path, seed: int, steps: int, log: Path) -> subproce
 
 
 def run_pair(sides: dict[str, Path], homes: dict[str, Path], seed: int, steps: int, out: Path) -> dict:
-    """Both sides' runs of `seed` started together; their wall seconds and exit codes."""
+    """Both sides' runs of `seed` started together: their wall seconds and CPU seconds (user + system of the run's
+    process and the processes it waited for, `os.wait4`: what the run cost the machine, which moves less with the
+    other jobs' load than its wall time does), and the load average at the start and at each end."""
     load = os.getloadavg()[0]
     start = time.perf_counter()
     procs = {name: _train(sides[name], homes[name], seed, steps, out / f"{name}-s{seed}.log") for name in sides}
     wall: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    end_load: dict[str, float] = {}
     while len(wall) < len(procs):
         for name, p in procs.items():
-            if name not in wall and p.poll() is not None:
-                if p.returncode != 0:
-                    raise SystemExit(f"{name} seed {seed} failed: see {out / f'{name}-s{seed}.log'}")
-                wall[name] = time.perf_counter() - start
+            if name in wall:
+                continue
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid == 0:
+                continue
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"{name} seed {seed} failed: see {out / f'{name}-s{seed}.log'}")
+            wall[name] = time.perf_counter() - start
+            cpu[name] = usage.ru_utime + usage.ru_stime
+            end_load[name] = os.getloadavg()[0]
         time.sleep(0.5)
-    return {"seed": seed, "load": load, "wall": wall}
+    return {"seed": seed, "load": load, "wall": wall, "cpu": cpu, "end_load": end_load}
 
 
 def run_values(home: Path, steps: int) -> dict[int, dict]:
@@ -117,12 +138,22 @@ def report(pairs: list[dict], values: dict[str, dict[int, dict]]) -> str:
     from binac_core.foundation.stats import t_interval
     from binac_core.foundation.timing import PHASES
 
-    lines = ["| seed | load at start | before s | after s | before / after |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "| seed | load at start / at after's end / at before's end | wall s before | after | before / after "
+        "| CPU s before | after | before / after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for p in pairs:
-        b, a = p["wall"]["before"], p["wall"]["after"]
-        lines.append(f"| {p['seed']} | {p['load']:.1f} | {b:.0f} | {a:.0f} | {b / a:.2f} |")
-    ratios = [p["wall"]["before"] / p["wall"]["after"] for p in pairs]
-    lines += ["", f"median before / after: **{statistics.median(ratios):.2f}** [{min(ratios):.2f}-{max(ratios):.2f}]"]
+        (b, a), (cb, ca) = ((p[k]["before"], p[k]["after"]) for k in ("wall", "cpu"))
+        ends = " / ".join(f"{p['end_load'][s]:.1f}" for s in ("after", "before"))
+        lines.append(
+            f"| {p['seed']} | {p['load']:.1f} / {ends} | {b:.0f} | {a:.0f} | {b / a:.2f} | {cb:.0f} | {ca:.0f} "
+            f"| {cb / ca:.2f} |"
+        )
+    for kind in ("wall", "cpu"):
+        ratios = [p[kind]["before"] / p[kind]["after"] for p in pairs]
+        lines += ["", f"median before / after ({kind}): **{statistics.median(ratios):.2f}** "]
+        lines[-1] += f"[{min(ratios):.2f}-{max(ratios):.2f}]"
     lines += ["", "| side | " + " | ".join(PHASES) + " |", "| --- | " + " | ".join("---" for _ in PHASES) + " |"]
     for side in ("before", "after"):
         med = {p: statistics.median(v["phases"][p] for v in values[side].values()) for p in PHASES}
@@ -155,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in sides:
         seed_workspace(sides[name], homes[name], args.base)
     record = args.out / "testbed_run.json"
-    pairs = json.loads(record.read_text())["pairs"] if args.report_only else []
-    for seed in [] if args.report_only else [int(s) for s in args.seeds.split(",")]:
+    pairs = json.loads(record.read_text())["pairs"] if record.exists() else []
+    done = {p["seed"] for p in pairs}
+    for seed in [] if args.report_only else [int(s) for s in args.seeds.split(",") if int(s) not in done]:
         pairs.append(run_pair(sides, homes, seed, args.steps, args.out))
         record.write_text(json.dumps({"pairs": pairs}, indent=1))  # each pair kept as it finishes
     values = {name: run_values(homes[name], args.steps) for name in sides}

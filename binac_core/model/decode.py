@@ -65,6 +65,11 @@ output row of `F.linear` is bitwise the same whatever the other rows of the inpu
 up (measured on torch 2.13's MKL sgemm, 1 thread, at the shapes of smol, micro, tiny and testbed: every subset of
 4 to 3,200 rows against the whole); 1 to 3 rows take another kernel, whose roundings differ."""
 
+CACHE_STEP = 32
+"""The KV cache grows by this many positions at a time (`KVCache.grown`): a decode step attends over the cache's
+whole capacity, a contiguous block (a slice of a larger buffer would make its matmuls read a strided batch, about
+1.5x slower at testbed sizes, bench/results.md), with the positions not yet written masked; growing in steps keeps
+the masked positions few."""
 ATTEND_CHUNK = 1 << 17
 """Attention scores computed at once (`_attend`): 512 KiB of float32, so that a chunk and the softmax's output fit
 in a core's 1-2 MiB L2 cache."""
@@ -207,9 +212,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 @dataclass(frozen=True)
 class KVCache:
-    """Keys and values of every layer, [layers, B, kv_heads, capacity, D] each, preallocated for the prompt width
-    plus the answer budget; `bias` [B, capacity] is added to the attention scores: 0 where a query may attend,
-    -inf on left padding."""
+    """Keys and values of every layer, [layers, B, kv_heads, capacity, D] each: the prompt width plus up to
+    `CACHE_STEP` answer positions, grown as the answers grow (`grown`); `bias` [B, capacity] is added to the
+    attention scores: 0 where a query may attend, -inf on left padding and on positions not yet written (`open`)."""
 
     keys: torch.Tensor
     values: torch.Tensor
@@ -221,7 +226,22 @@ class KVCache:
         shape = (len(w.layers), b, w.kv_heads, capacity, w.head_dim)
         bias = w.embed.new_zeros(b, capacity)
         bias[:, :width].masked_fill_(~keep_prompt, float("-inf"))
-        return KVCache(w.embed.new_empty(shape), w.embed.new_empty(shape), bias)
+        bias[:, width:] = float("-inf")  # not yet written (`open`)
+        return KVCache(w.embed.new_zeros(shape), w.embed.new_zeros(shape), bias)
+
+    def grown(self, capacity: int) -> KVCache:
+        """A copy with room for `capacity` positions, the new ones zero and masked."""
+        old = self.keys.shape[3]
+        keys = self.keys.new_zeros((*self.keys.shape[:3], capacity, self.keys.shape[4]))
+        values = torch.zeros_like(keys)
+        keys[:, :, :, :old], values[:, :, :, :old] = self.keys, self.values
+        bias = self.bias.new_full((self.bias.shape[0], capacity), float("-inf"))
+        bias[:, :old] = self.bias
+        return KVCache(keys, values, bias)
+
+    def open(self, position: int) -> None:
+        """Let queries attend to `position` (a generated token's, written by the step that computes it)."""
+        self.bias[:, position] = 0.0
 
     def part(self, rows: slice) -> KVCache:
         """The cache of the batch rows `rows`: views of this cache's buffers."""
@@ -307,7 +327,8 @@ def _attention(
     end = start + n
     cache.keys[i, :, :, start:end] = qk[:, h:]
     cache.values[i, :, :, start:end] = qkv[:, h + kvh :]
-    out = _attend(qk[:, :h], cache.keys[i, :, :, :end], cache.values[i, :, :, :end], bias, d**-0.5)
+    seen = bias.shape[-1]  # the cached positions attended to: `end`, or the whole capacity at a decode step
+    out = _attend(qk[:, :h], cache.keys[i, :, :, :seen], cache.values[i, :, :, :seen], bias, d**-0.5)
     return w.layers[i].o(at.pack(out.transpose(1, 2).reshape(b, n, h * d)))
 
 
@@ -529,7 +550,7 @@ def sample(
     w = weights or llama_weights(model)
     b, p = input_ids.shape
     device = input_ids.device
-    cache = KVCache.empty(w, keep.bool(), p + max_new_tokens)
+    cache = KVCache.empty(w, keep.bool(), p + min(max_new_tokens, CACHE_STEP))
     cos, sin = _rope_table(w, p + max_new_tokens, device)
     pos = (keep.long().cumsum(-1) - 1).clamp(min=0)  # real tokens before each position
     scratch = Scratch.empty(b, w.head.shape[0], w.head)
@@ -555,6 +576,9 @@ def sample(
             rows, tok, nxt, unfinished = (x[kept] for x in (rows, tok, nxt, unfinished))
         rope = (cos[nxt][:, None], sin[nxt][:, None])
         out = scratch.logits[: rows.numel()]
-        logits = forward(w, tok[:, None], rope, cache, p + t, cache.bias[:, None, None, : p + t + 1], out)
+        if p + t == cache.keys.shape[3]:
+            cache = cache.grown(min(p + max_new_tokens, p + t + CACHE_STEP))
+        cache.open(p + t)
+        logits = forward(w, tok[:, None], rope, cache, p + t, cache.bias[:, None, None, :], out)
         nxt = nxt + 1
     return Sampled(tokens[:, :steps], logprobs[:, :steps])

@@ -18,8 +18,9 @@ from binac_core.model.generation import Generation  # noqa: E402
 
 def test_flop_count_is_that_of_the_loops_matmuls():
     """A call of 4 unpadded prompts of 10 tokens and 3 new tokens each, no end-of-turn: the matmul FLOPs the loop
-    runs (torch's flop counter) are the counted work, plus the prefill's masked upper triangle of attention, which
-    the loop computes and the count leaves out (no output needs it), plus the RoPE table's."""
+    runs (torch's flop counter) are the counted work, plus the prefill's masked upper triangle of attention and
+    each decode step's masked positions not yet written (a step attends over the cache's whole capacity), which the
+    loop computes and the count leaves out (no output needs them), plus the RoPE table's."""
     model = roofline.testbed_model(0.0)
     shapes = roofline.Shapes.of(model.config)
     b, p, new = 4, 10, 3
@@ -29,6 +30,7 @@ def test_flop_count_is_that_of_the_loops_matmuls():
     work = roofline.Work()
     work.batch(shapes, [p] * b, [new] * b, peak=1.0, bandwidth=float("inf"))
     masked = b * shapes.attention_flops(1) * (p * p - p * (p + 1) // 2)
+    masked += b * shapes.attention_flops(1) * sum((p + new) - (p + t + 1) for t in range(new - 1))
     rope_table = 2 * (shapes.head_dim // 2) * (p + new)  # the rotary module's frequencies x positions, once a call
     assert counter.get_total_flops() == work.flops + masked + rope_table
     assert work.floor_s == work.flops  # at 1 FLOP/s and infinite bandwidth every phase is compute bound
