@@ -11,8 +11,9 @@ archived base), copied into each side's workspace under that side's config diges
 
 Reported (and written to OUT/testbed_run.json, which a rerun resumes: seeds already there are not run again):
 each pair's wall and CPU seconds and their ratios, with the load average at its start and at each run's end;
-the median over seeds of each phase's seconds (`perf/<phase>_s`, `bench.stage_costs.phase_totals`); and, per seed, the areas under held-out acc_single and acc_feedback (`pilot_rule.curve_area` over the evaluations)
-on each side, with the mean paired difference and its 95 % t interval: the check that a change which alters the
+the median over seeds of each phase's seconds (`perf/<phase>_s`, `bench.stage_costs.phase_totals`); and, per
+seed, the areas under held-out acc_single and acc_feedback (`pilot_rule.curve_area` over the evaluations) on each
+side, with the mean paired difference and its 95 % t interval: the check that a change which alters the
 random stream (float rounding in another order is enough for sampling to diverge) leaves what a run learns the
 same within 3 points (bench/results.md). A run's wall time includes its process start and its evaluations.
 """
