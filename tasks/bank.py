@@ -30,11 +30,11 @@ def build_bank(cfg_d: dict, base: StageFile, weights: str, seed: int) -> StageFi
     """The bank of the config on the base whose weights hash is `weights`: the stored one where it exists, else
     sampled and written atomically (`workspace().bank_file`). Not cached by Prefect: the file is the cache."""
     cfg = config(cfg_d)
-    path = workspace().bank_file(f"bank-{banks.bank_key(cfg, weights)}")
+    path = workspace().bank_file(banks.bank_name(weights, banks.bank_key(cfg, weights)))
     if path.exists():
         return _existing(path)
     _, backend = loaded(cfg_d, base, seed)
-    return write_json(path, banks.build_bank(backend, cfg, banks.bank_key(cfg, weights)).to_json())
+    return write_json(path, banks.build_bank(backend, cfg, weights).to_json())
 
 
 @task(name="frozen-bank", cache_policy=NO_CACHE)
@@ -42,7 +42,7 @@ def frozen_bank(cfg_d: dict, base: StageFile, bank: StageFile, seed: int) -> Sta
     """The frozen base critic's feedback on the bank: the stored file where it exists (`bank.frozen_key`), else
     sampled once and written atomically beside the bank."""
     cfg, found = config(cfg_d), banks.Bank.from_json(read_json(bank))
-    path = workspace().bank_file(f"bank-{found.key}-frozen-{banks.frozen_key(cfg, found.key)}")
+    path = workspace().bank_file(banks.frozen_name(cfg, found))
     if path.exists():
         return _existing(path)
     _, backend = loaded(cfg_d, base, seed)

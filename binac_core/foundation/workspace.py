@@ -8,7 +8,7 @@ Layout:
     data/<benchmark>-<digest>/   the problem splits of a task config, one JSON file per split
     models/base-<digest>/        tiny base models built here (shared by every run with the same model config;
                                  `BINAC_MODEL_CACHE` moves them to a folder shared by several workspaces)
-    models/banks/bank-<key>.json the critic's fixed attempt banks, by base weights and settings, and the frozen
+    models/banks/bank-<w>-<key>  the critic's fixed attempt banks, by base weights and settings, and the frozen
                                  critic's feedback on each (binac_core/rl/bank.py; moves with `BINAC_MODEL_CACHE`)
     weights_sha256.json          the weights hashes of base models, by file identity (binac_core/model/weights.py)
     runs/<run_key>/              adapter and optimizer checkpoints, rollout files, per-step outputs

@@ -12,7 +12,8 @@ after `bank.max_attempts` attempts refuses in one line. The problems come from a
 Keying: a bank is named by the sha256 of what determines it (`bank_key`): the base's weights hash, the task
 settings but the training split's size, the bank settings but `enabled`, and the actor's evaluation sampling
 settings. It is written atomically under `$BINAC_HOME/models/banks/` (beside the base models: `BINAC_MODEL_CACHE`
-moves it too) and reused wherever it exists. The frozen base critic's feedback on it is a file of its own,
+moves it too), its file named by the base's hash and its key (`bank_name`), and reused wherever it exists; a
+study's archive keeps the banks of its base (binac_core/store/archive.py). The frozen base critic's feedback on it is a file of its own,
 keyed also by the critic's sampling settings (`frozen_key`): computed once per bank, not per evaluation.
 
 Scoring (`score_bank`): one feedback per bank attempt, sampled at the evaluation temperature with one seed per
@@ -98,17 +99,35 @@ class BankSplit:
 
 @dataclass(frozen=True)
 class Bank:
-    """The bank: its key and its splits (`SPLITS`)."""
+    """The bank: its key, the weights hash of the base it was sampled from, and its splits (`SPLITS`)."""
 
     key: str
+    weights: str
     splits: dict[str, BankSplit]
 
+    @property
+    def name(self) -> str:
+        """Its file's name (`bank_name`)."""
+        return bank_name(self.weights, self.key)
+
     def to_json(self) -> dict:
-        return {"key": self.key, "splits": {s: b.to_json() for s, b in self.splits.items()}}
+        splits = {s: b.to_json() for s, b in self.splits.items()}
+        return {"key": self.key, "weights": self.weights, "splits": splits}
 
     @classmethod
     def from_json(cls, d: dict) -> Bank:
-        return cls(d["key"], {s: BankSplit.from_json(b) for s, b in d["splits"].items()})
+        return cls(d["key"], d["weights"], {s: BankSplit.from_json(b) for s, b in d["splits"].items()})
+
+
+def bank_name(weights: str, key: str) -> str:
+    """A bank's file name (without `.json`): `bank-<the base's weights hash, 12 digits>-<key>`, so the banks of a
+    base are found by its hash (a study's archive copies them, binac_core/store/archive.py)."""
+    return f"bank-{weights[:12]}-{key}"
+
+
+def frozen_name(cfg: Config, bank: Bank) -> str:
+    """The file name of the frozen base critic's feedback on `bank`: the bank's, then `-frozen-<frozen_key>`."""
+    return f"{bank.name}-frozen-{frozen_key(cfg, bank.key)}"
 
 
 Draw = Callable[[int, int], tuple[list[dict], list[Attempt], list[float]]]
@@ -141,8 +160,8 @@ def fill_split(draw: Draw, right: int, wrong: int, batch: int, max_attempts: int
     return BankSplit(ScoredBatch(attempts, rewards), rows, sampled)
 
 
-def build_bank(backend: GenerationBackend, cfg: Config, key: str) -> Bank:
-    """The bank of `cfg` on the backend's base model (module docstring), named `key` (`bank_key`)."""
+def build_bank(backend: GenerationBackend, cfg: Config, weights: str) -> Bank:
+    """The bank of `cfg` on the backend's base model, whose weights hash is `weights` (module docstring)."""
     benchmark, task, b, g = cfg.task.benchmark, cfg.task, cfg.bank, cfg.generation
     held_out = frozenset(r["question"] for s in ("eval", "val") for r in benchmarks.get(benchmark).load_rows(task, s))
 
@@ -158,7 +177,8 @@ def build_bank(backend: GenerationBackend, cfg: Config, key: str) -> Bank:
         return draw
 
     return Bank(
-        key,
+        bank_key(cfg, weights),
+        weights,
         {s: fill_split(drawer(s), b.right, b.wrong, b.batch_problems, b.max_attempts, f"bank {s}") for s in SPLITS},
     )
 

@@ -101,7 +101,8 @@ class ScriptedBase:
 
 def test_a_bank_built_on_a_scripted_base_has_exact_sizes_per_split_and_is_scored_without_refinements():
     cfg, backend = _micro(), ScriptedBase()
-    bank = banks.build_bank(backend, cfg, "k")
+    bank = banks.build_bank(backend, cfg, "ab" * 32)
+    assert (bank.key, bank.name) == (banks.bank_key(cfg, "ab" * 32), f"bank-{'ab' * 6}-{bank.key}")
     assert set(bank.splits) == {"val", "eval"}
     for part in bank.splits.values():
         rewards = part.scored.first_rewards
@@ -133,7 +134,7 @@ def test_a_stored_bank_is_reused_not_sampled_again(tmp_path, monkeypatch):
     monkeypatch.setattr(stage, "loaded", lambda cfg_d, base, seed: loads.append(seed) or (None, backend))
     cfg_d = cfg.model_dump(mode="json")
     first = stage.build_bank.fn(cfg_d, None, "ab" * 32, 0)
-    assert loads == [0] and first.path.endswith(f"banks/bank-{banks.bank_key(cfg, 'ab' * 32)}.json")
+    assert loads == [0] and first.path.endswith(f"banks/bank-{'ab' * 6}-{banks.bank_key(cfg, 'ab' * 32)}.json")
     assert stage.build_bank.fn(cfg_d, None, "ab" * 32, 5) == first and loads == [0]
     frozen = stage.frozen_bank.fn(cfg_d, None, first, 0)
     assert stage.frozen_bank.fn(cfg_d, None, first, 0) == frozen and loads == [0, 0]
