@@ -5,7 +5,8 @@ Per iteration:  sample problems → actor attempts y0 → [critic feedback z →
 `train.critic_every`-th iteration)]
 → store trajectories, log metrics → every k iterations: evaluate (single, feedback, gated@K; code benchmarks
 also feedback_exec, gated_exec; the synthetic task also single_greedy, `generation.eval_greedy`), with the feedback
-source the method trains with.
+source the method trains with; with `bank.enabled`, a method that trains its critic also scores it and the frozen
+base critic on the fixed attempt bank, built once per base before the first evaluation (binac_core/rl/bank.py).
 Brackets depend on the method (binac_core/rl/methods.py). Every stage is cached on its inputs, so re-running the
 same command reuses finished work and a killed run resumes where it stopped.
 The iteration is `binac_core.rl.loop.run_iteration`, the one the in-memory path runs too, here over the cached
