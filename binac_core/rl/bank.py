@@ -13,8 +13,9 @@ Keying: a bank is named by the sha256 of what determines it (`bank_key`): the ba
 settings but the training split's size, the bank settings but `enabled`, and the actor's evaluation sampling
 settings. It is written atomically under `$BINAC_HOME/models/banks/` (beside the base models: `BINAC_MODEL_CACHE`
 moves it too), its file named by the base's hash and its key (`bank_name`), and reused wherever it exists; a
-study's archive keeps the banks of its base (binac_core/store/archive.py). The frozen base critic's feedback on it is a file of its own,
-keyed also by the critic's sampling settings (`frozen_key`): computed once per bank, not per evaluation.
+study's archive keeps the banks of its base (binac_core/store/archive.py). The frozen base critic's feedback on
+it is a file of its own, keyed also by the critic's sampling settings (`frozen_key`): computed once per bank, not
+per evaluation.
 
 Scoring (`score_bank`): one feedback per bank attempt, sampled at the evaluation temperature with one seed per
 (bank, split) for every critic, the frozen one included (common random numbers: the trained and the frozen critic
