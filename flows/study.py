@@ -10,7 +10,9 @@ of the `train` deployment, fanned out over the Prefect work pool's workers, then
 With an archive folder (`binac study FILE --archive DIR`, `binac_core/store/archive.py`), its base models and
 finished runs are restored into the store first (a fresh `$BINAC_HOME` on another machine reruns only what the
 archive lacks) and every run is archived as it finishes, and again before the report; the archive keeps its bases'
-weights hashes, and a base that differs from the archive's, or from what the archived runs recorded, refuses.
+weights hashes, and a base that differs from the archive's, or from what the archived runs recorded, refuses. The
+critic's attempt banks of the base (binac_core/rl/bank.py) are restored with the bases and archived before the
+report.
 
 Runs on the machine that starts it (`binac study FILE`) against a Prefect server (PREFECT_API_URL); the training
 runs themselves run wherever the pool's workers are. Re-running the same command resumes: finished runs are
@@ -36,7 +38,14 @@ from binac_core.rl.methods import method_spec
 from binac_core.runs.bases import STUDY_HINT, check_run, check_runs
 from binac_core.runs.plans import train_run_key
 from binac_core.store import tracking
-from binac_core.store.archive import export_finished, export_model, restore_models, restore_runs
+from binac_core.store.archive import (
+    export_banks,
+    export_finished,
+    export_model,
+    restore_banks,
+    restore_models,
+    restore_runs,
+)
 from binac_core.studies.study import (
     Study,
     choose_difficulties,
@@ -64,6 +73,8 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
     key, code = st.key(), stage_code_digest()
     if archive and (models := restore_models(ws, Path(archive))):
         _say(f"restored the base model(s) {', '.join(models)} from {archive}")
+    if archive and (banks := restore_banks(ws, Path(archive))):
+        _say(f"restored {len(banks)} attempt bank file(s) from {archive}")
     base = build_base_model(st.config().model_dump(mode="json"))
     weights = base_weights(base)
     _say(f"base model {base.path}: weights sha256 {weights}")
@@ -127,6 +138,8 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
             )
         if archive:
             _say(f"archived {len(export_finished(ws, Path(archive), keys))} more finished run(s) to {archive}")
+            if banks := export_banks(ws, Path(archive), weights):
+                _say(f"archived {len(banks)} attempt bank file(s) of the base to {archive}")
         outcome = collect(ws, runs, tracked)
         report = build_study_report(
             st,

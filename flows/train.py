@@ -5,7 +5,8 @@ Per iteration:  sample problems → actor attempts y0 → [critic feedback z →
 `train.critic_every`-th iteration)]
 → store trajectories, log metrics → every k iterations: evaluate (single, feedback, gated@K; code benchmarks
 also feedback_exec, gated_exec; the synthetic task also single_greedy, `generation.eval_greedy`), with the feedback
-source the method trains with.
+source the method trains with; with `bank.enabled`, a method that trains its critic also scores it and the frozen
+base critic on the fixed attempt bank, built once per base before the first evaluation (binac_core/rl/bank.py).
 Brackets depend on the method (binac_core/rl/methods.py). Every stage is cached on its inputs, so re-running the
 same command reuses finished work and a killed run resumes where it stopped.
 The iteration is `binac_core.rl.loop.run_iteration`, the one the in-memory path runs too, here over the cached
@@ -33,6 +34,7 @@ from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
 from binac_core.model.weights import PARAM
 from binac_core.reports.measures import CRITIC_INFORMATION
+from binac_core.rl.bank import banked
 from binac_core.rl.evaluation import greedy_evaluated, training_protocols
 from binac_core.rl.loop import IterationResult, StepContext, run_iteration
 from binac_core.rl.methods import MethodSpec
@@ -46,6 +48,7 @@ from binac_core.store.identity import RunIdentity
 from flows.bookkeeping import IterationLog
 from flows.reporting import closing_artifact, refuse
 from flows.stages import PrefectStages
+from tasks.bank import build_bank, frozen_bank, score_bank, store_bank
 from tasks.evaluate import evaluate, store_eval_exec
 from tasks.prepare import base_weights, build_base_model, init_adapters, prepare_data
 from tasks.store import store_eval, store_train_step
@@ -148,6 +151,8 @@ def _train(
         init_key = hashlib.sha256(f"{cfg.digest()}|{weights}|{code}|{fresh}".encode()).hexdigest()[:16]
         shared = ws.run_dir(f"init-{init_key}-s{seed}")
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
+        # The critic's fixed attempt bank, sampled once per base and settings (binac_core/rl/bank.py).
+        bank = build_bank(cfg_d, base, weights, seed) if banked(cfg, spec.train_critic) else None
         tags = {
             "method": method,
             "preset": cfg.name,
@@ -196,6 +201,7 @@ def _train(
                 run=run,
                 verdict=cfg.critic.verdict,
                 greedy=greedy,
+                bank=bank,
             )
             information: dict[int, dict[str, float]] = {}
             evals = {0: evaluation_point(actor=actor, critic=critic, at=StepContext(seed, 0, str(shared)))}
@@ -336,6 +342,7 @@ def _evaluation_point(
     samples=0,
     generated=0,
     greedy=False,
+    bank=None,
 ) -> dict:
     """Evaluate with the feedback source the method trains with (binac_core/rl/evaluation.py): self_correct with its
     fixed instruction, oracle_critic with the oracle, the others with the critic adapter (for grpo and
@@ -344,6 +351,9 @@ def _evaluation_point(
     critic's `feedback_frozen` where the two can be compared (`_frozen_too`). The source is tagged
     `eval_feedback_source`.
     `greedy`: also the greedy `single_greedy` protocol (`evaluation.greedy_evaluated`: `generation.eval_greedy`).
+    `bank`: the critic's attempt bank (its file; None: no bank): the method's critic and the frozen base critic
+    are scored on it, their `bank_<split>/*` metrics logged at the step (not copied to the budget axes, not in
+    the returned metrics), their rows stored (`_bank_point`).
     `verdict`: the config's `critic.verdict`. `samples`: the actor training samples so far, the step of the
     `eval_at_samples/` copies of the metrics;
     `generated`: the generated samples so far, the step of the `eval_at_generated/` copies. A method that never
@@ -375,4 +385,14 @@ def _evaluation_point(
         log_metrics(run_id, {f"eval_at_samples/{k.removeprefix('eval/')}": v for k, v in metrics.items()}, samples)
     log_metrics(run_id, {f"eval_at_generated/{k.removeprefix('eval/')}": v for k, v in metrics.items()}, generated)
     tracking.set_tags(workspace(), run_id, {"eval_feedback_source": source.value})
+    if bank is not None:
+        log_metrics(run_id, _bank_point(cfg_d, base, bank, critic=critic, run=run, at=at), step)
     return metrics
+
+
+def _bank_point(cfg_d, base, bank, *, critic, run: RunIdentity, at: StepContext) -> dict:
+    """The critic's attempt bank at an evaluation: the method's critic's feedback (sampled now), the frozen base
+    critic's (sampled once per bank), their rows stored; returns their `bank_<split>/*` metrics."""
+    method = score_bank(cfg_d, base, bank, critic, seed=at.seed, step=at.step, out_dir=at.out_dir)
+    frozen = frozen_bank(cfg_d, base, bank, at.seed)
+    return store_bank(run, at.step, bank, method, frozen)

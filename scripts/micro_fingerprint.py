@@ -1,16 +1,19 @@
 """A micro comparison's numbers, written so that two commits' can be compared byte for byte: a refactor that
 changes no logic must leave them equal.
 
-    python scripts/micro_fingerprint.py run OUT.json     # a fresh `binac compare` of every method on micro
+    python scripts/micro_fingerprint.py run OUT.json [KEY=VALUE ...]  # a fresh `binac compare` of every method on micro
     python scripts/micro_fingerprint.py dump HOME OUT.json  # the same of an existing workspace
-    python scripts/micro_fingerprint.py diff A.json B.json
+    python scripts/micro_fingerprint.py diff A.json B.json [--except-bank]
 
 `run` starts one `binac compare --preset micro --methods <all> --seeds 0 --steps 5` (the test suite's
 `micro_compare`) in a new workspace, then writes every stored trajectory row (every column but the run ids and
 `created_at`) and every metric point of every run (key, step, value; every key but `perf/*`, which times the
 machine), each run named by its method, seed and MLflow run name, not its id. Values are written with `repr`,
-so floats compare exactly. `diff` prints what differs and exits 1 if anything does. It compares what is stored,
-not the adapters' weights (tests/integration/test_micro_compare.py checks those).
+so floats compare exactly. `run`'s KEY=VALUE settings are passed on as `--set` (e.g. `bank.enabled=true`).
+`diff` prints what differs and exits 1 if anything does; with `--except-bank` it leaves out the critic's attempt
+bank (rows of splits `bank_val`, `bank_eval`; metrics `bank_*`), so a run with the bank on compares with one
+without it: everything else must be equal. It compares what is stored, not the adapters' weights
+(tests/integration/test_micro_compare.py checks those).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ IGNORED_COLUMNS = ("run_id", "parent_run_id", "created_at")
 IGNORED_METRIC_PREFIX = "perf/"
 
 
-def _compare(home: Path) -> None:
+def _compare(home: Path, settings: list[str]) -> None:
     from binac_core.rl.methods import METHODS
 
     env = {
@@ -56,6 +59,7 @@ def _compare(home: Path) -> None:
             "0",
             "--steps",
             "5",
+            *(arg for setting in settings for arg in ("--set", setting)),
         ],
         cwd=REPO,
         env=env,
@@ -87,6 +91,17 @@ def fingerprint(home: Path) -> dict:
     return {"columns": cols, "rows": rows, "metrics": dict(sorted(metrics.items()))}
 
 
+BANK_SPLITS = ("'bank_val'", "'bank_eval'")
+"""The attempt bank's `split` values as a row's repr holds them."""
+
+
+def without_bank(fp: dict) -> dict:
+    """`fp` without the attempt bank's rows and metrics (`--except-bank`)."""
+    rows = [r for r in fp["rows"] if not any(s in r for s in BANK_SPLITS)]
+    metrics = {run: {k: v for k, v in m.items() if not k.startswith("bank_")} for run, m in fp["metrics"].items()}
+    return {**fp, "rows": rows, "metrics": metrics}
+
+
 def diff(a: dict, b: dict) -> list[str]:
     """What differs between two fingerprints, one line each."""
     out = [] if a["columns"] == b["columns"] else [f"columns: {a['columns']} != {b['columns']}"]
@@ -106,17 +121,18 @@ def diff(a: dict, b: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["run"] and len(argv) == 2:
+    if argv[:1] == ["run"] and len(argv) >= 2:
         home = Path(tempfile.mkdtemp(prefix="binac-fingerprint-"))
-        _compare(home)
+        _compare(home, argv[2:])
         Path(argv[1]).write_text(json.dumps(fingerprint(home), indent=0))
         print(f"{argv[1]}: fingerprint of {home}")
         return 0
     if argv[:1] == ["dump"] and len(argv) == 3:
         Path(argv[2]).write_text(json.dumps(fingerprint(Path(argv[1])), indent=0))
         return 0
-    if argv[:1] == ["diff"] and len(argv) == 3:
-        found = diff(*(json.loads(Path(p).read_text()) for p in argv[1:]))
+    if argv[:1] == ["diff"] and len(argv) in (3, 4) and argv[3:] in ([], ["--except-bank"]):
+        prints = [json.loads(Path(p).read_text()) for p in argv[1:3]]
+        found = diff(*(map(without_bank, prints) if argv[3:] else prints))
         print("\n".join(found) if found else "identical: every row and every metric point but perf/*")
         return 1 if found else 0
     print(__doc__.split("\n\n")[1], file=sys.stderr)

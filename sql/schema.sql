@@ -9,8 +9,8 @@ CREATE TABLE trajectory_rows (
     preset          VARCHAR NOT NULL,  -- config preset name
     seed            INTEGER NOT NULL,  -- run seed
     step            INTEGER NOT NULL,  -- training iteration (eval rows: the iteration evaluated after)
-    split           VARCHAR NOT NULL,  -- train | eval
-    protocol        VARCHAR NOT NULL,  -- train rows: train; eval rows: single | feedback | gated | feedback_exec | gated_exec
+    split           VARCHAR NOT NULL,  -- train | eval; the critic's attempt bank: bank_val | bank_eval
+    protocol        VARCHAR NOT NULL,  -- train rows: train; eval rows: single | feedback | gated | feedback_exec | gated_exec; bank rows: bank | bank_frozen (no refinement)
     benchmark       VARCHAR NOT NULL,  -- synthetic | math500 | mbpp | gpqa_diamond | gsm8k ...
     problem_id      VARCHAR NOT NULL,  -- the problem's id in its split
     sample_idx      INTEGER NOT NULL,  -- index of the first attempt within its group

@@ -129,6 +129,8 @@ def test_identifiers_are_the_values_and_labels_live_in_one_mapping():
         "feedback_exec",
         "gated_exec",
         "feedback_frozen",
+        "bank",
+        "bank_frozen",
     ]
     # a member written anywhere is its identifier: shard names, tags, params and messages stay byte-identical
     assert f"eval-{EvalProtocol.FEEDBACK_FROZEN}" == "eval-feedback_frozen"

@@ -201,12 +201,38 @@ def make_split(task_cfg, split: str) -> list[dict]:
         )
     n = {"train": task_cfg.n_train, "eval": task_cfg.n_test, "val": task_cfg.n_val}[split]
     questions = sample_questions(task_cfg.data_seed, task_cfg.difficulty, split, n, task_cfg.modulus)
-    rows = [make_row(q) for q in questions]
+    return [posed(task_cfg, make_row(q)) for q in questions]
+
+
+def posed(task_cfg, row: dict) -> dict:
+    """`row` marked with how the task config poses it: its prompt style and the critic's form."""
     if task_cfg.prompt_style == "instruct":  # the row says how it is posed; the prompts below read it
-        rows = [{**r, "style": "instruct"} for r in rows]
+        row = {**row, "style": "instruct"}
     if task_cfg.critic_checks:  # the oracle writes the critic's form (`oracle_feedback`)
-        rows = [{**r, "checks": True} for r in rows]
-    return rows
+        row = {**row, "checks": True}
+    return row
+
+
+def bank_rows(task_cfg, split: str, seed: int, n: int, exclude: frozenset[str] = frozenset()) -> list[dict]:
+    """`n` distinct rows of the `eval` or `val` question split at `task_cfg`'s difficulty and modulus for the
+    critic's attempt bank (`binac_core.rl.bank`), deterministic in `seed`, from a random stream of their own (not
+    `sample_questions`'), leaving out the questions in `exclude` (the run's held-out rows); a split's first `n`
+    rows are the first `n` of any larger `n`. Raises when the question space is too small."""
+    if split not in ("eval", "val"):
+        raise BinacError(f"a bank split is eval or val (got {split!r})")
+    rng = random.Random(f"bank:{seed}:{split}:{task_cfg.difficulty}:m{task_cfg.modulus}")
+    out: dict[str, None] = {}
+    for _ in range(50 * n + 1000):
+        if len(out) == n:
+            break
+        q = random_question(rng, task_cfg.difficulty, task_cfg.modulus)
+        if q not in out and q not in exclude and split_of(q) == split:
+            out[q] = None
+    if len(out) < n:
+        raise BinacError(
+            f"difficulty {task_cfg.difficulty} has too few {split} problems for a bank of {n} (found {len(out)})"
+        )
+    return [posed(task_cfg, make_row(q)) for q in out]
 
 
 # --------------------------------------------------------------------------- prompts

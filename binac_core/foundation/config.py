@@ -358,6 +358,26 @@ class TrainConfig(_Section):
     """K of the oracle-assisted `acc_gated@K` protocol (feedback rounds, verifier-gated)."""
 
 
+class BankConfig(_Section):
+    enabled: bool = False
+    """Score the critic on a fixed attempt bank at every evaluation (`binac_core.rl.bank`, the `bank` protocol of
+    binac_core/rl/evaluation.py): the base actor's attempts at held-out problems, sampled once per base and stored,
+    scored by the method's critic and by the frozen base critic (first-error hits, false alarm, approves wrong,
+    approves right, verdict balanced accuracy, each with a 95 % interval). Runs for methods that train a critic;
+    needs a benchmark whose feedback can be analysed against the first wrong step (the synthetic task)."""
+    right: int = Field(200, gt=0)
+    """Right attempts (first answer graded right) the bank holds per split (`val`, `eval`), exactly."""
+    wrong: int = Field(400, gt=0)
+    """Wrong attempts the bank holds per split, exactly (the first ones sampled; later ones are dropped)."""
+    batch_problems: int = Field(256, gt=0)
+    """Problems per sampling batch while the bank fills (one attempt per problem, so attempts are independent)."""
+    max_attempts: int = Field(20000, gt=0)
+    """The most attempts sampled per split: a bank that is not full by then refuses in one line."""
+    seed: int = 0
+    """The bank's sampling seed (its problems and attempts): part of the bank's key; the critics' feedback on it
+    draws from streams of their own, never the evaluation's."""
+
+
 class GradingConfig(_Section):
     sandbox: Literal["bwrap", "rlimits"] = "bwrap"
     """The weakest isolation the code grader may run untrusted programs in (`binac_core.grading.sandbox`, threat
@@ -384,6 +404,17 @@ class Config(_Section):
     """RL settings for actor (GRPO) and critic (Bi-NAC upper level)."""
     grading: GradingConfig = GradingConfig()
     """How answers are graded (the code sandbox's required isolation)."""
+    bank: BankConfig = BankConfig()
+    """The fixed attempt bank the critic is scored on at every evaluation."""
+
+    @model_validator(mode="after")
+    def _bank_needs_analysis(self):
+        if self.bank.enabled and self.task.benchmark != "synthetic":
+            raise ValueError(
+                f"bank.enabled needs the synthetic task, whose feedback names a step (benchmark is "
+                f"{self.task.benchmark!r})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _stream_within_pretraining(self):

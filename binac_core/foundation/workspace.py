@@ -8,6 +8,8 @@ Layout:
     data/<benchmark>-<digest>/   the problem splits of a task config, one JSON file per split
     models/base-<digest>/        tiny base models built here (shared by every run with the same model config;
                                  `BINAC_MODEL_CACHE` moves them to a folder shared by several workspaces)
+    models/banks/bank-<w>-<key>  the critic's fixed attempt banks, by base weights and settings, and the frozen
+                                 critic's feedback on each (binac_core/rl/bank.py; moves with `BINAC_MODEL_CACHE`)
     weights_sha256.json          the weights hashes of base models, by file identity (binac_core/model/weights.py)
     runs/<run_key>/              adapter and optimizer checkpoints, rollout files, per-step outputs
     prefect/                     Prefect result storage (the task cache records)
@@ -55,6 +57,11 @@ class Workspace:
     def base_model_dir(self, digest: str) -> Path:
         """The tiny base model built from a config whose `Config.base_digest` is `digest`."""
         return self.models_root / f"base-{digest}"
+
+    def bank_file(self, name: str) -> Path:
+        """A file of the critic's attempt banks (binac_core/rl/bank.py): `models/banks/<name>.json`, beside the base
+        models they are sampled from."""
+        return self.models_root / "banks" / f"{name}.json"
 
     def problems_dir(self, benchmark: str, data_digest: str) -> Path:
         """The problem splits of one task config (`Config.data_digest`), written once (`prepare-data`)."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from binac_core.benchmarks.verdict import CORRECT, INCORRECT
 from binac_core.foundation.stats import per_seed, t_interval, wilson_interval
-from binac_core.reports.measures import CRITIC_HEALTH, verdict_counts, verdict_measures
+from binac_core.reports.measures import CRITIC_HEALTH, VerdictCounts, verdict_counts, verdict_measures
 
 GAINS = ("gain_when_flagged", "gain_when_approved")
 """The two measures in reward points (r1 − r0), not shares."""
@@ -72,15 +72,21 @@ def health_of_rows(rows: list[dict]) -> dict[str, str]:
         "balanced_accuracy": "–",
     }
     if values["balanced_accuracy"] is not None:
-        (a_lo, a_hi) = wilson_interval(c.wrong[INCORRECT], c.wrong.total())
-        (b_lo, b_hi) = wilson_interval(c.right[CORRECT], c.right.total())
-        cells["balanced_accuracy"] = (
-            f"{100 * values['balanced_accuracy']:.1f} [{100 * (a_lo + b_lo) / 2:.1f}, {100 * (a_hi + b_hi) / 2:.1f}]"
-        )
+        lo, hi = balanced_accuracy_interval(c)
+        cells["balanced_accuracy"] = f"{100 * values['balanced_accuracy']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
     for k, verdict in (("gain_when_flagged", INCORRECT), ("gain_when_approved", CORRECT)):
         n = len(c.gains.get(verdict, []))
         cells[k] = "–" if values[k] is None else f"{100 * values[k]:+.1f} (n={n})"
     return cells
+
+
+def balanced_accuracy_interval(c: VerdictCounts) -> tuple[float, float]:
+    """The interval of the balanced accuracy of counted rows: the mean of its two halves' 95 % Wilson bounds (wrong
+    attempts called `incorrect`, right attempts called `correct`). Where both halves' intervals cover their shares
+    (at least 90 % of the time, by Bonferroni) it covers the balanced accuracy."""
+    a_lo, a_hi = wilson_interval(c.wrong[INCORRECT], c.wrong.total())
+    b_lo, b_hi = wilson_interval(c.right[CORRECT], c.right.total())
+    return (a_lo + b_lo) / 2, (a_hi + b_hi) / 2
 
 
 def stored_health(ws, run_id: str) -> dict[str, dict[str, str]]:

@@ -163,6 +163,11 @@ def critic_error_measures(rows: list[dict]) -> dict[str, float | None]:
     feedback rows with a first-error analysis (columns `first_wrong_step`, `feedback_step` and, optionally,
     `feedback_approves` and `attempt_reward`: binac_core/store/records.py). Only `critic_approves_right` reads a
     reward (the first attempt's)."""
+    return {k: _share(part, whole) for k, (part, whole) in critic_error_counts(rows).items()}
+
+
+def critic_error_counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """The counts behind `critic_error_measures`: per measure, (rows that count, rows in its denominator)."""
     hits, alarms, approvals, wrong, right, judged = 0, 0, 0, 0, 0, 0
     for r in rows:
         if r["first_wrong_step"] is None:
@@ -175,22 +180,27 @@ def critic_error_measures(rows: list[dict]) -> dict[str, float | None]:
             judged += 1
             approvals += bool(r["feedback_approves"])
     return {
-        "critic_hits_first_error": _share(hits, wrong),
-        "critic_false_alarm": _share(alarms, right),
-        "critic_approves_wrong": _share(approvals, judged),
-        "critic_approves_right": critic_approves_right(rows),
+        "critic_hits_first_error": (hits, wrong),
+        "critic_false_alarm": (alarms, right),
+        "critic_approves_wrong": (approvals, judged),
+        "critic_approves_right": approves_right_counts(rows),
     }
 
 
 def critic_approves_right(rows: list[dict]) -> float | None:
     """Over feedback rows whose first attempt is right (`attempt_reward` > 0) and whose feedback was analysed
     (`feedback_approves` not None), the share that approves; None without such a row."""
+    return _share(*approves_right_counts(rows))
+
+
+def approves_right_counts(rows: list[dict]) -> tuple[int, int]:
+    """(approving rows, rows) behind `critic_approves_right`."""
     judged = [
         bool(r["feedback_approves"])
         for r in rows
         if r.get("feedback_approves") is not None and (r.get("attempt_reward") or 0) > 0
     ]
-    return _share(sum(judged), len(judged))
+    return sum(judged), len(judged)
 
 
 def usefulness(row: dict) -> int | None:
@@ -260,14 +270,15 @@ class VerdictCounts:
 
 def verdict_counts(rows: list[dict]) -> VerdictCounts:
     """`VerdictCounts` of rows (columns `feedback_verdict`, `attempt_reward`, `refined_reward`); rows without a
-    verdict are left out."""
+    verdict are left out, and rows without a refinement from the gains."""
     wrong, right, gains = Counter(), Counter(), defaultdict(list)
     for r in rows:
         verdict = r.get("feedback_verdict")
         if verdict is None:
             continue
         (right if verifier_verdict(r["attempt_reward"]) == CORRECT else wrong)[verdict] += 1
-        gains[verdict].append(r["refined_reward"] - r["attempt_reward"])
+        if r["refined_reward"] is not None:  # the attempt bank's rows have no refinement
+            gains[verdict].append(r["refined_reward"] - r["attempt_reward"])
     return VerdictCounts(wrong, right, dict(gains))
 
 

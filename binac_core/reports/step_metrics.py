@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from binac_core.foundation.stats import mean
 from binac_core.model.stage_io import ScoredBatch
+from binac_core.reports.bank_measures import bank_metrics
 from binac_core.reports.measures import (
     critic_error_measures,
     critic_information,
@@ -84,3 +85,16 @@ def health_metrics(prefix: str, rows: list[dict]) -> dict[str, float]:
     """The critic health measures (`measures.critic_verdict_measures`) of `rows`, named `prefix` + measure; none
     where no row has a verdict (no critic)."""
     return {prefix + k: v for k, v in critic_verdict_measures(rows).items() if v is not None}
+
+
+BANK_CRITICS = {EvalProtocol.BANK: "critic", EvalProtocol.BANK_FROZEN: "frozen_critic"}
+"""Which critic a bank protocol's rows are of, as its metrics name it (`bank_<split>/<critic>_<measure>`)."""
+
+
+def bank_step_metrics(rows: dict[tuple[EvalProtocol, str], list[dict]]) -> dict[str, float]:
+    """The attempt bank's metrics (`bank_measures.bank_metrics`) of an evaluation's stored bank rows, by
+    (protocol, split)."""
+    out: dict[str, float] = {}
+    for (protocol, split), found in rows.items():
+        out |= bank_metrics(split, BANK_CRITICS[protocol], found)
+    return out

@@ -18,9 +18,19 @@
 - `feedback_frozen`: as `feedback` on the same first attempts, but the feedback is the frozen base critic's (no
                    adapter), whatever the method's own source: run for methods that train their critic, so the
                    trained and the frozen critic are scored on the same actor's attempts (a study's H3).
+- `bank`, `bank_frozen`: the critic alone, on a fixed attempt bank (binac_core/rl/bank.py; `bank.enabled`, the
+                   synthetic task, methods that train their critic): the base actor's attempts at held-out
+                   problems, sampled once per base and stored, `bank.right` right and `bank.wrong` wrong ones in
+                   each of two splits (`val` for choices, `eval` for results). Every evaluation gives one
+                   feedback per bank attempt from the method's critic (`bank`) beside the frozen base critic's
+                   (`bank_frozen`, computed once per bank); no refinement. Measures, each with a 95 % interval
+                   (binac_core/reports/bank_measures.py): first-error hits, false alarm, approves wrong, approves
+                   right, verdict balanced accuracy, as `bank_<split>/critic_<measure>` and
+                   `bank_<split>/frozen_critic_<measure>` (and `_lo`, `_hi`). Not an `acc_*` metric: the actor's
+                   accuracy is not measured on the bank.
 
 Metrics: `acc_single`, `acc_single_greedy`, `acc_feedback`, `acc_feedback_exec`, `acc_gated_k{K}`,
-`acc_gated_exec_k{K}`, `acc_feedback_frozen`. The protocols are the members of `EvalProtocol`
+`acc_gated_exec_k{K}`, `acc_feedback_frozen` (the bank's metrics: above). The protocols are the members of `EvalProtocol`
 (binac_core/rl/kinds.py), whose values are these names.
 
 Feedback source (`binac_core.rl.kinds.FeedbackSource`): every method is evaluated with the feedback it was
@@ -66,6 +76,8 @@ ROUND_PROTOCOLS = (GREEDY, *FEEDBACK_PROTOCOLS, *EXEC_PROTOCOLS, FROZEN)
 """The protocols with rounds of their own in an `Evaluation` (beside `single`'s first attempts)."""
 GATED_PROTOCOLS = (GATED, EvalProtocol.GATED_EXEC)
 """The protocols whose rounds are a list (up to K), the others' one `ScoredBatch`."""
+BANK_PROTOCOLS = (EvalProtocol.BANK, EvalProtocol.BANK_FROZEN)
+"""The attempt bank's protocols: scored by binac_core/rl/bank.py, not by `evaluate_protocols`."""
 GREEDY_BY_DEFAULT = ("synthetic",)
 """The benchmarks whose training evaluates `single_greedy` when `generation.eval_greedy` is None."""
 
@@ -90,7 +102,7 @@ def training_protocols(
 def check_protocols(
     benchmark: str, protocols: tuple[str, ...], source: FeedbackSource = FeedbackSource.CRITIC_BASE
 ) -> None:
-    known = tuple(EvalProtocol)
+    known = tuple(p for p in EvalProtocol if p not in BANK_PROTOCOLS)
     bad = [p for p in protocols if p not in known]
     if bad:
         raise BinacError(f"unknown protocol {bad[0]!r} (known: {', '.join(known)})")

@@ -119,3 +119,7 @@ class EvalProtocol(Kind):
     FEEDBACK_EXEC = "feedback_exec"
     GATED_EXEC = "gated_exec"
     FEEDBACK_FROZEN = "feedback_frozen"
+    BANK = "bank"
+    """The critic's fixed attempt bank, scored by the method's critic (binac_core/rl/bank.py)."""
+    BANK_FROZEN = "bank_frozen"
+    """The same bank scored by the frozen base critic."""

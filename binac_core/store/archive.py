@@ -10,6 +10,9 @@ was never finished, and its report and SQL read the same numbers.
                                                    base named by its weights keeps its folder's name)
     <archive>/models/weights.json                  each archived base's weights sha256, by folder name
                                                    (`binac_core.model.weights`: a base is its weights)
+    <archive>/models/banks/bank-<w>-<key>*.json    the critic's attempt banks of an archived base (its weights
+                                                   hash's first 12 digits <w>) and the frozen critic's feedback
+                                                   on each (binac_core/rl/bank.py), as stored
 
 What it keeps and what not: only runs whose MLflow run is FINISHED; not the run's artifacts (the final adapters,
 the config copy, the trajectory sample: the config is in the parameters whole), not Prefect's cached stage
@@ -289,3 +292,26 @@ def restore_models(ws: Workspace, archive: Path) -> list[str]:
         for f in sorted(model.iterdir(), key=lambda p: p.name == "config.json"):
             write_atomic(target / f.name, f.read_bytes())
     return [model.name for model, _ in todo]
+
+
+def export_banks(ws: Workspace, archive: Path, digest: str) -> list[str]:
+    """Archive the critic's attempt banks of the base whose weights hash is `digest` (and the frozen critic's
+    feedback on them, binac_core/rl/bank.py) that the archive lacks; returns the file names written. A bank's
+    name holds its key, a hash of everything that determines it, so a file of that name is that bank."""
+    return _copy_banks(ws.models_root / "banks", Path(archive) / "models" / "banks", f"bank-{digest[:12]}-*.json")
+
+
+def restore_banks(ws: Workspace, archive: Path) -> list[str]:
+    """Copy every archived attempt bank (and frozen critic feedback) the store lacks into it; returns the file
+    names restored."""
+    return _copy_banks(Path(archive) / "models" / "banks", ws.models_root / "banks", "bank-*.json")
+
+
+def _copy_banks(source: Path, target: Path, pattern: str) -> list[str]:
+    """The files of `source` matching `pattern` that `target` lacks, copied there atomically; their names."""
+    copied = []
+    for f in sorted(source.glob(pattern)) if source.is_dir() else []:
+        if not (target / f.name).exists():
+            write_atomic(target / f.name, f.read_bytes())
+            copied.append(f.name)
+    return copied

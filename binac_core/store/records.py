@@ -61,8 +61,10 @@ def trajectory_rows(
             for a, r in scored_attempts
         ]
     by_key = {(a.problem_id, a.sample_idx): (a, r) for a, r in scored_attempts}
+    # Feedback without refinements (the critic's attempt bank, binac_core/rl/bank.py): the refinement columns NULL.
+    refined = scored.refined or [None] * len(scored.feedback)
     rows = []
-    for i, (f, y1) in enumerate(zip(scored.feedback, scored.refined, strict=True)):
+    for i, (f, y1) in enumerate(zip(scored.feedback, refined, strict=True)):
         a, r = by_key[(f.problem_id, f.sample_idx)]
         rows.append(
             {
@@ -71,11 +73,11 @@ def trajectory_rows(
                 "feedback_idx": f.feedback_idx,
                 "round": round_,
                 "feedback": f.text,
-                "refined": y1.text,
-                "refined_reward": scored.refined_rewards[i],
+                "refined": None if y1 is None else y1.text,
+                "refined_reward": None if y1 is None else scored.refined_rewards[i],
                 "critic_reward": None if critic_rewards is None else critic_rewards[i],
                 "feedback_tokens": len(f.token_ids),
-                "refined_tokens": len(y1.token_ids),
+                "refined_tokens": None if y1 is None else len(y1.token_ids),
                 "feedback_step": analysis.named_step(f.text) if analysis is not None else None,
                 "feedback_approves": analysis.approves(f.text) if analysis is not None else None,
                 "feedback_verdict": parse_verdict(f.text, bench.verdict_syntax) if verdicts else None,

@@ -111,3 +111,24 @@ def _protocol_rows(
             run, step, scored, split="eval", protocol=protocol, round_=k, questions=questions, verdicts=verdicts
         )
     return rows
+
+
+def store_bank(
+    ws: Workspace,
+    run: RunIdentity,
+    step: int,
+    scores: dict[EvalProtocol, dict[str, ScoredBatch]],
+    problems: dict[str, list[dict]],
+) -> dict[tuple[EvalProtocol, str], list[dict]]:
+    """The attempt bank's rows at an evaluation (binac_core/rl/bank.py): per protocol (`bank`: the method's critic,
+    `bank_frozen`: the frozen base critic) and bank split, one shard `<protocol>-<split>` of one row per
+    feedback, in split `bank_<split>`, with the first-error analysis (`problems`: each split's rows) and the
+    feedback's verdict; no refinement. Returns the rows stored, by (protocol, split)."""
+    out = {}
+    for protocol, by_split in scores.items():
+        for split, scored in by_split.items():
+            questions = analysis_questions(run.benchmark, problems[split])
+            rows = trajectory_rows(run, step, scored, split=f"bank_{split}", protocol=protocol, questions=questions)
+            storage.write_shard(ws, run.run_id, f"{protocol}-{split}", step, rows)
+            out[(protocol, split)] = rows
+    return out

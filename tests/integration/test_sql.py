@@ -19,6 +19,10 @@ from binac_core.foundation.workspace import Workspace
 from binac_core.store import sqlrun, storage, tracking
 
 QUERIES = sorted(p for p in (REPO / "sql").glob("*.sql") if p.name != "schema.sql")
+EMPTY_ON_MICRO = {
+    "bank_measures.sql": "the critic's attempt bank is off on micro; tests/integration/test_bank.py runs the query"
+}
+"""Queries over rows a micro comparison with its preset's settings does not store (file: why, and where it runs)."""
 pytestmark = pytest.mark.integration
 
 
@@ -35,7 +39,7 @@ def test_each_query_is_documented_and_runs_with_its_defaults(micro_compare, path
     used = set().union(*(names for _, names in sqlrun.statements(text)))
     assert used == set(declared), f"every $param used is declared with a default and vice versa: {used} {declared}"
     df = sqlrun.run(Workspace(micro_compare["home"]), text)
-    assert df is not None and len(df) > 0
+    assert df is not None and (len(df) > 0 or path.name in EMPTY_ON_MICRO)
 
 
 def test_queries_run_from_the_cli_with_parameters_and_out(micro_compare, tmp_path):

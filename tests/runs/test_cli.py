@@ -99,11 +99,11 @@ def test_set_unknown_field_names_the_closest_and_the_valid_fields(binac):
         (
             "trian.actor_lr=1",
             "--set trian.actor_lr: unknown section trian (did you mean train?); valid sections: "
-            "critic, generation, grading, lora, model, task, train",
+            "bank, critic, generation, grading, lora, model, task, train",
         ),
         (
             "name.x=1",
-            "--set name.x: unknown section name; valid sections: critic, generation, grading, lora, model, task, train",
+            "--set name.x: unknown section name; valid sections: bank, critic, generation, grading, lora, model, task, train",
         ),
     ],
 )
@@ -143,7 +143,7 @@ def test_overrides_outside_the_cli_and_preset_files_get_the_same_hint(tmp_path):
         load_config(str(preset))
     assert str(info.value) == (
         f"invalid config {preset}: unknown top-level key trian (did you mean train?); valid "
-        "top-level keys: critic, generation, grading, lora, model, name, task, train"
+        "top-level keys: bank, critic, generation, grading, lora, model, name, task, train"
     )
 
 

@@ -290,3 +290,21 @@ def test_archived_runs_give_back_the_base_weights_they_recorded(tmp_path):
         run.mkdir(parents=True)
         (run / "run.json").write_text(json.dumps({"params": params}))
     assert archive.recorded_params(tmp_path, ["k1", "k2", "k3"], weights.PARAM) == {"k1": ABC}
+
+
+def test_a_bases_attempt_banks_are_archived_and_restored_once(tmp_path):
+    """binac_core/store/archive.py `export_banks` / `restore_banks`: the banks of the base by its weights hash, not
+    another base's; a file the target holds is left alone."""
+    from binac_core.store.archive import export_banks, restore_banks
+
+    store, archive, fresh = Workspace(tmp_path / "a"), tmp_path / "archive", Workspace(tmp_path / "b")
+    banks = store.models_root / "banks"
+    banks.mkdir(parents=True)
+    mine, frozen, other = "bank-" + "ab" * 6 + "-k1", "bank-" + "ab" * 6 + "-k1-frozen-f1", "bank-" + "cd" * 6 + "-k2"
+    for name in (mine, frozen, other):
+        (banks / f"{name}.json").write_text(name)
+    assert export_banks(store, archive, "ab" * 32) == [f"{frozen}.json", f"{mine}.json"]
+    assert export_banks(store, archive, "ab" * 32) == []
+    assert restore_banks(fresh, archive) == [f"{frozen}.json", f"{mine}.json"]
+    assert (fresh.models_root / "banks" / f"{mine}.json").read_text() == mine
+    assert restore_banks(fresh, archive) == []
