@@ -4,7 +4,9 @@ of the `train` deployment, fanned out over the Prefect work pool's workers, then
     base model (its identity: the sha256 of its weights; a study whose parent run or runs recorded other base
     weights refuses, `binac_core.runs.bases`)
     → measure it at every difficulty the regimes need (rule statistic + feedback bounds)
-    → regimes' difficulties → the study file's gates on the base (a failure stops here) → one MLflow parent run → submit the grid's runs (done ones skipped) → wait
+    → regimes' difficulties → the study file's gates on the base (a failure stops here) → one MLflow parent run
+    → the critic's attempt banks the runs score on, built once (`build_banks`) → submit the grid's runs (done ones
+    skipped) → wait
     → report (tables, hypotheses, plots) logged to the parent run
 
 With an archive folder (`binac study FILE --archive DIR`, `binac_core/store/archive.py`), its base models and
@@ -34,6 +36,7 @@ from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.workspace import workspace
 from binac_core.model.base_model import hash_cache
 from binac_core.model.weights import PARAM
+from binac_core.rl.bank import bank_key, bank_name, banked
 from binac_core.rl.methods import method_spec
 from binac_core.runs.bases import STUDY_HINT, check_run, check_runs
 from binac_core.runs.plans import train_run_key
@@ -57,6 +60,7 @@ from binac_core.studies.study import (
 )
 from binac_core.studies.study_report import BaseIdentity, build_study_report
 from flows.fanout import Tracked, check_deployment, fan_out
+from tasks.bank import build_bank, frozen_bank
 from tasks.prepare import base_weights, build_base_model
 from tasks.regimes import measure_base_at
 from tasks.track import finish_run, start_run
@@ -125,6 +129,8 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
         if archive:
             _say(f"restored {len(restore_runs(ws, Path(archive), parent, keys))} finished run(s) from {archive}")
         if not report_only:
+            if built := build_banks(st, runs, base, weights):
+                _say(f"attempt bank(s) ready before any run: {', '.join(built)}")
             is_finished = finished_keys(ws)
             fan_out(
                 st.deployment,
@@ -167,6 +173,22 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
         "runs": len(runs),
         "finished": sum(o["finished"] for o in outcome),
     }
+
+
+def build_banks(st: Study, runs, base: StageFile, weights: str) -> list[str]:
+    """The critic's attempt banks the grid's runs score on (binac_core/rl/bank.py), each built once here, with the
+    frozen base critic's feedback on it, before the runs are submitted: runs started together would otherwise each
+    sample the same missing bank. Returns the banks' file names (those already stored included)."""
+    built = {}
+    for r in runs:
+        cfg = load_config(st.preset, r.overrides)
+        if not banked(cfg, method_spec(r.method).train_critic):
+            continue
+        cfg_d = cfg.model_dump(mode="json")
+        name = bank_name(weights, bank_key(cfg, weights))
+        if name not in built:
+            built[name] = frozen_bank(cfg_d, base, build_bank(cfg_d, base, weights, 0), 0)
+    return sorted(built)
 
 
 def _say(line: str) -> None:
