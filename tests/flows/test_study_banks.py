@@ -1,6 +1,6 @@
 """The study builds each attempt bank its runs score on once, before any run is submitted (flows/study.py,
 `build_banks`): one bank per distinct bank key among the runs of methods that train a critic, none for the others
-or with the bank off. The bank tasks are replaced by recorders; tests/integration/test_bank.py runs the real ones."""
+or with the bank off. The bank tasks are replaced by recorders; tests/integration/test_bank_run.py runs the real ones."""
 
 import yaml
 
