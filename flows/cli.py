@@ -184,20 +184,29 @@ def cmd_demo(a) -> int:
     cfg, budget = plan_compare(a.preset, methods, seeds, a.steps, overrides, "iterations")
     _env_defaults()
     _check_compare_bases(cfg, methods, seeds, a.steps, budget, fresh, "iterations")
-    parallel = a.parallel or min(len(methods) * len(seeds), os.cpu_count() or 1)
-    from flows.compare import compare
-
-    res = compare(a.preset, methods, seeds, a.steps, overrides, fresh=fresh, equal="iterations", parallel=parallel)
     from binac_core.foundation.workspace import workspace
     from binac_core.reports.demo import held_out_curves, plot, table
+    from binac_core.runs.finished import finished_comparison
     from binac_core.store import tracking
 
     ws = workspace()
+    res = finished_comparison(ws, cfg, methods, seeds, a.steps, fresh)
+    if res is not None:  # run before with this code and config: its stored rows, without Prefect or any training
+        print(f"binac demo: this comparison finished before (parent run {res['parent_run_id']}); `--fresh` reruns it")
+    else:
+        parallel = a.parallel or min(len(methods) * len(seeds), os.cpu_count() or 1)
+        from flows.compare import compare
+
+        res = compare(a.preset, methods, seeds, a.steps, overrides, fresh=fresh, equal="iterations", parallel=parallel)
     shown = {r["method"]: r["run_id"] for r in res["runs"] if r["seed"] == seeds[0]}
     curves = held_out_curves(ws, shown)
     png = Path(res["report_files"][0]).parent / "demo_curves.png"
     plot(curves, png, f"binac demo: {cfg.name} preset, seed {seeds[0]}, {a.steps} iterations per method")
     tracking.log_path(ws, res["parent_run_id"], str(png), "report")
+    if a.png:  # the README's picture: `binac demo --png docs/demo-curves.png` (cached after a first demo)
+        import shutil
+
+        shutil.copyfile(png, a.png)
     print("\n".join(table(curves)))
     print(f"curves (held-out, per method): {png}")
     print(f"report: {res['report_files'][0]}")
@@ -445,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a config field (repeatable)"
     )
     d.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    d.add_argument("--png", help="also write the curves' PNG here (the README's picture: docs/demo-curves.png)")
     d.set_defaults(func=cmd_demo)
 
     e = command("evaluate", "evaluate a model (+ adapters) on a benchmark under one protocol")

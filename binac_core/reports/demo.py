@@ -80,30 +80,25 @@ def _cell(at: dict, measure: str) -> str:
     if measure not in at:
         return "–"
     value, n = at[measure]
-    return f"{100 * value:.1f}"
+    return f"{100 * value:.1f} (n={n})"
 
 
 def table(curves: Curves) -> list[str]:
-    """The printed table: per method and measure, step 0 -> the last evaluation, in %, with the problems behind
-    each value (held-out problems; for the critic's hits, the wrong first attempts)."""
+    """The printed table: per method and measure, every evaluation from step 0 to the last, in %, each with the
+    problems behind it (held-out problems; for the critic's hits, the wrong first attempts they are counted on)."""
     lines = [
-        "held-out, step 0 -> last evaluation (in %; n: held-out problems, for the critic's hits the wrong first "
-        "attempts they are counted on):"
+        "held-out evaluations, step 0 -> last (in %; n: held-out problems, for the critic's hits the wrong first "
+        "attempts they are counted on; grpo's and fixed_critic's critic is the frozen one):"
     ]
     width = max(len(LABELS[m]) for m in MEASURES)
     for method in _ordered(curves):
         steps = sorted(curves[method])
-        first, last = curves[method][steps[0]], curves[method][steps[-1]]
-        lines.append(f"  {method} (iterations {steps[0]} -> {steps[-1]}):")
+        lines.append(f"  {method} (iterations {', '.join(map(str, steps))}):")
         for measure in MEASURES:
-            if measure not in first and measure not in last:
+            if not any(measure in curves[method][s] for s in steps):
                 continue
-            n0 = first.get(measure, (0, 0))[1]
-            n1 = last.get(measure, (0, 0))[1]
-            lines.append(
-                f"    {LABELS[measure]:<{width}}  {_cell(first, measure):>5} -> {_cell(last, measure):>5}"
-                f"   (n = {n0} -> {n1})"
-            )
+            cells = " -> ".join(f"{_cell(curves[method][s], measure):>12}" for s in steps)
+            lines.append(f"    {LABELS[measure]:<{width}}  {cells}")
     return lines
 
 
@@ -116,8 +111,18 @@ def series(curves: Curves, method: str, measure: str) -> tuple[list[int], list[f
 PANELS = (
     ("acc_single", "held-out acc_single (actor alone)"),
     ("acc_feedback", "held-out acc_feedback (after one feedback)"),
-    ("critic_hits_first_error", "critic hits the first error (dashed: frozen critic)"),
+    ("critic_hits_first_error", "critic names the first wrong step (dashed: frozen critic)"),
 )
+
+
+def _label(curves: Curves, method: str, kind: str, measure: str) -> str:
+    """A curve's legend entry: in the critic's panel, whose critic it is."""
+    if measure != "critic_hits_first_error":
+        return method
+    if kind.startswith("frozen_"):
+        return f"{method}: frozen critic, same attempts"
+    trains = any("frozen_" + measure in at for at in curves[method].values())
+    return f"{method}: {'its trained' if trains else 'the frozen'} critic"
 
 
 def plot(curves: Curves, path: Path, title: str = "") -> dict[tuple[str, str], tuple[list[int], list[float]]]:
@@ -146,11 +151,17 @@ def plot(curves: Curves, path: Path, title: str = "") -> dict[tuple[str, str], t
                     linestyle="--" if frozen else "-",
                     color=method_color(method),
                     alpha=0.6 if frozen else 1.0,
-                    label=f"{method} (frozen critic)" if frozen else method,
+                    label=_label(curves, method, kind, measure),
                 )
                 line.set_gid(f"{method}|{kind}")
+                if measure == "critic_hits_first_error":  # the wrong attempts the last value is counted on
+                    n = curves[method][xs[-1]][kind][1]
+                    ax.annotate(f"n={n}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.set_title(heading, fontsize=10)
         ax.set_xlabel("iteration")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        last = max((max(c) for c in curves.values() if c), default=0)
+        ax.set_xlim(-0.5, last * 1.12 + 1)  # room for the n= labels right of the last points
         ax.set_ylim(0, 100)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
