@@ -86,7 +86,11 @@ def phases(lines: list[tuple[float, str]], total: float) -> Phases:
     saved = next(((t, m) for t, s in after if (m := PRETRAIN_SAVED.search(s.strip()))), None)
     if saved is None:
         started = any(PRETRAIN_START.search(s.strip()) for _, s in after)
-        note = "pretraining started but never finished" if started else "no pretraining: the base model was cached"
+        note = (
+            "pretraining started but never finished"
+            if started
+            else "no pretraining: the base model was cached, or shipped in the package (the `demo` preset)"
+        )
         pretraining = None if started else 0.0
         return Phases(demo_at, pretraining, None if started else total - demo_at, total, notes=[note])
     t_saved, m = saved

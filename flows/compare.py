@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from multiprocessing import get_context
 
 from prefect import flow
@@ -77,15 +78,17 @@ def compare(
     parent = start_run(f"compare-{key}", name, tags, params)
     try:
         ws = workspace()
-        tracking.set_tags(
-            ws,
-            parent,
-            {
-                "mlflow.note.content": parent_description(
-                    cfg.name, methods, seeds, steps, equal, budget, ws.home / "reports" / f"compare-{key}" / "report.md"
-                )
-            },
+        describe = partial(
+            parent_description,
+            cfg.name,
+            methods,
+            seeds,
+            steps,
+            equal,
+            budget,
+            ws.home / "reports" / f"compare-{key}" / "report.md",
         )
+        tracking.set_tags(ws, parent, {NOTE: describe()})
         grid = [
             dict(
                 preset=preset,
@@ -123,6 +126,7 @@ def compare(
         for f in report["files"]:
             tracking.log_path(ws, parent, f, "report")
         tracking.log_metrics_once(ws, parent, report["metrics"], 0)
+        tracking.set_tags(ws, parent, {NOTE: describe(runs, tracking.client(ws).get_run(parent).info.experiment_id)})
         tracking.finish(ws, parent, "FINISHED")
     except BaseException:
         finish_run(parent, "FAILED")
@@ -198,17 +202,32 @@ def _api_url() -> str:
         return str(client.api_url).rstrip("/")
 
 
-def parent_description(preset, methods, seeds, steps, equal, budget, report) -> str:
-    """The comparison parent run's description (MLflow's note): what was compared, at which budget, where the
-    report is."""
+NOTE = "mlflow.note.content"
+"""The MLflow tag its UI shows as a run's description."""
+CURVES = ("eval/acc_single", "eval/acc_feedback", "eval/critic_hits_first_error")
+"""The held-out metrics the parent's description links to, side by side over the children."""
+
+
+def parent_description(
+    preset, methods, seeds, steps, equal, budget, report, runs: list[dict] = (), experiment: str = ""
+) -> str:
+    """The comparison parent run's description (MLflow's note, markdown): what was compared, at which budget, where
+    the report is; once the `runs` are done, the actor training samples each used and links that open the
+    children's held-out curves side by side (MLflow's metric page, relative to the UI's address)."""
     axis = (
         f"{steps} iterations each (equal iterations)"
         if equal == "iterations"
         else f"an equal budget of {budget} actor training samples ({steps} GRPO iterations)"
     )
-    return (
-        f"Comparison on preset `{preset}`: {', '.join(methods)}; seed(s) {', '.join(map(str, seeds))}; {axis}. "
-        f"The children's held-out curves are the metrics `eval/acc_single`, `eval/acc_feedback` and "
-        f"`eval/critic_hits_first_error` (chart view, children expanded). Report: `{report}` (also this run's "
-        "artifacts, `report/`)."
-    )
+    lines = [
+        f"Comparison on preset `{preset}`: {', '.join(methods)}; seed(s) {', '.join(map(str, seeds))}; {axis}.",
+        f"Report: `{report}` (also this run's artifacts, `report/`).",
+    ]
+    if runs:
+        used = ", ".join(
+            f"{r['method']} s{r['seed']} {max(int(k) for k in r['evals']) * r['samples_per_iteration']}" for r in runs
+        )
+        ids = [r["run_id"] for r in runs]
+        links = ", ".join(f"[{k}]({tracking.curves_link('', experiment, ids, [k])})" for k in CURVES)
+        lines += [f"Actor training samples used: {used}.", f"The children's held-out curves side by side: {links}."]
+    return "\n\n".join(lines)
