@@ -17,6 +17,7 @@ from functools import partial
 from multiprocessing import get_context
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from binac_core.errors import BinacError
 from binac_core.foundation.provenance import stage_code_digest
@@ -27,6 +28,7 @@ from binac_core.runs.plans import compare_key, plan_compare, shared_eval_samples
 from binac_core.store import tracking
 from flows.reporting import closing_artifact, progress, refuse
 from flows.train import train
+from tasks.prepare import build_base_model
 from tasks.track import finish_run, start_run
 
 
@@ -154,7 +156,7 @@ def _table(report_text: str) -> str:
 def _train_all(grid: list[dict], parallel: int, cfg) -> list[dict]:
     """The `train` results of every run of `grid` (its order), one after the other here (`parallel` 1), else
     up to `parallel` at once in spawned processes, the costliest first (generated samples per iteration: the
-    sampling dominates a run), with a progress line as each ends."""
+    sampling dominates a run), after the shared base is built here (once), with a progress line as each ends."""
     total, done = len(grid), {}
 
     def report(i: int, res: dict) -> None:
@@ -170,6 +172,8 @@ def _train_all(grid: list[dict], parallel: int, cfg) -> list[dict]:
         for i, kwargs in enumerate(grid):
             report(i, train(**kwargs))
         return [done[i] for i in range(total)]
+    # The base first, here: the runs share it, and processes that each found it missing would each pretrain it.
+    build_base_model(quote(cfg.model_dump(mode="json")))
     cost = {i: method_spec(k["method"]).generated_samples_per_iteration(cfg) for i, k in enumerate(grid)}
     order = sorted(range(total), key=lambda i: -cost[i])
     # The children read Prefect's settings when they import it, before anything runs in them: they get the API's
