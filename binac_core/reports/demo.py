@@ -22,6 +22,7 @@ from pathlib import Path
 from binac_core.foundation.workspace import Workspace
 from binac_core.reports.measures import critic_error_measures
 from binac_core.reports.plots import METHOD_ORDER, method_color
+from binac_core.rl.kinds import EvalProtocol
 from binac_core.store import storage
 
 MEASURES = ("acc_single", "acc_feedback", "critic_hits_first_error", "frozen_critic_hits_first_error")
@@ -31,6 +32,7 @@ LABELS = {
     "critic_hits_first_error": "critic hits first error",
     "frozen_critic_hits_first_error": "frozen critic hits first error",
 }
+PROTOCOLS = (EvalProtocol.SINGLE, EvalProtocol.FEEDBACK, EvalProtocol.FEEDBACK_FROZEN)
 COLUMNS = ("attempt_reward", "refined_reward", "first_wrong_step", "feedback_step", "feedback_approves")
 
 Curves = dict[str, dict[int, dict[str, tuple[float, int]]]]
@@ -44,9 +46,9 @@ def held_out_curves(ws: Workspace, runs: dict[str, str]) -> Curves:
     try:
         cur = con.execute(
             f"SELECT run_id, protocol, step, {', '.join(COLUMNS)} FROM trajectories WHERE run_id IN "
-            f"({', '.join('?' for _ in runs)}) AND protocol IN ('single', 'feedback', 'feedback_frozen') "
+            f"({', '.join('?' for _ in runs)}) AND protocol IN (?, ?, ?) "
             "ORDER BY run_id, step, protocol, problem_id, sample_idx",
-            list(runs.values()),
+            [*runs.values(), *(p.value for p in PROTOCOLS)],
         )
         names = [d[0] for d in cur.description]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
@@ -61,9 +63,9 @@ def held_out_curves(ws: Workspace, runs: dict[str, str]) -> Curves:
         at = out[method].setdefault(step, {})
         wrong = sum(r["first_wrong_step"] is not None for r in rr)
         hits = critic_error_measures(rr)["critic_hits_first_error"]
-        if protocol == "single":
+        if protocol == EvalProtocol.SINGLE:
             at["acc_single"] = (sum(r["attempt_reward"] for r in rr) / len(rr), len(rr))
-        elif protocol == "feedback":
+        elif protocol == EvalProtocol.FEEDBACK:
             at["acc_feedback"] = (sum(r["refined_reward"] for r in rr) / len(rr), len(rr))
             if hits is not None:
                 at["critic_hits_first_error"] = (hits, wrong)
