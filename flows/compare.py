@@ -223,15 +223,15 @@ def parent_description(
         if equal == "iterations"
         else f"an equal budget of {budget} actor training samples ({steps} GRPO iterations)"
     )
-    lines = [
-        f"Comparison on preset `{preset}`: {', '.join(methods)}; seed(s) {', '.join(map(str, seeds))}; {axis}.",
-        f"Report: `{report}` (also this run's artifacts, `report/`).",
-    ]
+    lines = [f"Comparison on preset `{preset}`: {', '.join(methods)}; seed(s) {', '.join(map(str, seeds))}; {axis}."]
+    if runs:
+        ids = [r["run_id"] for r in runs]
+        links = ", ".join(f"[{k}]({tracking.curves_link('', experiment, ids, [k])})" for k in CURVES)
+        lines.append(f"The children's held-out curves side by side: {links}.")
+    lines.append(f"Report: `{report}` (also this run's artifacts, `report/`).")
     if runs:
         used = ", ".join(
             f"{r['method']} s{r['seed']} {max(int(k) for k in r['evals']) * r['samples_per_iteration']}" for r in runs
         )
-        ids = [r["run_id"] for r in runs]
-        links = ", ".join(f"[{k}]({tracking.curves_link('', experiment, ids, [k])})" for k in CURVES)
-        lines += [f"Actor training samples used: {used}.", f"The children's held-out curves side by side: {links}."]
+        lines.append(f"Actor training samples used: {used}.")
     return "\n\n".join(lines)
