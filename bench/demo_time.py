@@ -21,7 +21,10 @@ What it does, in a fresh temporary folder:
    install = start until make echoes the `binac demo` command; pretraining = until binac prints
    `pretrain: saved` (the process start, the Prefect API's start, the teacher corpus, the tokenizer and the
    pretraining itself); comparison = from there to the end (three methods' training and evaluations, the
-   report, the MLflow and DuckDB records).
+   report, the MLflow and DuckDB records); since the demo runs on a base shipped in the package, there is no
+   pretraining and the comparison starts at the `binac demo` line.
+4. `make demo` again in the same clone and environment: the cached rerun (goal <= 60 s), and the held-out table
+   the first run printed (`outcome`).
 
 The goal it reports against: `make demo` in <= 300 s on an idle 2-core machine; where the download
 alone took more than 120 s (the network is not the project's), everything after it (total - download) <= 180 s.
@@ -48,6 +51,9 @@ KEY = "demo-time"
 GOAL_TOTAL_S = 300.0
 GOAL_DOWNLOAD_S = 120.0
 GOAL_AFTER_DOWNLOAD_S = 180.0
+GOAL_RERUN_S = 60.0
+"""A second `make demo` in the same clone: the install, the runs and the report all cached."""
+OUTCOME_START = "held-out evaluations, step 0 -> last"
 
 DEMO_MARK = re.compile(r"(^|/)binac demo(\s|$)")
 """make's echo of the demo command: the install is over when it appears."""
@@ -80,11 +86,25 @@ def phases(lines: list[tuple[float, str]], total: float) -> Phases:
     saved = next(((t, m) for t, s in after if (m := PRETRAIN_SAVED.search(s.strip()))), None)
     if saved is None:
         started = any(PRETRAIN_START.search(s.strip()) for _, s in after)
-        note = "pretraining started but never finished" if started else "no pretraining: the base model was cached"
+        note = (
+            "pretraining started but never finished"
+            if started
+            else "no pretraining: the base model was cached, or shipped in the package (the `demo` preset)"
+        )
         pretraining = None if started else 0.0
         return Phases(demo_at, pretraining, None if started else total - demo_at, total, notes=[note])
     t_saved, m = saved
     return Phases(demo_at, t_saved - demo_at, total - t_saved, total, pretrain_inner=float(m.group("s")))
+
+
+def outcome(lines: list[tuple[float, str]]) -> list[str]:
+    """The demo's held-out table (`binac_core.reports.demo.table`): from its first line to the curves' path."""
+    text = [s.rstrip() for _, s in lines]
+    start = next((i for i, s in enumerate(text) if s.startswith(OUTCOME_START)), None)
+    if start is None:
+        return []
+    end = next((i for i in range(start, len(text)) if text[i].startswith("curves ")), len(text))
+    return text[start:end]
 
 
 def verdict(p: Phases, download: float | None) -> str:
@@ -165,6 +185,14 @@ def section(meta: dict, p: Phases, download: float | None) -> str:
             f"Run with `--threads {meta['threads']}` (BINAC_TORCH_THREADS={meta['threads']}: pretraining on "
             f"{meta['threads']} thread(s) instead of every core), not as a user's plain `make demo`."
         )
+    if meta.get("rerun") is not None:
+        ok = meta["rerun"] <= GOAL_RERUN_S
+        extra.append(
+            f"`make demo` again in the same clone (everything cached): {_fmt(meta['rerun'])}, "
+            f"{'within' if ok else 'over'} the {GOAL_RERUN_S:.0f} s goal."
+        )
+    if meta.get("outcome"):
+        extra.append("What the demo printed:\n\n" + "\n".join(f"      {ln}" for ln in meta["outcome"]))
     if meta.get("overlay"):
         extra.append("Measured on uncommitted changes laid over the clone (`--overlay-worktree`).")
     if meta.get("pip_source"):
@@ -362,7 +390,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"make demo failed (exit {rc}) after {total:.0f} s; nothing written", file=sys.stderr)
             return 1
         p = phases(lines, total)
+        rc2, rerun, _ = timed_lines(["make", "demo", f"PY={a.python}"], dest, env)
+        print(f"make demo again (cached): {rerun:.1f} s (exit {rc2})", flush=True)
         meta = {
+            "rerun": rerun if rc2 == 0 else None,
+            "outcome": outcome(lines),
             "date": started.strftime("%Y-%m-%d %H:%M"),
             "commit": commit,
             "machine": machine(cpus),

@@ -131,7 +131,9 @@ def cmd_compare(a) -> int:
     return 0
 
 
-def _check_compare_bases(cfg, methods: list[str], seeds: list[int], steps: int, budget: int, fresh: str) -> None:
+def _check_compare_bases(
+    cfg, methods: list[str], seeds: list[int], steps: int, budget: int, fresh: str, equal: str = "samples"
+) -> None:
     """Before any compute: the base of every run the comparison would resume (`binac_core.runs.bases`)."""
     from binac_core.foundation.provenance import stage_code_digest
     from binac_core.foundation.workspace import workspace
@@ -139,9 +141,9 @@ def _check_compare_bases(cfg, methods: list[str], seeds: list[int], steps: int, 
     from binac_core.runs.bases import check_train
     from binac_core.runs.plans import compare_key
 
-    key, ws = compare_key(cfg, methods, seeds, steps, stage_code_digest(), fresh), workspace()
+    key, ws = compare_key(cfg, methods, seeds, steps, stage_code_digest(), fresh, equal), workspace()
     for m in methods:
-        iterations = method_spec(m).iterations_for_budget(cfg, budget)
+        iterations = steps if equal == "iterations" else method_spec(m).iterations_for_budget(cfg, budget)
         for s in seeds:
             check_train(cfg, ws, m, s, iterations, key, fresh)
 
@@ -162,14 +164,71 @@ def _ui_hint(ws, run_id: str) -> str:
 
 
 DEMO_PRESET = "demo"
-"""`binac demo`'s preset: the pipeline end to end within minutes (a base that learns the format, not the
-arithmetic: binac_core/presets/demo.yaml). `binac demo --preset tiny` is the comparison of docs/results-tiny.md."""
+"""`binac demo`'s preset: the third study's testbed base, shipped in the package (binac_core/presets/demo.yaml);
+`binac demo --preset smoke` is the pipeline's smallest end-to-end run (a base pretrained in seconds)."""
+DEMO_STEPS = 15
+"""`binac demo`'s iterations per method (enough for GRPO to rise on the demo preset; make demo within 5 min)."""
 DEMO_METHODS = "grpo,fixed_critic,binac"
 
 
 def cmd_demo(a) -> int:
-    a.methods, a.set = DEMO_METHODS, []
-    return cmd_compare(a)
+    """`binac demo`: grpo, fixed_critic and binac for `--steps` iterations each on the `demo` preset (the shipped
+    testbed base), the runs in parallel where the cores allow, then the held-out table and curves of
+    `binac_core.reports.demo` (from the stored rows), the MLflow link to the children's curves, where everything is."""
+    from pathlib import Path
+
+    from binac_core.runs.plans import plan_compare
+
+    methods, seeds = DEMO_METHODS.split(","), _int_list(a.seeds, "--seeds")
+    overrides, fresh = _overrides(a.set), _fresh(a)
+    cfg, budget = plan_compare(a.preset, methods, seeds, a.steps, overrides, "iterations")
+    _env_defaults()
+    _check_compare_bases(cfg, methods, seeds, a.steps, budget, fresh, "iterations")
+    from binac_core.foundation.workspace import workspace
+    from binac_core.reports.demo import held_out_curves, plot, table
+    from binac_core.runs.finished import finished_comparison
+    from binac_core.store import tracking
+
+    ws = workspace()
+    res = finished_comparison(ws, cfg, methods, seeds, a.steps, fresh)
+    if res is not None:  # run before with this code and config: its stored rows, without Prefect or any training
+        print(f"binac demo: this comparison finished before (parent run {res['parent_run_id']}); `--fresh` reruns it")
+    else:
+        parallel = a.parallel or min(len(methods) * len(seeds), os.cpu_count() or 1)
+        from flows.compare import compare
+
+        res = compare(a.preset, methods, seeds, a.steps, overrides, fresh=fresh, equal="iterations", parallel=parallel)
+    shown = {r["method"]: r["run_id"] for r in res["runs"] if r["seed"] == seeds[0]}
+    curves = held_out_curves(ws, shown)
+    png = Path(res["report_files"][0]).parent / "demo_curves.png"
+    plot(curves, png, f"binac demo: {cfg.name} preset, seed {seeds[0]}, {a.steps} iterations per method")
+    tracking.log_path(ws, res["parent_run_id"], str(png), "report")
+    if a.png:  # the README's picture: `binac demo --png docs/demo-curves.png` (cached after a first demo)
+        import shutil
+
+        shutil.copyfile(png, a.png)
+    print("\n".join(table(curves)))
+    print(f"curves (held-out, per method): {png}")
+    print(f"report: {res['report_files'][0]}")
+    exp = tracking.client(ws).get_run(res["parent_run_id"]).info.experiment_id
+    keys = ["eval/acc_single"]
+    ui = os.environ.get("MLFLOW_UI")
+    link = tracking.curves_link(ui or "http://127.0.0.1:5000", exp, list(shown.values()), keys)
+    print(f"MLflow store: {ws.mlflow_uri}  (parent run {res['parent_run_id']})")
+    print(
+        f"MLflow, the children's held-out curves: {link}"
+        + ("" if ui else f"  (after `mlflow ui --backend-store-uri {ws.mlflow_uri}`)")
+    )
+    print(f"Trajectory store: {ws.duckdb_path}  (view `trajectories`)")
+    print(DEMO_CAVEAT)
+    return 0
+
+
+DEMO_CAVEAT = (
+    "What this shows: one seed on a synthetic task, the mechanism at work within minutes; it is no evidence "
+    "for or against binac. The evidence is the studies: docs/results-study-v3.md (does a trained critic beat a "
+    "frozen one?), docs/results-testbed.md (the testbed's controls)."
+)
 
 
 def cmd_evaluate(a) -> int:
@@ -375,23 +434,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = command(
         "demo",
-        f"compare {DEMO_METHODS.replace(',', ', ')} at an equal budget, with the report, MLflow and "
-        f"DuckDB records (`{DEMO_PRESET}`: the pipeline in minutes; its base learns the format, not the "
-        "arithmetic)",
+        f"{DEMO_METHODS.replace(',', ', ')} for the same number of iterations on the shipped testbed base "
+        f"(`{DEMO_PRESET}`), in parallel where the cores allow: held-out table and curves, MLflow and DuckDB records",
     )
     d.add_argument(
         "--preset",
         default=DEMO_PRESET,
-        help="preset name or YAML file (`tiny`: the base and comparison of docs/results-tiny.md, minutes "
-        "more of pretraining)",
+        help="preset name or YAML file (`smoke`: the pipeline's smallest end-to-end run, a base pretrained in seconds)",
     )
-    d.add_argument("--seeds", default="0", help="comma-separated seeds")
+    d.add_argument("--seeds", default="0", help="comma-separated seeds (the table and curves show the first)")
+    d.add_argument("--steps", type=int, default=DEMO_STEPS, help="iterations of every method")
     d.add_argument(
-        "--steps",
+        "--parallel",
         type=int,
-        default=30,
-        help="the actor training sample budget of every run, in grpo iterations (as `compare --steps`)",
+        default=0,
+        help="runs trained at once, each in its own process (default: as many as the runs, at most the cores)",
     )
+    d.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help="override a config field (repeatable)"
+    )
+    d.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    d.add_argument("--png", help="also write the curves' PNG here (the README's picture: docs/demo-curves.png)")
     d.set_defaults(func=cmd_demo)
 
     e = command("evaluate", "evaluate a model (+ adapters) on a benchmark under one protocol")

@@ -13,6 +13,9 @@ again at the end, by its process group) and checks, failing with a one-line reas
 - the parent run's page shows the report's summary metrics (`<method>/acc_single`, ...).
 Screenshots go to `$BINAC_HOME/ui-check/` (`--docs`: to docs/, replacing the README's images):
 mlflow-compare.png (the chart view) and mlflow-parent-run.png (the parent run's page).
+`--link URL` instead opens the link `binac demo` printed (the children's held-out curves, `tracking.curves_link`)
+over the same store, checks that it names every run it lists and that each has points of its metric, and saves
+mlflow-demo-curves.png: `make ui-check LINK='<the link>'`.
 Installs Debian's `chromium` with apt-get when it is missing and this runs as root. Drives Chromium over the
 DevTools protocol; judging how the page looks is left to a person looking at the PNGs.
 """
@@ -315,13 +318,55 @@ def check(home: Path, out: Path) -> dict:
     }
 
 
+def check_link(home: Path, link: str, out: Path) -> dict:
+    """The link `binac demo` printed (`tracking.curves_link`), its host replaced by an MLflow server started here
+    over the store: opened without any click, the page must name every run the link lists and the metric, and each
+    run must have points of that metric (read over the same server's REST API, the data the chart draws); the
+    screenshot is saved as `out`. Returns {"runs": {name: steps}, "file"}."""
+    from urllib.parse import parse_qs, unquote
+
+    fragment = link[link.index("#/") :]
+    query = parse_qs(fragment.split("?", 1)[1])
+    run_ids, metric = json.loads(unquote(query["runs"][0])), json.loads(unquote(query["metric"][0]))
+    server, base = serve_mlflow(home)
+    browser = None
+    try:
+        names = {rid: rest(base, f"runs/get?run_id={rid}")["run"]["info"]["run_name"] for rid in run_ids}
+        points = chart_points(base, names, metric)
+        empty = [n for n, p in points.items() if not p]
+        if empty:
+            raise RuntimeError(f"{metric}: no points for {', '.join(empty)}")
+        browser = Browser(chromium())
+        out.parent.mkdir(parents=True, exist_ok=True)
+        browser.shot(f"{base}/{fragment}", [metric, *names.values()], out)
+    finally:
+        if browser is not None:
+            browser.close()
+        stop_group(server)
+    return {"runs": points, "file": out}
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", action="store_true", help="save the screenshots into docs/ (the README's images)")
+    ap.add_argument(
+        "--link",
+        help="instead: open this link as `binac demo` printed it (the children's curves) and save its screenshot",
+    )
     a = ap.parse_args(argv)
     home = store_home()
+    if a.link:
+        out = (DOCS if a.docs else home / "ui-check") / "mlflow-demo-curves.png"
+        try:
+            seen = check_link(home, a.link, out)
+        except RuntimeError as exc:
+            print(f"error: ui-check: {exc}", file=sys.stderr)
+            return 1
+        for name, steps in seen["runs"].items():
+            print(f"{name}: points at steps {steps}")
+        return 0
     if comparison(home) is None:
         print(f"no comparison in {home}: running a small one (micro preset) ...")
         env = {**os.environ, "BINAC_HOME": str(home)}

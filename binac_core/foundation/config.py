@@ -68,8 +68,9 @@ class ModelConfig(_Section):
     base_weights: str | None = Field(None, pattern=r"^[0-9a-f]{8,64}$")
     """The base model named by its weights: the sha256 of its weights file(s) (`sha256sum model.safetensors`;
     binac_core/model/weights.py), or its first 8 or more hex digits. With source `tiny`, the run uses the base
-    folder whose weights hash to it, found in the workspace's models folder or a folder of `BINAC_BASE_PATH` (a
-    study's `--archive` restores its bases into the workspace), instead of building one from this section's
+    folder whose weights hash to it, found in the workspace's models folder, a folder of `BINAC_BASE_PATH` (a
+    study's `--archive` restores its bases into the workspace) or the bases the package ships
+    (`binac_core/presets/bases/`), checked against the hash its `base_meta.json` records, instead of building one from this section's
     settings, which must then describe that base (its architecture and sizes are checked against its
     config.json); with `hub` or `smol`, the model the source names must hash to it. None: the base is built or
     loaded from the settings, whatever its weights."""

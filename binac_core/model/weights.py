@@ -17,7 +17,9 @@ time), in the process and in a JSON file the caller names, so a large checkpoint
 place with its size and modification time restored would be served from the cache.
 
 `find_base` finds a base by its hash (or a prefix of at least `MIN_PREFIX` hex digits) among the model folders of
-a search path: the workspace's models folder, then the folders of `BINAC_BASE_PATH`; it never builds one. No torch.
+a search path: the workspace's models folder, the folders of `BINAC_BASE_PATH`, then the bases the package ships
+(`SHIPPED`); it never builds one. A folder whose record names the base but whose weights hash otherwise (a corrupt
+copy) is refused in one line naming both hashes. No torch.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import os
 from pathlib import Path
 
+from binac_core import presets
 from binac_core.errors import BinacError
 from binac_core.foundation.files import write_atomic
 
@@ -48,6 +51,9 @@ _CHECKPOINTS = (
     ("model.safetensors", "model.safetensors.index.json"),
     ("pytorch_model.bin", "pytorch_model.bin.index.json"),
 )
+SHIPPED = Path(presets.__file__).parent / "bases"
+"""The bases shipped in the package (`binac_core/presets/bases/`, its README says what they are and how one is
+rebuilt): searched last. Each records its weights hash in its `base_meta.json`, checked on load (`find_base`)."""
 _MEMO: dict[str, str] = {}
 
 
@@ -136,16 +142,16 @@ def verified(folder: str | Path, cache: str | Path | None = None) -> str:
     if record is not None and record != actual:
         raise BinacError(
             f"base {folder}: its {META} records weights sha256 {record} but its weights hash to {actual} "
-            "(the weights changed after it was built)"
+            "(the weights changed after it was built: a corrupt or altered copy)"
         )
     return actual
 
 
 def search_path(models_root: str | Path, extra: tuple[str | Path, ...] = ()) -> list[Path]:
     """Where a base named by its weights is looked for, in order: `models_root` (the workspace's models folder),
-    `extra`, then the folders of `BINAC_BASE_PATH`."""
+    `extra`, the folders of `BINAC_BASE_PATH`, then the bases shipped in the package (`SHIPPED`)."""
     env = [p for p in os.environ.get(SEARCH_PATH_ENV, "").split(os.pathsep) if p]
-    return list(dict.fromkeys(Path(p).expanduser().resolve() for p in (models_root, *extra, *env)))
+    return list(dict.fromkeys(Path(p).expanduser().resolve() for p in (models_root, *extra, *env, SHIPPED)))
 
 
 def model_folders(entry: str | Path) -> list[Path]:
@@ -174,6 +180,8 @@ def find_base(prefix: str, where: list[Path], cache: str | Path | None = None) -
                 continue  # a folder without weights (a tokenizer alone) is no base
             if digest.startswith(prefix):
                 found.setdefault(digest, folder)
+            elif (recorded(folder) or "").startswith(prefix):
+                verified(folder, cache)  # a copy of the named base whose weights changed: one line naming both
     if not found:
         looked = ", ".join(str(p) for p in where)
         raise BinacError(

@@ -167,11 +167,20 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
     lines = [
         f"# Comparison on preset `{meta['preset']}`",
         "",
-        f"Seeds: {meta['seeds']}. Budget: {meta['budget']} actor training samples per run (= {meta['steps']} GRPO "
-        "iterations), the sequences the actor's loss is computed on (attempts, and refinements for a method "
-        "trained on its second turn; never the look-ahead refinements that only reward the critic); each method "
-        "trains the whole iterations that fit in it (column `actor training samples`), critic_only, which trains "
-        "no actor, the iterations GRPO runs. Column `generated samples`: every sequence sampled from the actor or "
+        f"Seeds: {meta['seeds']}. "
+        + (
+            f"Equal iterations: every method trains {meta['steps']} iterations, evaluated every "
+            f"{meta.get('eval_every')} and after the last; column `actor training samples`: the sequences the "
+            "actor's loss was computed on (attempts, and refinements for a method trained on its second turn; "
+            "never the look-ahead refinements that only reward the critic), which differ between methods. "
+            if meta.get("equal") == "iterations"
+            else f"Budget: {meta['budget']} actor training samples per run (= {meta['steps']} GRPO "
+            "iterations), the sequences the actor's loss is computed on (attempts, and refinements for a method "
+            "trained on its second turn; never the look-ahead refinements that only reward the critic); each "
+            "method trains the whole iterations that fit in it (column `actor training samples`), critic_only, "
+            "which trains no actor, the iterations GRPO runs. "
+        )
+        + "Column `generated samples`: every sequence sampled from the actor or "
         "the critic in training (feedback and look-ahead included), the compute spent. "
         f"Held-out problems: {meta['n_eval']} × {meta['eval_samples']} sample(s), temperature "
         f"{meta['eval_temperature']}; accuracy is pass@1 (mean over problems of correct/samples), in %, "

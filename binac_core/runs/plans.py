@@ -66,11 +66,22 @@ def isolation_used(cfg) -> str:
     return check_sandbox(benchmarks.get(cfg.task.benchmark), cfg) or "none"
 
 
-def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, overrides: dict | None):
+EQUAL = ("samples", "iterations")
+"""What a comparison holds equal across methods: actor training samples (`binac compare`) or iterations
+(`binac demo`)."""
+
+
+def plan_compare(
+    preset: str, methods: list[str], seeds: list[int], steps: int, overrides: dict | None, equal: str = "samples"
+):
     """Validate a comparison before any compute: (config, budget). The budget is in actor TRAINING samples (the
     sequences the actor's loss is computed on, `MethodSpec.actor_train_samples_per_iteration`): `steps` GRPO
     iterations' worth. Each method runs the whole iterations that fit in it (`MethodSpec.iterations_for_budget`;
-    critic_only, which trains no actor, the iterations GRPO runs); generated samples do not limit a method."""
+    critic_only, which trains no actor, the iterations GRPO runs); generated samples do not limit a method.
+    `equal="iterations"` (`binac demo`): every method runs `steps` iterations instead, whatever its samples (the
+    budget returned is then GRPO's, for the record)."""
+    if equal not in EQUAL:
+        raise BinacError(f"unknown comparison axis {equal!r} (known: {', '.join(EQUAL)})")
     if not methods:
         raise BinacError("--methods is empty")
     if len(set(methods)) != len(methods):
@@ -80,6 +91,11 @@ def plan_compare(preset: str, methods: list[str], seeds: list[int], steps: int, 
     cfg = load_config(preset, overrides)
     grpo = method_spec("grpo").actor_train_samples_per_iteration(cfg)
     budget = steps * grpo
+    if equal == "iterations":
+        for m in methods:
+            for s in seeds:
+                plan(preset, m, steps, s, overrides, None)
+        return cfg, budget
     # Every method runs the whole iterations that fit in the budget (methods.py `iterations_for_budget`): a budget
     # below one iteration of some method is refused here, with the smallest --steps that fits them all. A method
     # training no actor (0 per iteration) runs GRPO's iterations: it always fits.
@@ -107,12 +123,15 @@ def train_run_key(cfg, method: str, seed: int, iterations: int, parent_key: str,
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def compare_key(cfg, methods: list[str], seeds: list[int], steps: int, code: str, fresh: str) -> str:
+def compare_key(
+    cfg, methods: list[str], seeds: list[int], steps: int, code: str, fresh: str, equal: str = "samples"
+) -> str:
     """A comparison's identity (its MLflow parent run, and part of each of its runs' keys): the config, methods,
-    seeds, steps, the stage code digest and the `--fresh` value."""
+    seeds, steps, the stage code digest, the `--fresh` value and, at equal iterations, that axis."""
     import hashlib
 
-    return hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}|{code}|{fresh}".encode()).hexdigest()[:12]
+    axis = "" if equal == "samples" else f"|{equal}"
+    return hashlib.sha256(f"{cfg.digest()}|{methods}|{seeds}|{steps}|{code}|{fresh}{axis}".encode()).hexdigest()[:12]
 
 
 def plan_evaluate(

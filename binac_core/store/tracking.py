@@ -52,6 +52,21 @@ def ui_link(ui: str, experiment: str, run_id: str | None = None) -> str:
     return f"{ui.rstrip('/')}{path}?workflowType=machine_learning"
 
 
+def curves_link(ui: str, experiment: str, run_ids: list[str], keys: list[str]) -> str:
+    """A link into the MLflow UI at `ui` that opens the metric page of `keys` over the runs `run_ids` (one line per
+    run and key, x = step): the children of a comparison side by side without expanding their parent in the
+    experiment's chart view (which shows an empty section until the parent row is expanded)."""
+    from urllib.parse import quote
+
+    query = (
+        f"runs={quote(json.dumps(run_ids))}&metric={quote(json.dumps(keys[0]))}"
+        f"&experiments={quote(json.dumps([experiment]))}&plot_metric_keys={quote(json.dumps(keys))}"
+        "&plot_layout={}&x_axis=step&y_axis_scale=linear&line_smoothness=1&show_point=true"
+        "&deselected_curves=[]&last_linear_y_axis_range=[]"
+    )
+    return f"{ui.rstrip('/')}/#/metric?{query}"
+
+
 def experiment_id(c: MlflowClient, ws: Workspace, name: str = EXPERIMENT) -> str:
     """The experiment's id, created as a model-training experiment when missing (an existing one without a kind,
     from an older binac, is tagged too; a kind a user chose is left alone)."""

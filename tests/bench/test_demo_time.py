@@ -35,7 +35,7 @@ def test_a_cached_base_or_an_unfinished_install_is_said_not_guessed():
     cached = [ln for ln in FRESH if not ln[1].startswith("pretrain")]
     p = phases(cached, 232.0)
     assert p.pretraining == 0.0 and p.comparison == pytest.approx(232.0 - 95.1)
-    assert p.notes == ["no pretraining: the base model was cached"]
+    assert p.notes == ["no pretraining: the base model was cached, or shipped in the package (the `demo` preset)"]
     broken = phases(FRESH[:3], 20.0)
     assert broken.install is None and broken.pretraining is None and broken.comparison is None
     assert "install did not finish" in broken.notes[0]

@@ -36,6 +36,7 @@ SIZES = {
 LAPTOP_PRESETS = (
     "micro",
     "demo",
+    "smoke",
     "tiny",
     "study",
     "study2",

@@ -114,7 +114,8 @@ def test_a_base_is_found_by_its_hash_or_a_prefix_of_it(tmp_path, monkeypatch):
     assert weights.find_base(EMPTY[:12], where) == (models / "base-2222", EMPTY)
     assert weights.find_base(ABC[:8], [abc]) == (abc, ABC)  # an entry may be a model folder itself
     monkeypatch.setenv(weights.SEARCH_PATH_ENV, str(archive))
-    assert weights.search_path(tmp_path / "elsewhere") == [tmp_path / "elsewhere", archive.resolve()]
+    shipped = weights.SHIPPED.resolve()  # the bases the package ships: searched last
+    assert weights.search_path(tmp_path / "elsewhere") == [tmp_path / "elsewhere", archive.resolve(), shipped]
 
 
 def test_a_missing_base_names_where_it_looked(tmp_path):

@@ -261,9 +261,9 @@ def test_every_default_comparison_fits_its_budget():
     c = sub["compare"].parse_args([])
     plan_compare(c.preset, c.methods.split(","), [0], c.steps, None)
     d = sub["demo"].parse_args([])
-    assert d.preset == cli.DEMO_PRESET == "demo"
-    for preset in (d.preset, "tiny"):  # `binac demo`, and `binac demo --preset tiny` (docs/results-tiny.md)
-        plan_compare(preset, cli.DEMO_METHODS.split(","), [0], d.steps, None)
+    assert d.preset == cli.DEMO_PRESET == "demo" and d.steps == cli.DEMO_STEPS
+    for preset in (d.preset, "smoke"):  # `binac demo` (equal iterations), and `binac demo --preset smoke`
+        plan_compare(preset, cli.DEMO_METHODS.split(","), [0], d.steps, None, "iterations")
     deployments = [
         dep
         for dep in yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
