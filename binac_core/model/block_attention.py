@@ -1,0 +1,220 @@
+"""Attention over a flat, unpadded batch of blocks: each block of queries sees its context and, causally, itself.
+
+A packed training batch (`binac_core.rl.packing.pack`) is one sequence of N positions without padding: the prefix
+tree of a micro-batch's sequences, each unbranched chain of tree nodes contiguous. Attention is block-sparse: a node
+sees its ancestors and itself. A `Block` is such a chain of queries with its context (the chains above it, in
+order), which it sees whole, and itself, which it sees causally. One dense, masked L x L attention per packed row
+(this module's predecessor: `packing` packed rows with a boolean [R, 1, L, L] mask) computes every pair of a row's
+positions, most of them masked out, pads every row to the longest, and has SDPA turn the boolean mask into a float
+one in every layer; here each block's queries meet only the keys they may see: [context, own keys].
+
+Blocks of similar sizes are gathered into `Bucket`s, each one batched call of torch's
+`scaled_dot_product_attention` on [blocks, heads, queries, keys], padded to the bucket's largest block, the padding
+masked out by a float mask built once per batch (not once per layer and call). A bucket of blocks without context is
+plain causal attention (the kernel's `is_causal`, no mask: right padding lies after every real query). The outputs
+return to the flat order with one index. The values are those of a dense masked attention up to float rounding
+(tests/model/test_block_attention.py); the work is the blocks' queries x keys (padded within a bucket) instead of
+rows x L².
+
+The decoder runs it as a transformers attention function (`AttentionInterface`) while `block_attention(model)` is
+active; the layout reaches each layer as the keyword argument `block_layout`, which the decoder hands down to its
+attention modules unchanged (transformers' `TransformersKwargs`). This is the varlen attention of FlashAttention's
+`flash_attn_varlen_func` (cu_seqlens) extended by a context per block: the tree attention of SpecInfer (arXiv
+2305.09781) and the shared-prefix layout of Prefix Grouper (arXiv 2506.05433), computed bucket by bucket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+ATTENTION = "binac_blocks"
+"""The name the block attention is registered under in transformers' `AttentionInterface`."""
+
+BUCKET_FILL = 0.6
+"""The least share of a bucket's padded [queries x keys] area that its blocks' own areas must fill: a block whose
+joining would drop the bucket below it starts a new bucket. Below about 0.5 padding costs more than the few calls
+it saves; measured on a testbed update (bench/results.md, 2026-12-07)."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """Queries at flat positions start .. start+length-1; they see the keys of the `context` ranges ((start,
+    length) each, in order: the context's positions in their sequence) and, causally, their own."""
+
+    start: int
+    length: int
+    context: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def context_length(self) -> int:
+        return sum(n for _, n in self.context)
+
+    @property
+    def keys(self) -> int:
+        return self.context_length + self.length
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Blocks computed in one attention call: `queries` [U, Q] and `keys` [U, K], flat positions (padding repeats
+    position 0); `mask` [U, 1, Q, K] additive float (0 or -inf), None for causal blocks without context; `valid`
+    [n] the rows of the flattened [U x Q] output that are real queries."""
+
+    queries: torch.Tensor
+    keys: torch.Tensor
+    mask: torch.Tensor | None
+    valid: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A flat batch's attention: its buckets, and `order` [N]: for each flat position, its row in the buckets'
+    concatenated real outputs."""
+
+    buckets: tuple[Bucket, ...]
+    order: torch.Tensor
+
+    def to(self, device) -> Layout:
+        def move(t):
+            return None if t is None else t.to(device)
+
+        buckets = tuple(
+            Bucket(*(move(getattr(b, f)) for f in ("queries", "keys", "mask", "valid"))) for b in self.buckets
+        )
+        return Layout(buckets, self.order.to(device))
+
+
+def bucket_blocks(blocks: Sequence[Block], fill: float = BUCKET_FILL) -> list[list[Block]]:
+    """Blocks into buckets: those with context and those without apart (the latter run causal, unmasked), each
+    kind ordered by keys then queries (largest first) and cut greedily wherever the next block would bring the
+    bucket's filled share of its padded area below `fill`."""
+    out: list[list[Block]] = []
+    for kind in (True, False):
+        part = sorted(
+            (b for b in blocks if (b.context_length > 0) == kind and b.length > 0),
+            key=lambda b: (-b.keys, -b.length, b.start),
+        )
+        bucket: list[Block] = []
+        area = q_max = k_max = 0
+        for b in part:
+            q, k = max(q_max, b.length), max(k_max, b.keys)
+            if bucket and area + b.length * b.keys < fill * (len(bucket) + 1) * q * k:
+                out.append(bucket)
+                bucket, area, q, k = [], 0, b.length, b.keys
+            bucket.append(b)
+            area, q_max, k_max = area + b.length * b.keys, q, k
+        if bucket:
+            out.append(bucket)
+    return out
+
+
+def layout(blocks: Sequence[Block], n: int, fill: float = BUCKET_FILL) -> Layout:
+    """The `Layout` of a flat batch of `n` positions whose every position is a query of exactly one block."""
+    buckets, real = [], []
+    for part in bucket_blocks(blocks, fill):
+        q_len = max(b.length for b in part)
+        k_len = max(b.keys for b in part)
+        queries = torch.zeros(len(part), q_len, dtype=torch.long)
+        keys = torch.zeros(len(part), k_len, dtype=torch.long)
+        for u, b in enumerate(part):
+            queries[u, : b.length] = torch.arange(b.start, b.start + b.length)
+            keys[u, : b.keys] = torch.cat([torch.arange(s, s + n) for s, n in (*b.context, (b.start, b.length))])
+        lengths = torch.tensor([b.length for b in part])
+        context = torch.tensor([b.context_length for b in part])
+        row = torch.arange(q_len)
+        valid_q = row[None, :] < lengths[:, None]  # [U, Q]
+        mask = None
+        if bool((context > 0).any()):
+            col = torch.arange(k_len)[None, None, :] - context[:, None, None]  # key index within the own block
+            see = (col < 0) | (col <= row[None, :, None])  # [U, Q, K]: the context, or causally itself
+            see = see | ~valid_q[:, :, None]  # a padding query sees every key (no empty softmax row)
+            mask = torch.zeros(see.shape).masked_fill_(~see, float("-inf"))[:, None]
+        buckets.append(Bucket(queries, keys, mask, valid_q.flatten().nonzero().squeeze(1)))
+        real.append(queries[valid_q])
+    flat = torch.cat(real) if real else torch.zeros(0, dtype=torch.long)
+    if flat.numel() != n or not torch.equal(flat.sort().values, torch.arange(n)):
+        raise ValueError("block attention: every position must be the query of exactly one block")
+    return Layout(tuple(buckets), torch.argsort(flat))
+
+
+def attention(module, query, key, value, attention_mask=None, dropout=0.0, scaling=None, block_layout=None, **kwargs):
+    """A transformers attention function: query [1, H, N, d], key and value [1, H_kv, N, d] of a flat batch ->
+    (output [1, N, H, d], None), each bucket of `block_layout` (`Layout`) one `scaled_dot_product_attention` call.
+    `attention_mask` is ignored (the layout is the mask; `PLACEHOLDER_MASK` keeps transformers from building one)."""
+    if query.shape[0] != 1 or dropout:
+        raise ValueError("block attention needs a flat batch (one row) and no dropout")
+    heads = query.shape[1]
+    q = query[0].transpose(0, 1)  # [N, H, d]
+    k = key[0].transpose(0, 1)
+    v = value[0].transpose(0, 1)
+    if k.shape[1] != heads:  # grouped-query attention: each key/value head serves heads / H_kv query heads
+        k = k.repeat_interleave(heads // k.shape[1], dim=1)
+        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+
+    def gather(x, index):  # [N, H, d] at index [U, S] -> [U, H, S, d]
+        return x.index_select(0, index.flatten()).view(*index.shape, *x.shape[1:]).transpose(1, 2)
+
+    outs = []
+    for b in block_layout.buckets:
+        u, q_len = b.queries.shape
+        o = torch.nn.functional.scaled_dot_product_attention(
+            gather(q, b.queries),
+            gather(k, b.keys),
+            gather(v, b.keys),
+            attn_mask=b.mask,
+            is_causal=b.mask is None,
+            scale=scaling,
+        )  # [U, H, Q, d]
+        outs.append(o.transpose(1, 2).reshape(u * q_len, heads, -1).index_select(0, b.valid))
+    out = torch.cat(outs).index_select(0, block_layout.order)
+    return out.unsqueeze(0), None
+
+
+PLACEHOLDER_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)
+"""The `attention_mask` a block forward passes: a 4D mask, which transformers hands to the attention unchanged
+(`masking_utils._preprocess_mask_arguments`) instead of building an N x N one (from tree positions it would see
+packed sequences); `attention` ignores it."""
+
+
+def _dispatch(fallback: str):
+    """An attention function: `attention` where the call carries a `block_layout`, else `fallback`'s."""
+    from transformers import AttentionInterface
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    def forward(module, query, key, value, attention_mask, block_layout=None, **kwargs):
+        if block_layout is not None:
+            return attention(module, query, key, value, attention_mask, block_layout=block_layout, **kwargs)
+        other = AttentionInterface().get_interface(fallback, eager_attention_forward)
+        return other(module, query, key, value, attention_mask, **kwargs)
+
+    return forward
+
+
+@contextlib.contextmanager
+def block_attention(model) -> Iterator[None]:
+    """Within the block, `model`'s decoder attends through `attention` in every forward given a `block_layout`
+    (with `PLACEHOLDER_MASK`), and as before in every other: its config's attention implementation is set to
+    `ATTENTION`:<the one before>, which dispatches on `block_layout` and builds masks as the one before did;
+    restored afterwards. Nested blocks leave it as the outer one set it."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    before = config._attn_implementation
+    if before is None or before.startswith(ATTENTION):
+        yield
+        return
+    name = f"{ATTENTION}:{before}"
+    AttentionInterface.register(name, _dispatch(before))
+    if before in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS._global_mapping[before])
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
