@@ -34,10 +34,11 @@ import torch
 ATTENTION = "binac_blocks"
 """The name the block attention is registered under in transformers' `AttentionInterface`."""
 
-BUCKET_FILL = 0.6
+BUCKET_FILL = 0.9
 """The least share of a bucket's padded [queries x keys] area that its blocks' own areas must fill: a block whose
-joining would drop the bucket below it starts a new bucket. Below about 0.5 padding costs more than the few calls
-it saves; measured on a testbed update (bench/results.md, 2026-12-07)."""
+joining would drop the bucket below it starts a new bucket. Measured on a testbed update (CPU seconds, medians of 3,
+actor / critic, 2026-12-07, load about 9): 0.3 gave 1.12 / 0.88 s, 0.6 0.76 / 0.82 s, 0.8-1.0 0.66-0.83 s alike
+(within the noise): padding costs more than the calls that fewer, larger buckets save."""
 
 
 @dataclass(frozen=True)
@@ -60,32 +61,32 @@ class Block:
 
 @dataclass(frozen=True)
 class Bucket:
-    """Blocks computed in one attention call: `queries` [U, Q] and `keys` [U, K], flat positions (padding repeats
-    position 0); `mask` [U, 1, Q, K] additive float (0 or -inf), None for causal blocks without context; `valid`
-    [n] the rows of the flattened [U x Q] output that are real queries."""
+    """Blocks computed in one attention call, padded to `blocks` x `queries` queries and `keys` keys; `mask`
+    [blocks, 1, queries, keys] additive float (0 or -inf), None for causal blocks without context."""
 
-    queries: torch.Tensor
-    keys: torch.Tensor
+    blocks: int
+    queries: int
+    keys: int
     mask: torch.Tensor | None
-    valid: torch.Tensor
 
 
 @dataclass(frozen=True)
 class Layout:
-    """A flat batch's attention: its buckets, and `order` [N]: for each flat position, its row in the buckets'
-    concatenated real outputs."""
+    """A flat batch's attention: its buckets; `queries` and `keys`: the flat positions gathered as the buckets'
+    queries and keys (each bucket's [blocks x queries] and [blocks x keys], flattened, one bucket after another;
+    padding repeats position 0); `order` [N]: for each flat position, its row in the buckets' outputs so
+    concatenated."""
 
     buckets: tuple[Bucket, ...]
+    queries: torch.Tensor
+    keys: torch.Tensor
     order: torch.Tensor
 
     def to(self, device) -> Layout:
-        def move(t):
-            return None if t is None else t.to(device)
-
         buckets = tuple(
-            Bucket(*(move(getattr(b, f)) for f in ("queries", "keys", "mask", "valid"))) for b in self.buckets
+            Bucket(b.blocks, b.queries, b.keys, None if b.mask is None else b.mask.to(device)) for b in self.buckets
         )
-        return Layout(buckets, self.order.to(device))
+        return Layout(buckets, self.queries.to(device), self.keys.to(device), self.order.to(device))
 
 
 def bucket_blocks(blocks: Sequence[Block], fill: float = BUCKET_FILL) -> list[list[Block]]:
@@ -114,31 +115,37 @@ def bucket_blocks(blocks: Sequence[Block], fill: float = BUCKET_FILL) -> list[li
 
 def layout(blocks: Sequence[Block], n: int, fill: float = BUCKET_FILL) -> Layout:
     """The `Layout` of a flat batch of `n` positions whose every position is a query of exactly one block."""
-    buckets, real = [], []
+    buckets, queries, keys = [], [], []
+    order = [-1] * n
     for part in bucket_blocks(blocks, fill):
         q_len = max(b.length for b in part)
         k_len = max(b.keys for b in part)
-        queries = torch.zeros(len(part), q_len, dtype=torch.long)
-        keys = torch.zeros(len(part), k_len, dtype=torch.long)
-        for u, b in enumerate(part):
-            queries[u, : b.length] = torch.arange(b.start, b.start + b.length)
-            keys[u, : b.keys] = torch.cat([torch.arange(s, s + n) for s, n in (*b.context, (b.start, b.length))])
-        lengths = torch.tensor([b.length for b in part])
-        context = torch.tensor([b.context_length for b in part])
-        row = torch.arange(q_len)
-        valid_q = row[None, :] < lengths[:, None]  # [U, Q]
+        for b in part:
+            for i in range(b.length):
+                if not 0 <= b.start + i < n or order[b.start + i] >= 0:
+                    raise ValueError("block attention: every position must be the query of exactly one block")
+                order[b.start + i] = len(queries) + i
+            queries += [*range(b.start, b.start + b.length), *[0] * (q_len - b.length)]
+            for s, m in b.context:
+                keys += range(s, s + m)
+            keys += [*range(b.start, b.start + b.length), *[0] * (k_len - b.keys)]
         mask = None
-        if bool((context > 0).any()):
+        if any(b.context for b in part):
+            lengths = torch.tensor([b.length for b in part])
+            context = torch.tensor([b.context_length for b in part])
+            row = torch.arange(q_len)[None, :, None]
             col = torch.arange(k_len)[None, None, :] - context[:, None, None]  # key index within the own block
-            see = (col < 0) | (col <= row[None, :, None])  # [U, Q, K]: the context, or causally itself
-            see = see | ~valid_q[:, :, None]  # a padding query sees every key (no empty softmax row)
+            # the context, or causally itself; a padding query sees every key (no empty softmax row)
+            see = (col <= row) | (row >= lengths[:, None, None])
             mask = torch.zeros(see.shape).masked_fill_(~see, float("-inf"))[:, None]
-        buckets.append(Bucket(queries, keys, mask, valid_q.flatten().nonzero().squeeze(1)))
-        real.append(queries[valid_q])
-    flat = torch.cat(real) if real else torch.zeros(0, dtype=torch.long)
-    if flat.numel() != n or not torch.equal(flat.sort().values, torch.arange(n)):
+        buckets.append(Bucket(len(part), q_len, k_len, mask))
+    if min(order, default=0) < 0:
         raise ValueError("block attention: every position must be the query of exactly one block")
-    return Layout(tuple(buckets), torch.argsort(flat))
+
+    def long(x):
+        return torch.tensor(x, dtype=torch.long)
+
+    return Layout(tuple(buckets), long(queries), long(keys), long(order))
 
 
 def attention(module, query, key, value, attention_mask=None, dropout=0.0, scaling=None, block_layout=None, **kwargs):
@@ -155,21 +162,20 @@ def attention(module, query, key, value, attention_mask=None, dropout=0.0, scali
         k = k.repeat_interleave(heads // k.shape[1], dim=1)
         v = v.repeat_interleave(heads // v.shape[1], dim=1)
 
-    def gather(x, index):  # [N, H, d] at index [U, S] -> [U, H, S, d]
-        return x.index_select(0, index.flatten()).view(*index.shape, *x.shape[1:]).transpose(1, 2)
-
+    every_q = q.index_select(0, block_layout.queries).split([b.blocks * b.queries for b in block_layout.buckets])
+    every_k = k.index_select(0, block_layout.keys).split([b.blocks * b.keys for b in block_layout.buckets])
+    every_v = v.index_select(0, block_layout.keys).split([b.blocks * b.keys for b in block_layout.buckets])
     outs = []
-    for b in block_layout.buckets:
-        u, q_len = b.queries.shape
+    for b, qb, kb, vb in zip(block_layout.buckets, every_q, every_k, every_v, strict=True):
         o = torch.nn.functional.scaled_dot_product_attention(
-            gather(q, b.queries),
-            gather(k, b.keys),
-            gather(v, b.keys),
+            qb.view(b.blocks, b.queries, heads, -1).transpose(1, 2),
+            kb.view(b.blocks, b.keys, heads, -1).transpose(1, 2),
+            vb.view(b.blocks, b.keys, heads, -1).transpose(1, 2),
             attn_mask=b.mask,
             is_causal=b.mask is None,
             scale=scaling,
-        )  # [U, H, Q, d]
-        outs.append(o.transpose(1, 2).reshape(u * q_len, heads, -1).index_select(0, b.valid))
+        )  # [blocks, heads, queries, d]
+        outs.append(o.transpose(1, 2).reshape(b.blocks * b.queries, heads, -1))
     out = torch.cat(outs).index_select(0, block_layout.order)
     return out.unsqueeze(0), None
 
