@@ -113,39 +113,51 @@ def bucket_blocks(blocks: Sequence[Block], fill: float = BUCKET_FILL) -> list[li
     return out
 
 
+def _ranges(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The ranges starts[i] .. starts[i] + lengths[i] - 1, concatenated (one tensor op, no loop)."""
+    offsets = torch.repeat_interleave(starts - (torch.cumsum(lengths, 0) - lengths), lengths)
+    return torch.arange(int(lengths.sum())) + offsets
+
+
 def layout(blocks: Sequence[Block], n: int, fill: float = BUCKET_FILL) -> Layout:
     """The `Layout` of a flat batch of `n` positions whose every position is a query of exactly one block."""
-    buckets, queries, keys = [], [], []
-    order = [-1] * n
+    buckets, queries, keys, rows, real = [], [], [], [], []
+    done = 0  # padded query rows of the buckets before
     for part in bucket_blocks(blocks, fill):
         q_len = max(b.length for b in part)
         k_len = max(b.keys for b in part)
-        for b in part:
-            for i in range(b.length):
-                if not 0 <= b.start + i < n or order[b.start + i] >= 0:
-                    raise ValueError("block attention: every position must be the query of exactly one block")
-                order[b.start + i] = len(queries) + i
-            queries += [*range(b.start, b.start + b.length), *[0] * (q_len - b.length)]
-            for s, m in b.context:
-                keys += range(s, s + m)
-            keys += [*range(b.start, b.start + b.length), *[0] * (k_len - b.keys)]
+        lengths = torch.tensor([b.length for b in part])
+        context = torch.tensor([b.context_length for b in part])
+        starts = torch.tensor([b.start for b in part])
+        slot = torch.arange(q_len)[None, :]
+        valid = slot < lengths[:, None]  # [U, Q]
+        q = torch.where(valid, starts[:, None] + slot, 0)  # padding: position 0
+        spans = [r for b in part for r in (*b.context, (b.start, b.length))]  # every block's keys, in order
+        span_starts, span_lengths = (torch.tensor(x) for x in zip(*spans, strict=True))
+        k = torch.zeros(len(part), k_len, dtype=torch.long)
+        k[torch.arange(k_len)[None, :] < (context + lengths)[:, None]] = _ranges(span_starts, span_lengths)
+        queries.append(q.flatten())
+        keys.append(k.flatten())
+        real.append(q[valid])
+        rows.append(done + valid.flatten().nonzero().squeeze(1))
+        done += q.numel()
         mask = None
-        if any(b.context for b in part):
-            lengths = torch.tensor([b.length for b in part])
-            context = torch.tensor([b.context_length for b in part])
-            row = torch.arange(q_len)[None, :, None]
-            col = torch.arange(k_len)[None, None, :] - context[:, None, None]  # key index within the own block
-            # the context, or causally itself; a padding query sees every key (no empty softmax row)
-            see = (col <= row) | (row >= lengths[:, None, None])
-            mask = torch.zeros(see.shape).masked_fill_(~see, float("-inf"))[:, None]
+        if bool((context > 0).any()):
+            # query i of a block sees key j (after its context of c) where j - c <= i: the context, causally itself;
+            # a padding query sees every key (no empty softmax row)
+            last = torch.where(valid, slot + context[:, None], k_len)[:, :, None]  # [U, Q, 1]: the last key seen
+            mask = torch.where(torch.arange(k_len) <= last, 0.0, float("-inf"))[:, None]
         buckets.append(Bucket(len(part), q_len, k_len, mask))
-    if min(order, default=0) < 0:
+    real_q = torch.cat(real) if real else torch.zeros(0, dtype=torch.long)
+    if real_q.numel() != n or not torch.equal(torch.bincount(real_q, minlength=n), torch.ones(n, dtype=torch.long)):
         raise ValueError("block attention: every position must be the query of exactly one block")
+    order = torch.empty(n, dtype=torch.long)
+    order[real_q] = torch.cat(rows)
 
-    def long(x):
-        return torch.tensor(x, dtype=torch.long)
+    def cat(x):
+        return torch.cat(x) if x else torch.zeros(0, dtype=torch.long)
 
-    return Layout(tuple(buckets), long(queries), long(keys), long(order))
+    return Layout(tuple(buckets), cat(queries), cat(keys), order)
 
 
 def attention(module, query, key, value, attention_mask=None, dropout=0.0, scaling=None, block_layout=None, **kwargs):
