@@ -183,7 +183,7 @@ def attention(module, query, key, value, attention_mask=None, dropout=0.0, scali
             qb.view(b.blocks, b.queries, heads, -1).transpose(1, 2),
             kb.view(b.blocks, b.keys, heads, -1).transpose(1, 2),
             vb.view(b.blocks, b.keys, heads, -1).transpose(1, 2),
-            attn_mask=b.mask,
+            attn_mask=None if b.mask is None else b.mask.to(q.dtype),  # CUDA's kernels want the query's dtype
             is_causal=b.mask is None,
             scale=scaling,
         )  # [blocks, heads, queries, d]
