@@ -10,9 +10,9 @@ one in every layer; here each block's queries meet only the keys they may see: [
 
 Blocks of similar sizes are gathered into `Bucket`s, each one batched call of torch's
 `scaled_dot_product_attention` on [blocks, heads, queries, keys], padded to the bucket's largest block, the padding
-masked out by a float mask built once per batch (not once per layer and call). A bucket of blocks without context is
-plain causal attention (the kernel's `is_causal`, no mask: right padding lies after every real query). The outputs
-return to the flat order with one index. The values are those of a dense masked attention up to float rounding
+masked out by a float mask built once per forward and shared by its layers (`Layout.ready`), not once per layer
+and call. A bucket of blocks without context is plain causal attention (the kernel's `is_causal`, no mask: right
+padding lies after every real query). The outputs return to the flat order with one index. The values are those of a dense masked attention up to float rounding
 (tests/model/test_block_attention.py); the work is the blocks' queries x keys (padded within a bucket) instead of
 rows x L².
 
@@ -61,13 +61,16 @@ class Block:
 
 @dataclass(frozen=True)
 class Bucket:
-    """Blocks computed in one attention call, padded to `blocks` x `queries` queries and `keys` keys; `mask`
-    [blocks, 1, queries, keys] additive float (0 or -inf), None for causal blocks without context."""
+    """Blocks computed in one attention call, padded to `blocks` x `queries` queries and `keys` keys. `last`
+    [blocks, queries, 1]: the last key each query sees (its context and its own block up to itself; every key for a
+    padding query), None for causal blocks without context; `mask` [blocks, 1, queries, keys]: the additive float
+    mask it stands for (0 up to `last`, -inf after), built for a forward (`Layout.ready`), not kept."""
 
     blocks: int
     queries: int
     keys: int
-    mask: torch.Tensor | None
+    last: torch.Tensor | None
+    mask: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -82,10 +85,17 @@ class Layout:
     keys: torch.Tensor
     order: torch.Tensor
 
-    def to(self, device) -> Layout:
-        buckets = tuple(
-            Bucket(b.blocks, b.queries, b.keys, None if b.mask is None else b.mask.to(device)) for b in self.buckets
-        )
+    def ready(self, device, dtype) -> Layout:
+        """The layout on `device` with its masks built in `dtype` (the queries'; CUDA's kernels want it): for one
+        forward, shared by its layers. A kept layout holds only `last` (8 bytes per query, not 4 per pair)."""
+
+        def mask(b: Bucket) -> torch.Tensor | None:
+            if b.last is None:
+                return None
+            last = b.last.to(device)
+            return torch.where(torch.arange(b.keys, device=device) <= last, 0.0, float("-inf")).to(dtype)[:, None]
+
+        buckets = tuple(Bucket(b.blocks, b.queries, b.keys, b.last, mask(b)) for b in self.buckets)
         return Layout(buckets, self.queries.to(device), self.keys.to(device), self.order.to(device))
 
 
@@ -141,13 +151,12 @@ def layout(blocks: Sequence[Block], n: int, fill: float = BUCKET_FILL) -> Layout
         real.append(q[valid])
         rows.append(done + valid.flatten().nonzero().squeeze(1))
         done += q.numel()
-        mask = None
+        last = None
         if bool((context > 0).any()):
             # query i of a block sees key j (after its context of c) where j - c <= i: the context, causally itself;
             # a padding query sees every key (no empty softmax row)
-            last = torch.where(valid, slot + context[:, None], k_len)[:, :, None]  # [U, Q, 1]: the last key seen
-            mask = torch.where(torch.arange(k_len) <= last, 0.0, float("-inf"))[:, None]
-        buckets.append(Bucket(len(part), q_len, k_len, mask))
+            last = torch.where(valid, slot + context[:, None], k_len)[:, :, None]
+        buckets.append(Bucket(len(part), q_len, k_len, last))
     real_q = torch.cat(real) if real else torch.zeros(0, dtype=torch.long)
     if real_q.numel() != n or not torch.equal(torch.bincount(real_q, minlength=n), torch.ones(n, dtype=torch.long)):
         raise ValueError("block attention: every position must be the query of exactly one block")
@@ -166,6 +175,8 @@ def attention(module, query, key, value, attention_mask=None, dropout=0.0, scali
     `attention_mask` is ignored (the layout is the mask; `PLACEHOLDER_MASK` keeps transformers from building one)."""
     if query.shape[0] != 1 or dropout:
         raise ValueError("block attention needs a flat batch (one row) and no dropout")
+    if any(b.last is not None and b.mask is None for b in block_layout.buckets):
+        raise ValueError("block attention: a layout's masks are built for a forward (`Layout.ready`)")
     heads = query.shape[1]
     q = query[0].transpose(0, 1)  # [N, H, d]
     k = key[0].transpose(0, 1)
@@ -183,8 +194,8 @@ def attention(module, query, key, value, attention_mask=None, dropout=0.0, scali
             qb.view(b.blocks, b.queries, heads, -1).transpose(1, 2),
             kb.view(b.blocks, b.keys, heads, -1).transpose(1, 2),
             vb.view(b.blocks, b.keys, heads, -1).transpose(1, 2),
-            attn_mask=None if b.mask is None else b.mask.to(q.dtype),  # CUDA's kernels want the query's dtype
-            is_causal=b.mask is None,
+            attn_mask=b.mask if b.mask is None or b.mask.dtype == q.dtype else b.mask.to(q.dtype),
+            is_causal=b.last is None,
             scale=scaling,
         )  # [blocks, heads, queries, d]
         outs.append(o.transpose(1, 2).reshape(b.blocks * b.queries, heads, -1))
@@ -215,7 +226,7 @@ def _dispatch(fallback: str):
 @contextlib.contextmanager
 def block_attention(model) -> Iterator[None]:
     """Within the block, `model`'s decoder attends through `attention` in every forward given a `block_layout`
-    (with `PLACEHOLDER_MASK`), and as before in every other: its config's attention implementation is set to
+    (with `PLACEHOLDER_MASK`; the layout `Layout.ready`), and as before in every other: its config's attention implementation is set to
     `ATTENTION`:<the one before>, which dispatches on `block_layout` and builds masks as the one before did;
     restored afterwards. Nested blocks leave it as the outer one set it."""
     from transformers import AttentionInterface

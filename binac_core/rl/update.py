@@ -237,7 +237,7 @@ def sequence_logprobs(
                 attention_mask=PLACEHOLDER_MASK.to(dev),
                 position_ids=tree.positions.to(dev),
                 use_cache=False,
-                block_layout=packed.layout.to(dev),
+                block_layout=packed.layout.ready(dev, next(decoder.parameters()).dtype),
             ).last_hidden_state[0]
         flat = chunked_token_logprobs(hidden[tree.at.to(dev)], head, tree.target.to(dev), temperature, chunk, entropy)
         scored = tree.scored.to(dev)

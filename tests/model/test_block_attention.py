@@ -45,7 +45,7 @@ def test_outputs_and_gradients_are_the_dense_masked_ones(kv_heads, fill):
     grads = []
     for packed in (True, False):
         if packed:
-            out, _ = attention(None, q, k, v, scaling=scale, block_layout=layout(TREE, n, fill))
+            out, _ = attention(None, q, k, v, scaling=scale, block_layout=layout(TREE, n, fill).ready("cpu", q.dtype))
         else:
             out = _dense(q, k, v, TREE, n, scale).transpose(1, 2)
         (out * weight).sum().backward()
