@@ -12,10 +12,13 @@ So every completion token is predicted from exactly its own sequence, as in the 
 several samples (same sequence up to and including it) has one log-prob, computed once, and its gradient sums the
 samples' terms, as the copies' gradients would.
 
-This is the shared-prefix forward of Prefix Grouper (arXiv 2506.05433) and the tree attention of
-SGLang's RadixAttention (arXiv 2312.07104) applied to training, without padding (verl's `use_remove_padding`).
-The micro-batches (`micro_batches`) hold neighbouring sequences in sorted order, so sequences sharing prefixes share
-a tree; the batch's loss is one token mean, so neither choice changes a value beyond float rounding.
+This extends the shared-prefix forward of Prefix Grouper (arXiv 2506.05433) from one shared prompt to the whole
+prefix tree, the tree SGLang's RadixAttention (arXiv 2312.07104) shares KV caches over when serving, here for a
+training forward without padding (verl's `use_remove_padding`). The micro-batches (`micro_batches`) hold
+neighbouring sequences in sorted order, so sequences sharing prefixes share a tree; the batch's loss is one token
+mean, so neither choice changes a value beyond float rounding. On a testbed batch (2026-12-07) the trees hold 20.0 k
+positions for the actor's 320 samples and 5.5 k for the critic's 256, against 37.3 k and 10.6 k in the packed rows
+of one shared prompt prefix each that came before (54.4 k and 28.2 k unpacked).
 """
 
 from __future__ import annotations
