@@ -20,8 +20,8 @@ Callers depend only on `GenerationBackend.generate`. Two implementations:
 
 Log-probs are those of the sampling distribution, softmax(logits / temperature), which is what the training loss
 recomputes (`binac_core.rl.update.sequence_logprobs`), so the PPO ratio starts at 1 on-policy (up to float rounding:
-generation runs with a KV cache, left padding and, in the lean loop, the adapter merged; training over packed
-rows of whole sequences, `binac_core.rl.packing`).
+generation runs with a KV cache, left padding and, in the lean loop, the adapter merged; training over the
+prefix tree of whole sequences, `binac_core.rl.packing`).
 
 Both paths sample from exactly that distribution whatever the checkpoint ships. The lean loop knows no other
 setting (`decode._draw`). The `generate` path runs under a generation config built from `SamplingParams` alone

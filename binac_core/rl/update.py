@@ -8,9 +8,11 @@ reported for critique-guided GRPO (critique-GRPO issue #6).
 An update = `passes` full passes over the batch; each pass accumulates gradients over micro-batches of at most
 `train.micro_batch_size` sequences, normalised by the batch's total completion tokens (one token-level mean), then
 takes one clipped-gradient AdamW step: the micro-batch size changes memory, not the update beyond float rounding.
-Samples sharing a prompt prefix (GRPO's attempts at one problem, the critic's K feedbacks on one attempt, the
-refinements after them) run as one packed row with the prefix computed once, and the micro-batches hold rows of
-similar lengths (`binac_core.rl.packing`); neither changes a value beyond float rounding.
+A micro-batch runs as the prefix tree of its sequences (GRPO's attempts at one problem, the critic's K feedbacks on
+one attempt, the refinements after them, completions beginning alike): every shared prefix computed once, no
+padding, attention following the tree (`binac_core.rl.packing`, `binac_core.model.block_attention`); the
+micro-batches hold neighbouring sequences in sorted order. Neither changes a value beyond float rounding. Each
+micro-batch is packed once per update and reused by every pass and by the KL reference forward.
 
 The training forward runs in eval mode, as sampling does: LoRA dropout (`lora.dropout`, 0.05 in the real-model
 presets) is off in both, so the recomputed log-probs are those the backend sampled with (the first-pass ratio is 1
@@ -48,6 +50,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from binac_core.foundation.config import Config
+from binac_core.model.block_attention import PLACEHOLDER_MASK, Layout, block_attention
+from binac_core.model.block_attention import layout as attention_layout
 from binac_core.model.fused_lora import merged_lora_forward
 from binac_core.model.generation import AdapterRef
 from binac_core.model.lm_head import float32_logits
@@ -212,35 +216,42 @@ def sequence_logprobs(
     chunk: int = LOGPROB_CHUNK,
     entropy: EntropyMode | None = None,
     pack: bool = True,
-    groups: list[packing.Group] | None = None,
+    packed: PackedBatch | None = None,
 ):
     """Log-probs of each sample's completion tokens given its prompt -> (logp [B, T], mask [B, T]); with
     `entropy` (`EntropyMode`), (logp, mask, entropy [B, T]): the next-token distribution's entropy at each
     completion token (`token_entropy`), 0 at padding.
 
-    `pack` (default): samples sharing a prompt prefix run as one packed row, the prefix once
-    (`binac_core.rl.packing`; `groups`, indices into `samples`, or chosen by `packing.group_samples`); False: one
-    right-padded row per sample from position 0. The two give the same values up to float rounding. The LM head
-    runs only on the completion positions, `chunk` positions at a time."""
+    `pack` (default): the samples run as their prefix tree, every shared prefix once (`binac_core.rl.packing`;
+    `packed`: the samples already packed, `pack_batch`); False: one right-padded row per sample from position 0.
+    The two give the same values up to float rounding. The LM head runs only on the completion positions (packed:
+    each distinct scored token once), `chunk` positions at a time."""
     decoder, head = _decoder_and_head(model)
     dev = next(model.parameters()).device
     if pack:
-        rows = packed_rows(model, samples, pad_id, groups)
-        mask4 = rows.attend.to(dev)
-        hidden = decoder(
-            input_ids=rows.ids.to(dev), attention_mask=mask4, position_ids=rows.positions.to(dev), use_cache=False
-        ).last_hidden_state
-        at_hidden, targets = (rows.row.to(dev), rows.col.to(dev)), rows.target.to(dev)
-        at = (rows.owner.to(dev), rows.index.to(dev))
+        packed = packed or pack_batch(samples)
+        tree = packed.tree
+        with block_attention(model):
+            hidden = decoder(
+                input_ids=tree.ids.to(dev),
+                attention_mask=PLACEHOLDER_MASK.to(dev),
+                position_ids=tree.positions.to(dev),
+                use_cache=False,
+                block_layout=packed.layout.ready(dev, next(decoder.parameters()).dtype),
+            ).last_hidden_state[0]
+        flat = chunked_token_logprobs(hidden[tree.at.to(dev)], head, tree.target.to(dev), temperature, chunk, entropy)
+        scored = tree.scored.to(dev)
+        flat = flat[scored] if entropy is None else tuple(f[scored] for f in flat)
+        at = (tree.owner.to(dev), tree.index.to(dev))
     else:
         ids, attn = right_padded(samples, pad_id, model)
         hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state  # [B, L, H]
         # Position p predicts token p + 1: a completion of n tokens after a prompt of m uses positions m-1 .. m+n-2.
         r = torch.cat([torch.full((len(s.token_ids),), i, dtype=torch.long) for i, s in enumerate(samples)]).to(dev)
         c = torch.cat([torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) - 1 + len(s.token_ids)) for s in samples])
-        at_hidden, targets = (r, c.to(dev)), ids[r, c.to(dev) + 1]
+        targets = ids[r, c.to(dev) + 1]
+        flat = chunked_token_logprobs(hidden[r, c.to(dev)], head, targets, temperature, chunk, entropy)
         at = (r, torch.cat([torch.arange(len(s.token_ids)) for s in samples]).to(dev))
-    flat = chunked_token_logprobs(hidden[at_hidden], head, targets, temperature, chunk, entropy)
     t_max = max(len(s.token_ids) for s in samples)
     mask = torch.zeros(len(samples), t_max)
     for i, s in enumerate(samples):
@@ -251,38 +262,30 @@ def sequence_logprobs(
     return logp.cpu(), mask, ent.cpu()
 
 
-def packed_rows(model, samples: list[Sample], pad_id: int, groups: list[packing.Group] | None) -> packing.PackedRows:
-    """`samples` packed by shared prompt prefix (`binac_core.rl.packing`), in `groups` or in the groups
-    `packing.group_samples` chooses for the model's row cost."""
-    prompts = [s.prompt_ids for s in samples]
-    if groups is None:
-        lengths = [len(s.prompt_ids) + len(s.token_ids) for s in samples]
-        groups = packing.group_samples(prompts, lengths, row_cost(model), len(samples))
-    return packing.pack(prompts, [s.token_ids for s in samples], groups, pad_id)
+@dataclass(frozen=True)
+class PackedBatch:
+    """Samples packed as their prefix tree (`packing.pack`) and the tree's attention layout
+    (`block_attention.layout`): built once per micro-batch, reused by every pass of an update."""
+
+    tree: packing.Packed
+    layout: Layout
 
 
-def row_cost(model) -> packing.RowCost:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return packing.RowCost.of(base.config)
+def pack_batch(samples: list[Sample]) -> PackedBatch:
+    """`samples` packed as their prefix tree, with its attention layout (`PackedBatch`)."""
+    tree = packing.pack([s.prompt_ids for s in samples], [s.token_ids for s in samples])
+    return PackedBatch(tree, attention_layout(tree.blocks, tree.ids.shape[1]))
 
 
-MicroBatch = tuple[list[Sample], list[packing.Group]]
-"""A micro-batch's samples and their packing groups (indices into those samples)."""
+MicroBatch = tuple[list[Sample], PackedBatch]
+"""A micro-batch's samples and their packed form."""
 
 
-def micro_batches(model, samples: list[Sample], size: int) -> list[MicroBatch]:
-    """The batch as micro-batches of at most `size` samples, each with its packing groups (indices into the
-    micro-batch): samples sharing a prompt prefix grouped, the groups ordered by packed length
-    (`packing.micro_batches`)."""
-    lengths = [len(s.prompt_ids) + len(s.token_ids) for s in samples]
-    groups = packing.group_samples([s.prompt_ids for s in samples], lengths, row_cost(model), size)
-    out = []
-    for batch in packing.micro_batches(groups, lengths, size):
-        members = [i for g in batch for i in g.members]
-        local = {i: k for k, i in enumerate(members)}
-        regrouped = [packing.Group(tuple(local[i] for i in g.members), g.shared) for g in batch]
-        out.append(([samples[i] for i in members], regrouped))
-    return out
+def micro_batches(samples: list[Sample], size: int) -> list[MicroBatch]:
+    """The batch as micro-batches of at most `size` samples, neighbours in the order of their sequences
+    (`packing.micro_batches`), each packed (`pack_batch`)."""
+    cuts = packing.micro_batches([s.prompt_ids + s.token_ids for s in samples], size)
+    return [(chunk, pack_batch(chunk)) for chunk in ([samples[i] for i in cut] for cut in cuts)]
 
 
 @contextlib.contextmanager
@@ -291,7 +294,9 @@ def checkpointed_layers(model, on: bool) -> Iterator[int]:
     its activations: transformers' gradient checkpointing (`GradientCheckpointingLayer`, non-reentrant
     `torch.utils.checkpoint`). transformers checkpoints a layer only in training mode, and the update runs in eval
     mode (module docstring), so the layers alone, not their submodules, are flagged as training: dropout stays off.
-    Yields the number of layers checkpointed."""
+    A layer recomputed in the backward must attend as its forward did, after `sequence_logprobs` has returned: the
+    block keeps the packed forward's attention dispatch (`block_attention`) in place. Yields the number of layers
+    checkpointed."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -304,7 +309,8 @@ def checkpointed_layers(model, on: bool) -> Iterator[int]:
     for m in layers:
         m.training = True
     try:
-        yield len(layers)
+        with block_attention(model):
+            yield len(layers)
     finally:
         for m, flag in zip(layers, flags, strict=True):
             m.training = flag
@@ -333,8 +339,8 @@ def _batch_pass(
     pad, temp = policy.tokenizer.pad_token_id, settings.temperature
     mode = "differentiable" if settings.entropy_coef > 0 else "value"
     total = dict.fromkeys(("loss", "kl_sum", "clip_sum", "entropy_sum", "tokens"), 0.0)
-    for (chunk, groups), ref in zip(chunks, refs, strict=True):
-        logp, mask, entropy = sequence_logprobs(policy.model, chunk, pad, temp, entropy=mode, groups=groups)
+    for (chunk, packed), ref in zip(chunks, refs, strict=True):
+        logp, mask, entropy = sequence_logprobs(policy.model, chunk, pad, temp, entropy=mode, packed=packed)
         old = _pad([s.logprobs for s in chunk], logp.shape[1])
         adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
         loss, st = clipped_policy_loss(
@@ -374,12 +380,12 @@ def policy_update(policy, name: str, samples: list[Sample], settings: UpdateSett
         return {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "tokens": 0.0, "skipped_steps": float(passes)}
     pad, temp = policy.tokenizer.pad_token_id, settings.temperature
     mb = settings.micro_batch_size
-    chunks = micro_batches(policy.model, samples, mb)
+    chunks = micro_batches(samples, mb)
     n_tokens = sum(len(s.token_ids) for s in samples)
     refs = [None] * len(chunks)
     if kl_coef > 0:
         with torch.no_grad(), policy.model.disable_adapter():
-            refs = [sequence_logprobs(policy.model, c, pad, temp, groups=g)[0] for c, g in chunks]
+            refs = [sequence_logprobs(policy.model, c, pad, temp, packed=p)[0] for c, p in chunks]
     skip = zero_signal(samples, kl_coef, settings.entropy_coef)
     if skip:
         policy.model.set_adapter(name)  # no `train_mode`: no optimizer is created for a step not taken

@@ -30,7 +30,7 @@ def policy(tmp_path_factory):
     return pol
 
 
-def _samples(n=16):
+def _samples(n=24):
     gen = torch.Generator().manual_seed(3)
     return [
         Sample(
