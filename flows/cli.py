@@ -227,7 +227,8 @@ def cmd_demo(a) -> int:
 DEMO_CAVEAT = (
     "What this shows: one seed on a synthetic task, the mechanism at work within minutes; it is no evidence "
     "for or against binac. The evidence is the studies: docs/results-study-v3.md (does a trained critic beat a "
-    "frozen one?), docs/results-testbed.md (the testbed's controls)."
+    "frozen one?), docs/results-testbed.md (the testbed's controls). A critic's hits count only beside its false "
+    "alarms: one that names a step in every attempt hits every first error (docs/results-critic-remedies.md)."
 )
 
 

@@ -18,6 +18,9 @@ AXES = {
 }
 """Budget axis -> (its name in the report, the run dict's per-iteration count)."""
 
+LOGGED = {"actor_train": "train/actor_samples", "generated": "train/generated_samples"}
+"""Budget axis -> the running total the run logged at every iteration (flows/bookkeeping.py `IterationLog`)."""
+
 
 def evals(r: dict, name: str) -> dict[int, float]:
     return {int(k): v for k, v in r["metrics"].get(f"eval/{name}", {}).items()}
@@ -29,15 +32,24 @@ def last_eval(r: dict) -> int | None:
     return max(steps) if steps else None
 
 
+def count_at(r: dict, axis: str, step: int) -> int:
+    """The run's cumulative count on `axis` after iteration `step`: the running total it logged (`LOGGED`; exact
+    under an alternation, whose critic iterations add no actor training samples), else `step` × its per-iteration
+    count (a run that logged no totals)."""
+    logged = r["metrics"].get(LOGGED[axis], {})
+    if step in logged:
+        return int(logged[step])
+    return 0 if step == 0 else step * r[AXES[axis][1]]
+
+
 def budget_point(r: dict, axis: str, total: int) -> tuple[int, int] | None:
     """(iteration, exact count reached) of the run's first evaluation whose cumulative count on `axis`
-    (`actor_train` or `generated`: iteration × the run's per-iteration count) reaches `total`; None when it never
-    does (0 per iteration, or no evaluation that far)."""
-    per = r[AXES[axis][1]]
-    if not per:
+    (`actor_train` or `generated`; `count_at`) reaches `total`; None when it never does (0 per iteration, or no
+    evaluation that far)."""
+    if not r[AXES[axis][1]]:
         return None
-    steps = [s for s in evals(r, "acc_single") if s * per >= total]
-    return (min(steps), min(steps) * per) if steps else None
+    steps = [s for s in sorted(evals(r, "acc_single")) if count_at(r, axis, s) >= total]
+    return (steps[0], count_at(r, axis, steps[0])) if steps else None
 
 
 def point_step(r: dict, axis: str, total: int) -> int | None:

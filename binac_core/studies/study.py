@@ -509,9 +509,10 @@ def grid(study: Study, difficulties: dict[str, int]) -> list[RunSpec]:
 
 def equal_budget_totals(study: Study) -> dict[str, int]:
     """`equal_samples_method`'s counts after all iterations on both budget axes (`binac_core.rl.methods`): its actor
-    training samples (`actor_train`) and its generated samples (`generated`): the equal-budget points."""
+    training samples (`actor_train`, exact under an alternation: `MethodSpec.actor_samples_through`) and its
+    generated samples (`generated`): the equal-budget points."""
     spec, cfg = method_spec(study.equal_samples_method), study.config()
     return {
-        "actor_train": spec.actor_train_samples_per_iteration(cfg) * study.iterations,
+        "actor_train": spec.actor_samples_through(cfg, study.iterations),
         "generated": spec.generated_samples_per_iteration(cfg) * study.iterations,
     }

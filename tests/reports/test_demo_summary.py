@@ -115,3 +115,55 @@ def test_the_png_opens(planted, tmp_path):
     demo.plot(demo.held_out_curves(ws, RUNS), tmp_path / "curves.png", "demo")
     image = matplotlib.image.imread(tmp_path / "curves.png")
     assert image.shape[0] > 300 and image.shape[1] > 1000
+
+
+def _plant_bank(ws: Workspace) -> dict:
+    """binac's bank rows on the bank's `eval` half at every step (and, to be left out, on its `val` half): 10
+    attempts, 6 wrong at step 2 and 4 right with every step right; its critic names step 2 on `hits` wrong ones
+    and a step on `alarms` right ones, the frozen critic on 2 and 1. Returns {step: (hits, alarms)}."""
+    truth = {}
+    for step in STEPS:
+        hits, alarms = 2 + step // 5, step // 5
+        truth[step] = (hits, alarms)
+        for protocol, (h, a) in (("bank", (hits, alarms)), ("bank_frozen", (2, 1))):
+            for split in ("bank_eval", "bank_val"):
+                rows = [
+                    trajectory_row(
+                        run_id=RUNS["binac"],
+                        method="binac",
+                        step=step,
+                        split=split,
+                        protocol=protocol,
+                        problem_id=f"b{p}",
+                        round=1,
+                        attempt_reward=0.0 if p < 6 else 1.0,
+                        first_wrong_step=2 if p < 6 else None,
+                        feedback_step=(2 if p < h else None) if p < 6 else (3 if p - 6 < a else None),
+                    )
+                    for p in range(10)
+                ]
+                if split == "bank_val":  # a different half, to be left out: every feedback names step 2
+                    rows = [trajectory_row(**{**r, "feedback_step": 2}) for r in rows]
+                storage.write_shard(ws, RUNS["binac"], f"{protocol}-{split}", step, rows)
+    return truth
+
+
+def test_with_a_bank_the_critic_panels_read_its_eval_half(planted, tmp_path):
+    ws, _ = planted
+    truth = _plant_bank(ws)
+    curves = demo.held_out_curves(ws, RUNS)
+    for step, (hits, alarms) in truth.items():
+        at = curves["binac"][step]
+        assert at["bank_critic_hits_first_error"] == (hits / 6, 6)
+        assert at["bank_critic_false_alarm"] == (alarms / 4, 4)
+        assert at["bank_frozen_critic_hits_first_error"] == (2 / 6, 6)
+        assert at["bank_frozen_critic_false_alarm"] == (1 / 4, 4)
+    assert "bank_critic_hits_first_error" not in curves["grpo"][0]
+    drawn = demo.plot(curves, tmp_path / "curves.png")
+    measures = demo.drawn_measures(curves)
+    assert "critic_hits_first_error" not in measures, "the bank's panels replace the moving attempts'"
+    assert {k for _, k in drawn} == set(measures) - {"critic_hits_first_error"}
+    lines = demo.table(curves)
+    binac_rows = [line for line in lines if line.startswith("    bank:")]
+    assert len(binac_rows) == 4, "binac's critic and the frozen critic, hits and false alarm"
+    assert binac_rows[0].split("  ")[-1].strip().endswith(f"{100 * truth[10][0] / 6:.1f} (n=6)")

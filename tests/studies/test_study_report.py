@@ -156,6 +156,17 @@ def test_the_equal_budget_point_is_the_first_evaluation_whose_count_reaches_the_
     assert budget_point(short, "actor_train", 3840) is None, "a run whose evaluations stop short never reaches it"
 
 
+def test_the_equal_budget_point_reads_the_logged_running_totals_under_an_alternation():
+    """A 3:1 alternation (three actor iterations, then one critic iteration) adds no actor training samples at its
+    critic iterations: 64 per actor iteration reach 3840 at iteration 80, not at iteration 60."""
+    run = _run("binac", 0, "sparse", iterations=80, evals={"acc_single": {s: 0.5 for s in range(0, 81, 10)}})
+    run["actor_train_per_iteration"] = 64
+    run["metrics"]["train/actor_samples"] = {i: 64 * (i - i // 4) for i in range(81)}
+    assert budget_point(run, "actor_train", 3840) == (80, 3840)
+    del run["metrics"]["train/actor_samples"]
+    assert budget_point(run, "actor_train", 3840) == (60, 3840), "without logged totals: iteration x per iteration"
+
+
 def test_every_row_is_labelled_with_the_iteration_and_the_counts_that_method_reached(tmp_path):
     st = _study(tmp_path)
     runs = [_run(m, s, r) for r in ("moderate", "sparse") for m in st.methods for s in st.seeds]
