@@ -76,7 +76,9 @@ KEYS = {
     "hypotheses",
     "gates",
 }
-SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2")
+SELECT_METRICS = ("acc_single", "acc_feedback", "acc_gated_k2", "critic_margin")
+"""The held-out accuracies, and `critic_margin` (binac_core/studies/critic_margin.py: the critic minus the frozen
+critic on the bank), which only `select_rule: bank_margin_paired` reads and which reads nothing else."""
 GATES = {
     "shortcut_right_at_most": "the upper end of the 95 % Wilson interval of the shortcut check (the share of "
     "wrong-step attempts right after approval, binac_core/studies/regimes.py) is at most this",
@@ -105,6 +107,11 @@ class SelectRule(str, Enum):
     whose paired difference from it has a 95 % t-interval containing 0 ties with it, and among the leader and its
     ties the one changing the fewest config fields from the preset's values wins, then the higher mean (the third
     edition's rule). The report also says when the leader holds the extreme value of a field the grid varies."""
+    BANK_MARGIN_PAIRED = "bank_margin_paired"
+    """The same choice (leader, paired ties, fewest fields changed, edges) on `critic_margin` instead of an area:
+    per run, its critic's discrimination (first-error hits − false alarm) minus the frozen base critic's on the
+    bank's half of the study's evaluation split, averaged over the evaluations of the run's second half
+    (binac_core/studies/critic_margin.py; the fourth edition's rule)."""
 
 
 class HypothesisSet(str, Enum):
@@ -283,6 +290,7 @@ def load_study(path: str | Path) -> Study:
         hypotheses=_enum(path, "hypotheses", HypothesisSet, raw.get("hypotheses")),
         gates=_gates(path, raw.get("gates"), tuple(r.name for r in study.regimes)),
     )
+    _check_margin_rule(path, study)
     if not study.regimes:
         raise BinacError(f"study file {path}: no regimes")
     for named in study.variants.values():  # every variant must make a valid config
@@ -340,6 +348,21 @@ def _select(path: Path, raw, variants: dict) -> dict:
                 f"(known: {', '.join(SELECT_METRICS)})"
             )
     return {str(m): str(v) for m, v in raw.items()}
+
+
+def _check_margin_rule(path: Path, study: Study) -> None:
+    """`critic_margin` and `select_rule: bank_margin_paired` go together, on a study that scores the bank."""
+    margin = {m for m, metric in study.select.items() if metric == "critic_margin"}
+    if study.select_rule == SelectRule.BANK_MARGIN_PAIRED and margin != set(study.select):
+        other = sorted(set(study.select) - margin)[0]
+        raise BinacError(
+            f"study file {path}: select_rule bank_margin_paired reads critic_margin only ({other!r} selects by "
+            f"{study.select[other]!r})"
+        )
+    if margin and study.select_rule != SelectRule.BANK_MARGIN_PAIRED:
+        raise BinacError(f"study file {path}: select critic_margin needs select_rule: bank_margin_paired")
+    if margin and not study.config().bank.enabled:
+        raise BinacError(f"study file {path}: select critic_margin needs the attempt bank (bank.enabled: true)")
 
 
 def _enum(path: Path, key: str, kind: type[Enum], raw) -> Enum:

@@ -58,6 +58,9 @@ from binac_core.reports.report import sandbox_line
 from binac_core.rl.evaluation import greedy_evaluated
 from binac_core.rl.methods import method_spec
 from binac_core.studies import critic_curves, hypotheses_v3
+from binac_core.studies.critic_margin import MEASURES as MARGIN_MEASURES
+from binac_core.studies.critic_margin import bank_split, margins
+from binac_core.studies.critic_margin import window as margin_window
 from binac_core.studies.pilot_rule import changed_fields, choose_paired, edges
 from binac_core.studies.run_values import (
     AXES,
@@ -798,6 +801,16 @@ def _pilot(st, done: list[dict]) -> list[str]:
             "it; among the leader and its ties, the variant changing the fewest fields from the preset's values "
             "is chosen, then the higher mean."
         )
+    elif st.select_rule == SelectRule.BANK_MARGIN_PAIRED:
+        rule = (
+            "The design's rule (`select_rule: bank_margin_paired`, binac_core/studies/critic_margin.py), applied "
+            "mechanically: per method with variants, each run's critic margin (its critic's first-error hits − "
+            "false alarm on the attempt bank, minus the frozen base critic's, averaged over the evaluations of the "
+            "run's second half), mean ± 95 % t-interval over seeds; the variant with the highest mean leads; a "
+            "variant whose paired difference from the leader has an interval containing 0 ties with it; among the "
+            "leader and its ties, the variant changing the fewest fields from the preset's values is chosen, then "
+            "the higher mean. The hits, false-alarm and balanced-accuracy margins are shown beside it, not used."
+        )
     else:
         rule = (
             "The design's rule, applied mechanically: per method with variants, its selection metric (study "
@@ -816,7 +829,10 @@ def _pilot(st, done: list[dict]) -> list[str]:
             if metric is None:
                 lines += [f"**{method}**: no selection metric (study file `select`): nothing chosen.", ""]
                 continue
-            choose = _choose_auc_paired if st.select_rule == SelectRule.AUC_PAIRED else _choose_last_mean
+            choose = {
+                SelectRule.AUC_PAIRED: _choose_auc_paired,
+                SelectRule.BANK_MARGIN_PAIRED: _choose_bank_margin,
+            }.get(st.select_rule, _choose_last_mean)
             method_lines, chosen = choose(st, rr, method, metric)
             lines += method_lines
             if chosen is None:
@@ -881,29 +897,67 @@ def _choose_auc_paired(st, rr: list[dict], method: str, metric: str) -> tuple[li
     ]
     for v, ov in named.items():
         last = values_at(runs_of(rr, method, v), metric, last_eval)
-        if v == choice.leader:
-            diff, mark = "leader", "leader"
-        else:
-            diff = diff_text(choice.differences[v]) if v in choice.differences else "–"
-            mark = "tie" if v in choice.ties else ""
-        if v == choice.chosen:
-            mark = "**chosen**" + (f" ({mark})" if mark else "")
+        diff, mark = _mark(choice, v)
         lines.append(
             f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {changes[v]} | "
             f"{seed_cell(values[v], seeds=len(st.seeds))} | {seed_cell(last, seeds=len(st.seeds))} | {diff} | "
             f"{mark} |"
         )
     lines.append("")
-    if choice.leader is not None:
-        at_edge = edges(choice.leader, named, defaults)
-        if at_edge:
-            where = "; ".join(f"the {end} `{k}` of the grid ({named[choice.leader][k]})" for k, end in at_edge)
-            lines += [
-                f"**Edge**: the leader `{choice.leader}` holds {where}. By the design the grid is widened "
-                "along that field and the rule applied again before its choice is used.",
-                "",
-            ]
-    return lines, choice.chosen
+    return lines + _edge_lines(choice, named, defaults), choice.chosen
+
+
+def _mark(choice, v: str) -> tuple[str, str]:
+    """(leader − variant cell, chosen/leader/tie mark) of variant `v` in a paired choice's table."""
+    if v == choice.leader:
+        diff, mark = "leader", "leader"
+    else:
+        diff = diff_text(choice.differences[v]) if v in choice.differences else "–"
+        mark = "tie" if v in choice.ties else ""
+    if v == choice.chosen:
+        mark = "**chosen**" + (f" ({mark})" if mark else "")
+    return diff, mark
+
+
+def _edge_lines(choice, named: dict, defaults: dict) -> list[str]:
+    """The report's line when the leader holds a grid's extreme value (`pilot_rule.edges`), else nothing."""
+    at_edge = edges(choice.leader, named, defaults) if choice.leader is not None else []
+    if not at_edge:
+        return []
+    where = "; ".join(f"the {end} `{k}` of the grid ({named[choice.leader][k]})" for k, end in at_edge)
+    return [
+        f"**Edge**: the leader `{choice.leader}` holds {where}. By the design the grid is widened along that "
+        "field and the rule applied again before its choice is used.",
+        "",
+    ]
+
+
+def _choose_bank_margin(st, rr: list[dict], method: str, metric: str) -> tuple[list[str], str | None]:
+    """`SelectRule.BANK_MARGIN_PAIRED` (binac_core/studies/critic_margin.py): per variant, its critic's margin
+    over the frozen critic on the bank (discrimination, the rule's measure; hits, false alarm and balanced
+    accuracy beside it), the leader, its paired ties, the fields each changes, the choice, the edges."""
+    named = st.variants[method]
+    defaults = preset_values(st, {k for ov in named.values() for k in ov})
+    by = {m: {v: margins(st, runs_of(rr, method, v), m) for v in named} for m in MARGIN_MEASURES}
+    changes = {v: changed_fields(ov, defaults) for v, ov in named.items()}
+    choice = choose_paired(by["discrimination"], changes)
+    steps = ", ".join(map(str, margin_window(st)))
+    lines = [
+        f"**{method}** (selected by `{metric}`: its critic's discrimination, first-error hits − false alarm, minus "
+        f"the frozen base critic's on the bank's `{bank_split(st)}` half, averaged over the evaluations at "
+        f"{steps}; in points)",
+        "",
+        "| variant | overrides | fields changed | critic_margin | hits margin | false-alarm margin | "
+        "balanced-accuracy margin | leader − variant (points) | chosen |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    n = len(st.seeds)
+    for v, ov in named.items():
+        diff, mark = _mark(choice, v)
+        cells = " | ".join(seed_cell(by[m][v], seeds=n, sign=True) for m in MARGIN_MEASURES)
+        lines.append(f"| {v} | `{json.dumps(ov, sort_keys=True)}` | {changes[v]} | {cells} | {diff} | {mark} |")
+    lines.append("")
+    return lines + _edge_lines(choice, named, defaults), choice.chosen
 
 
 # --------------------------------------------------------------------------- plots

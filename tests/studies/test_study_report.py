@@ -606,3 +606,60 @@ def test_a_control_study_tests_no_hypothesis_and_says_why(tmp_path):
     text = build_study_report(st, MEASURED, {"moderate": 3, "sparse": 2}, [], runs, tmp_path / "out")["text"]
     assert "None tested: the pre-registered hypotheses compare binac, fixed_critic, grpo" in text
     assert "**H1**" not in text and "**Change over training" in text
+
+
+def test_a_pilot_with_bank_margin_paired_chooses_by_the_critic_margin_over_the_runs_second_half(tmp_path):
+    """binac, 20 iterations, evaluations at 0, 10, 20: the margin averages 10 and 20 (the second half). On the
+    bank's val half the frozen critic hits 20 % with 50 % false alarm (J −30); every trained critic 50 % false
+    alarm, hits (same at 10 and 20) reference 30 %, kl_0.03 40 / 35 / 45 %, kl_0.1 42 %, and at step 0 (outside
+    the window) 90 %. Margins: reference +10, kl_0.03 +20, +15, +25 (mean 20), kl_0.1 +22 (leader). Leader −
+    kl_0.03: +2, +7, −3 (sd 5, half-width t(0.975, 2)·5/√3 = 12.4: a tie); − reference: +12 each (no tie). Both
+    change one field: the higher mean, kl_0.1, is chosen, the grid's highest KL: an edge."""
+    grid = {
+        "reference": {},
+        "kl_0.03": {"train.critic_kl_coef": 0.03},
+        "kl_0.1": {"train.critic_kl_coef": 0.1},
+    }
+    st = _study(
+        tmp_path,
+        name="pilot-margin",
+        iterations=20,
+        methods=["binac"],
+        seeds=[100, 101, 102],
+        regimes={"sparse": {"difficulty": 2}},
+        overrides={**SIZES, "bank.enabled": True, "task.eval_split": "val"},
+        variants={"binac": grid},
+        select={"binac": "critic_margin"},
+        select_rule="bank_margin_paired",
+    )
+    hits = {"reference": [0.30] * 3, "kl_0.03": [0.40, 0.35, 0.45], "kl_0.1": [0.42] * 3}
+    runs = []
+    for v, per_seed in hits.items():
+        for seed, h in zip(st.seeds, per_seed, strict=True):
+            r = _run("binac", seed, "sparse", iterations=20, total=1280, variant=v, evals={"acc_single": {0: 0.1}})
+            for critic, hit in (("critic", {0: 0.9, 10: h, 20: h}), ("frozen_critic", dict.fromkeys((0, 10, 20), 0.2))):
+                r["metrics"][f"bank_val/{critic}_hits_first_error"] = hit
+                r["metrics"][f"bank_val/{critic}_false_alarm"] = dict.fromkeys((0, 10, 20), 0.5)
+                r["metrics"][f"bank_eval/{critic}_hits_first_error"] = dict.fromkeys((0, 10, 20), 0.0)  # never read
+            runs.append(r)
+    text = build_study_report(st, {2: MEASURED[2]}, {"sparse": 2}, [], runs, tmp_path / "out")["text"]
+    pilot = text[text.index("## Pilot") :]
+    assert "the frozen base critic's on the bank's `val` half, averaged over the evaluations at 10, 20" in pilot
+    assert '| kl_0.1 | `{"train.critic_kl_coef": 0.1}` | 1 | +22.0 ± 0.0 | +22.0 ± 0.0 | +0.0 ± 0.0 | – |' in pilot
+    assert "| +2.0 ± 12.4 (n=3) | tie |" in pilot and "| +12.0 ± 0.0 (n=3) |  |" in pilot
+    assert "| kl_0.1 |" in pilot and "| leader | **chosen** (leader) |" in pilot
+    assert "**Edge**: the leader `kl_0.1` holds the highest `train.critic_kl_coef` of the grid (0.1)" in pilot
+    assert 'main-study overrides: {"train.critic_kl_coef": 0.1}' in pilot.splitlines()
+
+
+def test_the_critic_margin_goes_with_its_rule_and_the_bank(tmp_path):
+    grid = {"binac": {"a": {"train.critic_kl_coef": 0.1}}}
+    bank = {**SIZES, "bank.enabled": True}
+    with pytest.raises(BinacError, match="select critic_margin needs select_rule: bank_margin_paired"):
+        _study(tmp_path, overrides=bank, variants=grid, select={"binac": "critic_margin"})
+    with pytest.raises(BinacError, match="select_rule bank_margin_paired reads critic_margin only"):
+        _study(
+            tmp_path, overrides=bank, variants=grid, select={"binac": "acc_single"}, select_rule="bank_margin_paired"
+        )
+    with pytest.raises(BinacError, match=r"needs the attempt bank \(bank.enabled: true\)"):
+        _study(tmp_path, variants=grid, select={"binac": "critic_margin"}, select_rule="bank_margin_paired")
