@@ -164,7 +164,7 @@ PANELS = (
 )
 BANK_PANELS = (
     ("bank_critic_hits_first_error", "bank: critic names the first wrong step (dashed: frozen)"),
-    ("bank_critic_false_alarm", "bank: critic names a step in a right attempt (dashed: frozen)"),
+    ("bank_critic_false_alarm", "bank: false alarm, steps all right (dashed: frozen)"),
 )
 """Drawn where the runs scored the bank, in place of the third panel (whose attempts move with the actor)."""
 FROZEN = {
