@@ -124,6 +124,10 @@ class HypothesisSet(str, Enum):
     """H1-H8 of studies/sparse-feedback-v3.design.md (areas under the held-out curves, the trained and the frozen
     critic on the same attempts, the positive control inside the study; binac_core/studies/hypotheses_v3.py);
     a comparison whose methods the study does not run reads "no data"."""
+    FOURTH_EDITION = "fourth_edition"
+    """V1-V5 of studies/sparse-feedback-v4.design.md on one base (the critic margin over the frozen critic on the
+    attempt bank, binac's `chosen` against its `reference` variant and against fixed_critic, the reward
+    information, the positive control; binac_core/studies/hypotheses_v4.py)."""
 
 
 @dataclass(frozen=True)

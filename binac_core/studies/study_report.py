@@ -57,7 +57,7 @@ from binac_core.reports.plots import METHOD_ORDER, seed_band
 from binac_core.reports.report import sandbox_line
 from binac_core.rl.evaluation import greedy_evaluated
 from binac_core.rl.methods import method_spec
-from binac_core.studies import critic_curves, hypotheses_v3
+from binac_core.studies import critic_curves, hypotheses_v3, hypotheses_v4
 from binac_core.studies.critic_margin import MEASURES as MARGIN_MEASURES
 from binac_core.studies.critic_margin import bank_split, margins
 from binac_core.studies.critic_margin import window as margin_window
@@ -163,9 +163,18 @@ def build_study_report(
                 f"![{regime.name}: accuracy on both budget axes, zero_adv_frac, held-out critic measures]({png.name})",
                 "",
             ]
-    if st.variants:
+    if st.hypotheses == HypothesisSet.FOURTH_EDITION:
+        lines += hypotheses_v4.section(st, done, totals)
+    elif st.variants and st.select:
         lines += _pilot(st, done)
         lines += ["## Hypotheses", "", "Not tested in a pilot: its runs only choose the main study's settings.", ""]
+    elif st.variants:
+        lines += [
+            "## Hypotheses",
+            "",
+            "Not tested: an exploration (variants without a selection metric, and no hypotheses of its own).",
+            "",
+        ]
     elif st.hypotheses == HypothesisSet.THIRD_EDITION:
         lines += hypotheses_v3.section(st, done, totals)
     elif HYPOTHESIS_METHODS <= set(st.methods):

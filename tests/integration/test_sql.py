@@ -20,7 +20,8 @@ from binac_core.store import sqlrun, storage, tracking
 
 QUERIES = sorted(p for p in (REPO / "sql").glob("*.sql") if p.name != "schema.sql")
 EMPTY_ON_MICRO = {
-    "bank_measures.sql": "the critic's attempt bank is off on micro; tests/integration/test_bank_run.py runs the query"
+    "bank_measures.sql": "the critic's attempt bank is off on micro; tests/integration/test_bank_run.py runs the query",
+    "critic_margin.sql": "the critic's attempt bank is off on micro; tests/reports/test_critic_margin_sql.py plants it",
 }
 """Queries over rows a micro comparison with its preset's settings does not store (file: why, and where it runs)."""
 pytestmark = pytest.mark.integration
