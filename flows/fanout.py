@@ -38,7 +38,6 @@ LIVE = {"SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"}
 TRANSIENT_LOOKS = 60
 """Looks in a row the Prefect server may fail with a transient error before the study gives up (at the default
 5 s poll, about five minutes plus the requests' own time)."""
-ENDED_BADLY = {"FAILED", "CRASHED", "CANCELLED"}
 
 
 @dataclass

@@ -24,7 +24,6 @@ import re
 from dataclasses import dataclass
 
 CORRECT, INCORRECT, NONE = "correct", "incorrect", "none"
-VERDICTS = (CORRECT, INCORRECT, NONE)
 """The values of a verdict (the `feedback_verdict` column of `trajectories`)."""
 
 
