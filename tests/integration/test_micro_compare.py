@@ -11,6 +11,7 @@ from trajectory_rows import STUDY_MEASURES
 
 from binac_core.foundation.workspace import Workspace
 from binac_core.reports.measures import CRITIC_HEALTH
+from binac_core.rl.methods import METHODS
 from binac_core.store import sqlrun, tracking
 
 
@@ -30,17 +31,8 @@ def _identical(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-ALL = [
-    "grpo",
-    "fixed_critic",
-    "binac",
-    "binac_lam0",
-    "binac_after",
-    "critic_only",
-    "self_correct",
-    "oracle_critic",
-    "binac_disc",
-]
+ALL = list(METHODS)
+"""Every method, as the `micro_compare` fixture trains them."""
 
 
 def test_compare_makes_one_parent_with_a_child_per_method_and_a_report(micro_compare):
@@ -293,7 +285,7 @@ def test_each_method_is_evaluated_with_the_feedback_source_it_trains_with(micro_
     )
     sc = df[df.method == "self_correct"]
     assert len(sc) > 0 and set(sc.feedback) == {SELF_CORRECT_FEEDBACK}
-    for m in ("grpo", "fixed_critic", "binac", "binac_lam0", "binac_after", "critic_only", "oracle_critic"):
+    for m in (m for m in ALL if m != "self_correct"):
         assert SELF_CORRECT_FEEDBACK not in set(df[df.method == m].feedback), m
     c = tracking.client(ws)
     sources = {
