@@ -179,6 +179,7 @@ def _train(
         run = RunIdentity(
             run_id=run_id,
             method=method,
+            feedback=spec.feedback,
             preset=cfg.name,
             seed=seed,
             benchmark=cfg.task.benchmark,
@@ -257,6 +258,7 @@ def _train(
             "method": method,
             "seed": seed,
             "evals": evals,
+            "feedback_source": spec.eval_feedback,
             "samples_per_iteration": per_iteration,
             "generated_per_iteration": gen_per_iteration,
             **({"alternation": list(alternation)} if alternation else {}),

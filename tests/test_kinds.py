@@ -176,7 +176,15 @@ def test_an_evaluation_file_with_a_label_reads_back_and_is_written_with_the_iden
     assert result.to_json()["feedback_source"] == "fixed"
     assert Evaluation.from_json(result.to_json()).feedback_source is FeedbackSource.FIXED
     ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25, "eval/acc_gated_k2": 0.5}
-    runs = [{"method": "self_correct", "seed": 0, "samples_per_iteration": 4, "evals": {0: ev, 1: ev}}]
+    runs = [
+        {
+            "method": "self_correct",
+            "seed": 0,
+            "feedback_source": "fixed",
+            "samples_per_iteration": 4,
+            "evals": {0: ev, 1: ev},
+        }
+    ]  # a run's source as a stored string
     text = build_report(runs, report_meta(), tmp_path)["text"]
     assert f"| self_correct | {result.feedback_source.label} |" in text
     assert "| self_correct | fixed instruction |" in text

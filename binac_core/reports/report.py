@@ -2,7 +2,8 @@
 training samples each method needed to reach GRPO's final single-turn accuracy, and accuracy-vs-samples curves
 (PNG) on both budget axes.
 
-Input: one dict per (method, seed) run with `evals` = {iteration: {"eval/acc_single": ..., ...}},
+Input: one dict per (method, seed) run with `evals` = {iteration: {"eval/acc_single": ..., ...}}, the
+`feedback_source` its feedback protocols used (`MethodSpec.eval_feedback`; a row without one shows –),
 `samples_per_iteration` (actor TRAINING samples: the sequences the actor's loss is computed on, never the
 look-ahead refinements) and, optionally, `generated_per_iteration` (every sequence sampled from the actor or the
 critic; binac_core/rl/methods.py); nothing is tuned or filtered here, every run given is reported. Every row names the
@@ -25,7 +26,7 @@ from binac_core.foundation.stats import SPLIT, per_seed, t_interval
 from binac_core.reports.critic_health import EXPLAINED, health_table
 from binac_core.reports.measures import CRITIC_INFORMATION
 from binac_core.reports.plots import method_color, ordered, seed_band
-from binac_core.rl.methods import SPECS, FeedbackSource
+from binac_core.rl.kinds import FeedbackSource
 from binac_core.rl.schedule import actor_iterations_through
 
 PROTOCOLS = [
@@ -209,7 +210,7 @@ def build_report(runs: list[dict], meta: dict, out_dir: Path) -> dict:
             cells.append(_fmt(vals) if vals else "–")
             table[(m, key)] = vals
         iters = max(int(k) for k in rr[0]["evals"])
-        source = SPECS[m].eval_feedback.label if m in SPECS else "–"
+        source = FeedbackSource.parse(rr[0]["feedback_source"]).label if "feedback_source" in rr[0] else "–"
         lines.append(
             f"| {m} | {source} | "
             + " | ".join(cells)

@@ -2,12 +2,14 @@
 and the per-iteration sample counts its cumulative count columns are computed from (`records.sample_counts`).
 
 Built once per run (flows/train.py for a training run, flows/evaluate.py for `binac evaluate`) and handed to the
-store tasks as it is: a frozen dataclass of JSON values, which Prefect passes and hashes as it does the stages'
+store tasks as it is: a frozen dataclass of JSON values (a kind is a string), which Prefect passes and hashes as it does the stages'
 `AdapterRef`s (the store tasks are not cached anyway: tasks/store.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from binac_core.rl.kinds import FeedbackSource
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,6 +18,9 @@ class RunIdentity:
     """The MLflow run id (`binac_core.store.tracking`); also the folder of the run's shards."""
     method: str
     """The method trained (binac_core/rl/methods.py), or `eval` for a `binac evaluate` run."""
+    feedback: FeedbackSource | None = None
+    """Where the method's second-turn feedback comes from (`MethodSpec.feedback`): a fixed text carries no verdict
+    to read from the training rows. None: no second turn, or not a training run."""
     preset: str
     """The config's name (`Config.name`: the preset's, e.g. `micro`)."""
     seed: int

@@ -8,8 +8,7 @@ from __future__ import annotations
 from binac_core.foundation.workspace import Workspace
 from binac_core.model.stage_io import ScoredBatch
 from binac_core.rl.evaluation import EXEC_PROTOCOLS, Evaluation
-from binac_core.rl.kinds import EvalProtocol
-from binac_core.rl.methods import FeedbackSource, method_spec
+from binac_core.rl.kinds import EvalProtocol, FeedbackSource
 from binac_core.store import storage
 from binac_core.store.identity import RunIdentity
 from binac_core.store.records import trajectory_rows
@@ -45,7 +44,7 @@ def store_train_step(
         protocol="train",
         critic_rewards=critic_rewards,
         questions=questions,
-        verdicts=method_spec(run.method).feedback is not FeedbackSource.FIXED,
+        verdicts=run.feedback is not FeedbackSource.FIXED,
     )
     storage.write_shard(ws, run.run_id, "train", step, rows)
     return rows

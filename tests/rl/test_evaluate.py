@@ -124,7 +124,13 @@ def test_method_feedback_sources_and_the_report_column(tmp_path):
         "eval/acc_gated_exec_k2": 1.0,
     }
     runs = [
-        {"method": m, "seed": 0, "samples_per_iteration": 4, "evals": {0: ev, 1: ev}}
+        {
+            "method": m,
+            "seed": 0,
+            "feedback_source": SPECS[m].eval_feedback,
+            "samples_per_iteration": 4,
+            "evals": {0: ev, 1: ev},
+        }
         for m in ("grpo", "binac", "self_correct")
     ]
     text = build_report(runs, report_meta(), tmp_path)["text"]

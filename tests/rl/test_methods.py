@@ -164,10 +164,18 @@ def test_the_run_table_shows_both_counts():
 
 def test_the_comparison_report_states_both_counts(tmp_path):
     from binac_core.reports.report import build_report
+    from binac_core.rl.methods import method_spec
 
     ev = {"eval/acc_single": 0.5, "eval/acc_feedback": 0.25}
     runs = [
-        {"method": m, "seed": 0, "samples_per_iteration": a, "generated_per_iteration": g, "evals": {0: ev, n: ev}}
+        {
+            "method": m,
+            "seed": 0,
+            "feedback_source": method_spec(m).eval_feedback,
+            "samples_per_iteration": a,
+            "generated_per_iteration": g,
+            "evals": {0: ev, n: ev},
+        }
         for m, a, g, n in (("grpo", 16, 16, 5), ("binac", 48, 112, 1), ("critic_only", 0, 80, 5))
     ]
     meta = {
