@@ -26,6 +26,7 @@ from prefect import flow
 from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
+from binac_core.model.stage_io import AdapterRole
 from binac_core.model.weights import PARAM
 from binac_core.reports.critic_health import stored_health
 from binac_core.rl.evaluation import eval_stages
@@ -99,8 +100,8 @@ def evaluate_model(
             cfg_d,
             base,
             data["eval"],
-            actor=refs["actor"],
-            critic=refs["critic"] if source.sampled else None,
+            actor=refs[AdapterRole.ACTOR],
+            critic=refs[AdapterRole.CRITIC] if source.sampled else None,
             seed=seed,
             step=0,
             out_dir=str(ws.run_dir(f"eval-{key}")),

@@ -32,6 +32,7 @@ from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.timing import phase_metrics, timed
 from binac_core.foundation.workspace import workspace
 from binac_core.grading.sandbox import accept
+from binac_core.model.stage_io import AdapterRole
 from binac_core.model.weights import PARAM
 from binac_core.reports.measures import CRITIC_INFORMATION
 from binac_core.rl.bank import banked
@@ -190,7 +191,7 @@ def _train(
         )
         try:
             adapters = init_adapters(cfg_d, base, seed, str(shared))
-            actor, critic = adapters["actor"], adapters["critic"]
+            actor, critic = adapters[AdapterRole.ACTOR], adapters[AdapterRole.CRITIC]
             log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
             greedy = greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark)
             evaluation_point = partial(
@@ -287,14 +288,14 @@ def _update_metrics(res: IterationResult) -> dict[str, float]:
     out = {}
     if res.actor_update is not None:
         out |= {"train/actor_loss": res.actor_update.loss, "train/kl": res.actor_update.kl}
-        out |= _update_stats("actor", res.actor_update)
+        out |= _update_stats(AdapterRole.ACTOR, res.actor_update)
     if res.critic_update is not None:
         out["train/critic_loss"] = res.critic_update.loss
-        out |= _update_stats("critic", res.critic_update)
+        out |= _update_stats(AdapterRole.CRITIC, res.critic_update)
     return out
 
 
-def _update_stats(model: str, upd) -> dict[str, float]:
+def _update_stats(model: AdapterRole, upd) -> dict[str, float]:
     """An update's logged statistics beside its loss, for `model` (actor or critic): the policy's mean entropy per
     completion token (`train/<model>_entropy`) and the optimizer steps it skipped on a batch without signal
     (`train/<model>_skipped_steps`; binac_core/rl/update.py `policy_update`)."""

@@ -44,6 +44,7 @@ from binac_core.model.logprob_check import (  # noqa: E402 (after the repository
     speedups,
     tolerance_for,
 )
+from binac_core.model.stage_io import AdapterRole  # noqa: E402
 from binac_core.runs.process_group import start_in_group, stop_group  # noqa: E402
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -71,9 +72,9 @@ _WORD_PROBLEMS = (
 )
 
 
-def build_prompts(n: int, seed: int = 0, role: str = "actor") -> list[list[dict]]:
+def build_prompts(n: int, seed: int = 0, role: AdapterRole = AdapterRole.ACTOR) -> list[list[dict]]:
     """`n` chat prompts, deterministic in `seed`: alternately GSM8K-style word problems (the `gsm8k` prompt) and
-    synthetic arithmetic (the `synthetic` prompt); for `role="critic"`, critic prompts on the word problems with a
+    synthetic arithmetic (the `synthetic` prompt); for the critic's role, critic prompts on the word problems with a
     made-up attempt. Built here, so no data set is needed."""
     from binac_core import benchmarks
     from binac_core.benchmarks import synthetic
@@ -85,7 +86,7 @@ def build_prompts(n: int, seed: int = 0, role: str = "actor") -> list[list[dict]
     for k in range(n):
         a, b, c = rng.randint(40, 99), rng.randint(5, 30), rng.randint(2, 9)
         question = rng.choice(_WORD_PROBLEMS).format(a=a, b=b, c=c)
-        if role == "critic":
+        if role == AdapterRole.CRITIC:
             attempt = (
                 f"First, {a} + {b} = {a + b}. Then {a + b} - {c} = {a + b - c + rng.choice((0, 1, -2))}. "
                 f"The answer is \\boxed{{{a + b - c}}}."
@@ -211,7 +212,7 @@ def _prompt_effect(policy, prompt_ids: list[list[int]], batch: int) -> float:
     with torch.no_grad():
         for s in range(0, len(samples), batch):
             chunk = samples[s : s + batch]
-            policy.model.set_adapter("actor")
+            policy.model.set_adapter(AdapterRole.ACTOR.value)
             with_adapter, mask = sequence_logprobs(policy.model, chunk, pad, 1.0)
             with policy.model.disable_adapter():
                 base, _ = sequence_logprobs(policy.model, chunk, pad, 1.0)
@@ -225,18 +226,18 @@ def make_adapters(policy, folder: Path, actor_prompt_ids: list[list[int]], setti
     digest); returns {"refs": {...}, "relative_norm", "prompt_effect", "modules"}."""
     rel = settings.relative_norm
     for _ in range(5):
-        modules = perturb_adapter(policy, "actor", rel, settings.seed + 1)
+        modules = perturb_adapter(policy, AdapterRole.ACTOR, rel, settings.seed + 1)
         effect = _prompt_effect(policy, actor_prompt_ids, settings.recompute_batch)
         if effect >= settings.min_effect or rel >= 0.8:
             break
         rel *= 2
-    actor = policy.save("actor", folder / "actor")
-    perturb_adapter(policy, "critic", rel, settings.seed + 2)
-    critic = policy.save("critic", folder / "critic")
-    perturb_adapter(policy, "actor", rel, settings.seed + 3)
-    actor_v2 = policy.save("actor", folder / "actor-resaved")
+    actor = policy.save(AdapterRole.ACTOR, folder / AdapterRole.ACTOR)
+    perturb_adapter(policy, AdapterRole.CRITIC, rel, settings.seed + 2)
+    critic = policy.save(AdapterRole.CRITIC, folder / AdapterRole.CRITIC)
+    perturb_adapter(policy, AdapterRole.ACTOR, rel, settings.seed + 3)
+    actor_v2 = policy.save(AdapterRole.ACTOR, folder / "actor-resaved")
     return {
-        "refs": {"actor": actor, "critic": critic, "actor_resaved": actor_v2},
+        "refs": {AdapterRole.ACTOR: actor, AdapterRole.CRITIC: critic, "actor_resaved": actor_v2},
         "relative_norm": rel,
         "prompt_effect": effect,
         "modules": modules,
@@ -254,8 +255,10 @@ def vllm_engine(base_dir, cfg, policy):
 class Row:
     label: str
     adapter: str | None
+    """The key of `refs` whose adapter samples (an `AdapterRole`, or `actor_resaved`); None: the bare base."""
     temperature: float
-    role: str = "actor"
+    role: AdapterRole = AdapterRole.ACTOR
+    """Whose prompts the row samples."""
     backend: str = "vllm"
 
 
@@ -368,8 +371,8 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
         done("load", t0)
 
         t0 = enter("adapters")
-        actor_msgs = build_prompts(settings.prompts, settings.seed, "actor")
-        critic_msgs = build_prompts(settings.prompts, settings.seed, "critic")
+        actor_msgs = build_prompts(settings.prompts, settings.seed, AdapterRole.ACTOR)
+        critic_msgs = build_prompts(settings.prompts, settings.seed, AdapterRole.CRITIC)
         made = make_adapters(
             policy, out_dir / "adapters", [hf.render(m, settings.max_new_tokens) for m in actor_msgs], settings
         )
@@ -385,15 +388,17 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
 
         t0 = enter("logprobs")
         t_first = settings.temperatures[0]
-        rows = [Row(f"actor T={t:g}" + (" (greedy)" if t == 0 else ""), "actor", t) for t in settings.temperatures]
+        rows = [
+            Row(f"actor T={t:g}" + (" (greedy)" if t == 0 else ""), AdapterRole.ACTOR, t) for t in settings.temperatures
+        ]
         rows += [
-            Row(f"critic T={t_first:g}", "critic", t_first, "critic"),
+            Row(f"critic T={t_first:g}", AdapterRole.CRITIC, t_first, AdapterRole.CRITIC),
             Row(f"actor re-saved (new digest) T={t_first:g}", "actor_resaved", t_first),
             Row(f"no adapter T={t_first:g}", None, t_first),
         ]
         greedy_engine = None
         for k, row in enumerate(rows):
-            msgs = critic_msgs if row.role == "critic" else actor_msgs
+            msgs = critic_msgs if row.role == AdapterRole.CRITIC else actor_msgs
             ref = refs.get(row.adapter) if row.adapter else None
             params = SamplingParams(settings.max_new_tokens, row.temperature, 1.0, seed=settings.seed + 100 * k)
             try:  # one row's failure (vLLM raising for it) is that row's result; the other rows still run
@@ -403,13 +408,15 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
                 state["rows"].append(_error_row(row, exc))
                 state.setdefault("tracebacks", []).append(traceback.format_exc())
                 gens = None
-            if gens is not None and row.temperature == 0 and row.adapter == "actor":
+            if gens is not None and row.temperature == 0 and row.adapter == AdapterRole.ACTOR:
                 greedy_engine = [list(g.token_ids) for g in gens]
             write_json(results, state)
         # The floor: HFBackend's own sampled log-probs against the same recomputation.
-        row = Row(f"HFBackend actor T={t_first:g} (HF sampler vs trainer)", "actor", t_first, backend="hf")
+        row = Row(f"HFBackend actor T={t_first:g} (HF sampler vs trainer)", AdapterRole.ACTOR, t_first, backend="hf")
         gens = hf.generate(
-            actor_msgs, refs["actor"], SamplingParams(settings.max_new_tokens, t_first, 1.0, seed=settings.seed)
+            actor_msgs,
+            refs[AdapterRole.ACTOR],
+            SamplingParams(settings.max_new_tokens, t_first, 1.0, seed=settings.seed),
         )
         state["rows"].append(_check_row(row, gens, policy, hf, refs, actor_msgs, settings, tol))
         done("logprobs", t0)
@@ -418,7 +425,7 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
 
     try:
         t0 = enter("throughput")
-        state["throughput"] = throughput(engine, policy, refs["actor"], settings)
+        state["throughput"] = throughput(engine, policy, refs[AdapterRole.ACTOR], settings)
         state["speedup_vllm_over_hf"] = speedups(state["throughput"])
         done("throughput", t0)
     except Exception as exc:  # noqa: BLE001
@@ -427,7 +434,7 @@ def run_dtype(base_dir: Path, cfg, out_dir: Path, settings: Settings = QUICK, ma
     try:
         if greedy_engine is not None:
             t0 = enter("greedy")
-            gens = hf.generate(actor_msgs, refs["actor"], SamplingParams(settings.max_new_tokens, 0.0, 1.0))
+            gens = hf.generate(actor_msgs, refs[AdapterRole.ACTOR], SamplingParams(settings.max_new_tokens, 0.0, 1.0))
             state["greedy_agreement"] = prefix_agreement(greedy_engine, [list(g.token_ids) for g in gens])
             done("greedy", t0)
     except Exception as exc:  # noqa: BLE001
@@ -439,7 +446,7 @@ def throughput(engine, policy, adapter, settings: Settings) -> list[dict]:
     """Tokens/s of HFBackend and the engine on the same prompts (actor adapter, T = 1) per batch size."""
     from binac_core.model.generation import HFBackend, SamplingParams
 
-    prompts = build_prompts(max(settings.batch_sizes), settings.seed + 1, "actor")
+    prompts = build_prompts(max(settings.batch_sizes), settings.seed + 1, AdapterRole.ACTOR)
     params = SamplingParams(settings.max_new_tokens, 1.0, 1.0, seed=settings.seed)
     warm = SamplingParams(8, 1.0, 1.0, seed=settings.seed)
     engine.generate(prompts[:2], adapter, warm)

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import task
 
 from binac_core.foundation.files import StageFile
-from binac_core.model.stage_io import AdapterRef, read_scored_batch
+from binac_core.model.stage_io import AdapterRef, AdapterRole, read_scored_batch
 from binac_core.rl.batches import actor_samples
 from binac_core.rl.update import AdapterUpdate, UpdateSettings, update_adapter
 from tasks._common import CACHED, config, loaded
@@ -31,4 +31,6 @@ def update_actor(
     policy, _ = loaded(cfg_d, base, seed)
     scored = read_scored_batch(attempts, first_rewards, refined=refined, refined_rewards=refined_rewards)
     samples = actor_samples(scored, cfg.train.scale_rewards, cfg.train.alpha_shaping)
-    return update_adapter(policy, actor, samples, UpdateSettings.of(cfg, "actor"), Path(out_dir) / "actor")
+    return update_adapter(
+        policy, actor, samples, UpdateSettings.of(cfg, AdapterRole.ACTOR), Path(out_dir) / AdapterRole.ACTOR
+    )

@@ -10,7 +10,7 @@ from prefect import task
 from binac_core import benchmarks
 from binac_core.errors import BinacError
 from binac_core.foundation.files import StageFile, read_json, read_optional, write_json
-from binac_core.model.stage_io import AdapterRef, Attempt, Feedback, read_records
+from binac_core.model.stage_io import AdapterRef, AdapterRole, Attempt, Feedback, read_records
 from binac_core.rl.batches import critic_samples
 from binac_core.rl.critic_reward import critic_reward as composed_rewards
 from binac_core.rl.critic_reward import shuffle_seed_of
@@ -70,4 +70,6 @@ def update_critic(
     cfg = config(cfg_d)
     policy, _ = loaded(cfg_d, base, seed)
     samples = critic_samples(cfg, read_records(Feedback, feedback), read_json(critic_rewards))
-    return update_adapter(policy, critic, samples, UpdateSettings.of(cfg, "critic"), Path(out_dir) / "critic")
+    return update_adapter(
+        policy, critic, samples, UpdateSettings.of(cfg, AdapterRole.CRITIC), Path(out_dir) / AdapterRole.CRITIC
+    )

@@ -12,7 +12,7 @@ from binac_core.foundation.files import StageFile, write_json
 from binac_core.foundation.workspace import workspace
 from binac_core.model.base_model import base_model
 from binac_core.model.base_model import base_weights as weights_of
-from binac_core.model.stage_io import AdapterRef
+from binac_core.model.stage_io import AdapterRef, AdapterRole
 from tasks._common import CACHED, config, loaded
 
 
@@ -43,7 +43,7 @@ def prepare_data(cfg_d: dict, splits: tuple[str, ...] = ("train", "eval")) -> di
 
 
 @task(name="init-adapters", **CACHED)
-def init_adapters(cfg_d: dict, base: StageFile, seed: int, out_dir: str) -> dict[str, AdapterRef]:
-    """Fresh actor and critic LoRA adapters (seeded; both start as the identity on the base model)."""
+def init_adapters(cfg_d: dict, base: StageFile, seed: int, out_dir: str) -> dict[AdapterRole, AdapterRef]:
+    """Fresh actor and critic LoRA adapters, by role (seeded; both start as the identity on the base model)."""
     policy, _ = loaded(cfg_d, base, seed)
-    return {name: policy.save(name, Path(out_dir) / name) for name in ("actor", "critic")}
+    return {role: policy.save(role, Path(out_dir) / role) for role in AdapterRole}

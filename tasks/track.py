@@ -9,7 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from binac_core.foundation.workspace import workspace
-from binac_core.model.stage_io import AdapterRef
+from binac_core.model.stage_io import AdapterRef, AdapterRole
 from binac_core.store import storage, tracking
 
 
@@ -33,4 +33,4 @@ def finish_run(run_id: str, status: str = "FINISHED") -> None:
 @task(name="finalize-run", cache_policy=NO_CACHE)
 def finalize_run(run_id: str, cfg_d: dict, actor: AdapterRef, critic: AdapterRef) -> None:
     """Artifacts (config, final adapters, a sample of trajectories as a table), then mark the run FINISHED."""
-    tracking.finalize_run(workspace(), run_id, cfg_d, {"actor": actor.path, "critic": critic.path})
+    tracking.finalize_run(workspace(), run_id, cfg_d, {AdapterRole.ACTOR: actor.path, AdapterRole.CRITIC: critic.path})

@@ -1,7 +1,8 @@
-"""The kinds of binac_core/rl/kinds.py: a stored feedback source reads back as its member whether it holds the
-identifier or a label stored runs hold (an evaluation file, studies/archive's tags), reports show the label, the
-enums render as their values; and outside kinds.py no code compares with a kind's string: it compares with the
-members (an AST walk over the project's code, with a hand-made case it must flag)."""
+"""The kinds of binac_core/rl/kinds.py and the adapter roles (`binac_core.model.stage_io.AdapterRole`): a stored
+feedback source reads back as its member whether it holds the identifier or a label stored runs hold (an evaluation
+file, studies/archive's tags), reports show the label, the enums render as their values; and outside kinds.py no
+code compares with a kind's string: it compares with the members (an AST walk over the project's code, with a
+hand-made case it must flag)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from report_meta import report_meta
 
 from binac_core.errors import BinacError
+from binac_core.model.stage_io import AdapterRole
 from binac_core.rl.kinds import (
     FEEDBACK_SOURCE_LABELS,
     STORED_LABELS,
@@ -26,7 +28,7 @@ ROOTS = ("binac_core", "tasks", "flows", "bench", "scripts")
 KINDS_MODULE = Path("binac_core/rl/kinds.py")
 KIND_STRINGS = frozenset(
     {
-        *(m.value for kind in (FeedbackSource, CriticRewardForm, EvalProtocol) for m in kind),
+        *(m.value for kind in (FeedbackSource, CriticRewardForm, EvalProtocol, AdapterRole) for m in kind),
         *STORED_LABELS,
         *FEEDBACK_SOURCE_LABELS.values(),
     }
@@ -38,9 +40,6 @@ NOT_KINDS = {
     ("scripts/base_checks.py", "'oracle' in m"): "a base measurement's key (the oracle's bound)",
 }
 """Comparisons with a string that is also a kind's, where the string is not that kind (file, comparison: why)."""
-ROLE_NAMES = frozenset({"role"})
-"""Names whose comparisons are about an adapter's role (`binac_core.model.policy.ADAPTERS`: actor, critic), not a
-feedback source, though the critic's role and the trained critic's identifier are both `critic`."""
 
 ARCHIVED_RUN = """{"run_key": "43e1a91d3d3d", "run_name": "binac_lam0-testbed-s2", "status": "FINISHED",
  "tags": {"benchmark": "synthetic", "eval_feedback_source": "critic (trained)", "method": "binac_lam0"}}"""
@@ -56,23 +55,14 @@ def _strings(node: ast.AST):
             yield from _strings(element)
 
 
-def _is_role(node: ast.AST) -> bool:
-    """`node` is a variable or attribute named as a role (`ROLE_NAMES`: `role`, `row.role`)."""
-    return (isinstance(node, ast.Name) and node.id in ROLE_NAMES) or (
-        isinstance(node, ast.Attribute) and node.attr in ROLE_NAMES
-    )
-
-
 def kind_comparisons(source: str) -> list[tuple[int, str]]:
     """(line, code) of every comparison (==, !=, in, not in, is, ...; a `match` case's value) in `source` with a
-    string constant that is a kind's value or label, except a role's (`ROLE_NAMES`). Subscripts, keyword arguments
-    and other uses of such a string are not comparisons."""
+    string constant that is a kind's value or label. Subscripts, keyword arguments and other uses of such a string
+    are not comparisons."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
-            if any(map(_is_role, operands)):
-                continue
             if any(s in KIND_STRINGS for operand in operands for s in _strings(operand)):
                 found.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.MatchValue) and any(s in KIND_STRINGS for s in _strings(node.value)):
@@ -89,8 +79,8 @@ match form:
     case "after": pass
 rows["feedback"] = f(protocol="single", source="oracle")
 if form == CriticRewardForm.PENALTY or name == "binac": pass
-if role == "critic" or row.role in ("actor", "critic"): pass
-if source == "critic" or adapter.name != "critic": pass
+if role == AdapterRole.CRITIC or row.role in tuple(AdapterRole): pass
+if source == "critic" or adapter.name != "actor": pass
 """)
     assert [line for line, _ in flagged] == [2, 3, 4, 6, 10, 10]
 
@@ -121,6 +111,7 @@ def test_identifiers_are_the_values_and_labels_live_in_one_mapping():
     assert set(FEEDBACK_SOURCE_LABELS) == set(FeedbackSource)
     assert FeedbackSource.CRITIC_BASE.label == "critic (base, frozen)"
     assert [f.value for f in CriticRewardForm] == ["r1", "penalty", "after"]
+    assert [r.value for r in AdapterRole] == ["actor", "critic"]  # the adapters' names and folders
     assert [p.value for p in EvalProtocol] == [
         "single",
         "single_greedy",

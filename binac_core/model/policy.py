@@ -1,4 +1,5 @@
-"""The in-process model: one base model with two named LoRA adapters (`actor`, `critic`) via peft.
+"""The in-process model: one base model with two named LoRA adapters, one per `AdapterRole` (`actor`, `critic`), via
+peft.
 
 Both adapters start as the identity (LoRA's B matrix is zero-initialised), so the initial actor and the initial
 critic are the base model itself; the base (adapters disabled) is also the KL reference of both.
@@ -31,8 +32,7 @@ from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import MISSING_HINT, file_digest
 from binac_core.model.generation import AdapterRef
 from binac_core.model.memory import map_large_blocks
-
-ADAPTERS = ("actor", "critic")
+from binac_core.model.stage_io import AdapterRole
 
 
 def lora_config(cfg: Config) -> PeftLoraConfig:
@@ -72,8 +72,8 @@ class Policy:
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
         base.to(self.device)
         torch.manual_seed(seed)
-        self.model = get_peft_model(base, lora_config(cfg), adapter_name="actor")
-        self.model.add_adapter("critic", lora_config(cfg))
+        self.model = get_peft_model(base, lora_config(cfg), adapter_name=AdapterRole.ACTOR.value)
+        self.model.add_adapter(AdapterRole.CRITIC.value, lora_config(cfg))
         self.model.eval()
         self.loaded: dict[str, str] = {}
         self.holds = 0
@@ -144,7 +144,7 @@ class Policy:
         self.sync(ref)
         self.loaded.pop(ref.name)
 
-    def save(self, name: str, folder: str | Path) -> AdapterRef:
+    def save(self, name: AdapterRole, folder: str | Path) -> AdapterRef:
         """Write adapter `name` (+ its optimizer state) atomically into `folder` and return its reference.
 
         The files are written into a temporary folder of their own (unique per process and thread, beside
@@ -159,7 +159,7 @@ class Policy:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def hold(self, name: str) -> AdapterRef:
+    def hold(self, name: AdapterRole) -> AdapterRef:
         """A reference to adapter `name` as it is in memory, written nowhere (an update with no folder:
         `update_adapter`, the in-memory loop `binac_core.rl.loop`). Its digest, `memory:<name>:<n>` (n counts this
         policy's holds), is recorded as loaded, so `sync` of it is a no-op until another reference of `name` is

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from binac_core.foundation.files import StageFile, read_json, write_json
+from binac_core.foundation.kind import Kind
 
 
 class _Record:
@@ -121,11 +122,21 @@ class ScoredBatch:
         )
 
 
+class AdapterRole(Kind):
+    """The policy's two LoRA adapters (binac_core/model/policy.py). The value is the adapter's name in the model,
+    the folder its checkpoints are written to (`<out>/actor`, `<out>/critic`) and the key of a run's adapters."""
+
+    ACTOR = "actor"
+    """Answers and refines: the lower level."""
+    CRITIC = "critic"
+    """Writes the feedback on an attempt: the upper level."""
+
+
 @dataclass(frozen=True)
 class AdapterRef:
-    """A LoRA adapter checkpoint: its name in the model (`actor`/`critic`), folder, and content digest."""
+    """A LoRA adapter checkpoint: its role, which is its name in the model, folder, and content digest."""
 
-    name: str
+    name: AdapterRole
     path: str
     digest: str
 

@@ -1,26 +1,18 @@
 """The kinds the pipeline dispatches on, as enums whose values are identifiers: where a second turn's feedback comes
-from (`FeedbackSource`), how a feedback is rewarded (`CriticRewardForm`), which level trains at an iteration (`Phase`) and the held-out evaluation protocols
-(`EvalProtocol`). The values are what is stored (MLflow tags and params, evaluation files, the trajectory
-`protocol` column, shard names); what a report shows of a feedback source is its label (`FEEDBACK_SOURCE_LABELS`),
-so a label can be reworded without touching stored data. A stored source is read back with `FeedbackSource.parse`,
-which also reads the labels some stored runs hold as their source (`STORED_LABELS`).
+from (`FeedbackSource`), how a feedback is rewarded (`CriticRewardForm`), which level trains at an iteration
+(`Phase`) and the held-out evaluation protocols (`EvalProtocol`); an adapter's role, on the model's floor, is
+`binac_core.model.stage_io.AdapterRole`. The values are what is stored (MLflow tags and params, evaluation files,
+the trajectory `protocol` column, shard names); what a report shows of a feedback source is its label
+(`FEEDBACK_SOURCE_LABELS`), so a label can be reworded without touching stored data. A stored source is read back
+with `FeedbackSource.parse`, which also reads the labels some stored runs hold as their source (`STORED_LABELS`).
 
 This module is the one place that compares a kind with its string (tests/test_kinds.py): elsewhere the code
 compares with the members."""
 
 from __future__ import annotations
 
-from enum import Enum
-
 from binac_core.errors import BinacError
-
-
-class Kind(str, Enum):
-    """A string enum whose `str()` and f-string format are its value (as Python 3.11's `StrEnum`), so a member
-    written into a file name, a tag, a param or a message is its identifier."""
-
-    def __str__(self) -> str:
-        return self.value
+from binac_core.foundation.kind import Kind
 
 
 class FeedbackSource(Kind):

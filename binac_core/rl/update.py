@@ -56,6 +56,7 @@ from binac_core.model.fused_lora import merged_lora_forward
 from binac_core.model.generation import AdapterRef
 from binac_core.model.lm_head import float32_logits
 from binac_core.model.memory import return_freed_memory
+from binac_core.model.stage_io import AdapterRole
 from binac_core.rl import packing
 from binac_core.rl.losses import clipped_policy_loss
 
@@ -88,13 +89,14 @@ class UpdateSettings:
     """The sampling temperature the log-probs are computed at (`generation.temperature`)."""
 
     @classmethod
-    def of(cls, cfg: Config, role: str, **changes) -> UpdateSettings:
-        """The settings of the `role` adapter's update ("actor" or "critic") under `cfg`, with `changes` (field ->
-        value) applied on top."""
+    def of(cls, cfg: Config, role: AdapterRole, **changes) -> UpdateSettings:
+        """The settings of the `role` adapter's update under `cfg`, with `changes` (field -> value) applied on
+        top."""
         t = cfg.train
-        actor = role == "actor"
-        if role not in ("actor", "critic"):
-            raise ValueError(f"no update settings for an adapter named {role!r} (actor, critic)")
+        actor = role == AdapterRole.ACTOR
+        if role not in tuple(AdapterRole):
+            known = ", ".join(r.value for r in AdapterRole)
+            raise ValueError(f"no update settings for an adapter named {role!r} ({known})")
         settings = cls(
             lr=t.actor_lr if actor else t.critic_lr,
             passes=t.t_low if actor else t.t_high,

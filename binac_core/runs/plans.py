@@ -137,7 +137,7 @@ def compare_key(
 def plan_evaluate(
     benchmark, model, actor_adapter, critic_adapter, protocol, samples, limit, preset, temperature, max_new_tokens
 ):
-    """Validate before any compute; returns (config, {"actor": AdapterRef or None, "critic": ...})."""
+    """Validate before any compute; returns (config, {role: AdapterRef or None}) for both `AdapterRole`s."""
     from binac_core import benchmarks
     from binac_core.rl.evaluation import PROTOCOL_STAGES
 
@@ -165,16 +165,16 @@ def plan_evaluate(
         overrides["generation.max_new_tokens"] = max_new_tokens
     cfg = load_config(preset, overrides)
     check_sandbox(bench, cfg)
+    from binac_core.foundation.files import file_digest
+    from binac_core.model.stage_io import AdapterRef, AdapterRole
+
     refs = {}
-    for name, folder in (("actor", actor_adapter), ("critic", critic_adapter)):
+    for name, folder in ((AdapterRole.ACTOR, actor_adapter), (AdapterRole.CRITIC, critic_adapter)):
         if folder is None:
             refs[name] = None
             continue
         if not (Path(folder) / "adapter_model.safetensors").exists():
             raise BinacError(f"--{name}-adapter has no adapter_model.safetensors: {folder}")
-        from binac_core.foundation.files import file_digest
-        from binac_core.model.stage_io import AdapterRef
-
         refs[name] = AdapterRef(name, str(Path(folder).resolve()), file_digest(Path(folder)))
     return cfg, refs
 
