@@ -13,7 +13,7 @@ REFERENCE = [
 ]
 CODE = sorted(
     p
-    for folder in ("binac_core", "flows", "tasks", "sql")
+    for folder in ("binac_core", "studies/editions", "flows", "tasks", "sql")
     for p in (REPO / folder).rglob("*")
     if p.suffix in (".py", ".sql", ".yaml") and "__pycache__" not in p.parts
 )

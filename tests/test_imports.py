@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ROOTS = ("binac_core", "tasks", "flows", "bench", "scripts")
+ROOTS = ("binac_core", "studies", "tasks", "flows", "bench", "scripts")
 
 
 def _module_name(path: Path) -> str:

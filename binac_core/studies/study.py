@@ -20,7 +20,7 @@ any compute, and expanded into the training runs it asks for.
     select: {grpo: acc_single}       # optional, with variants: the held-out metric that picks a method's variant
     widen: {grpo: {lr2e-2: {train.actor_lr: 0.02}}}   # optional: variants added to a pilot after its first runs
     select_rule: auc_paired          # optional: how the report picks it (SelectRule; default last_mean)
-    hypotheses: third_edition        # optional: the design's hypotheses the report tests (HypothesisSet)
+    hypotheses: third_edition        # optional: the edition whose hypotheses the report tests (editions/*.py)
     gates: {shortcut_right_at_most: 0.05, oracle_gain_at_least: 0.05}   # optional: checks of the base model,
     # at every regime, or per regime: {all: {...}, sparse: {greedy_single_at_most: 0.1}}
 
@@ -36,7 +36,9 @@ edge): they run like the others but leave the study's key, and so its first runs
 chooses its variant, by the rule `select_rule` names (`SelectRule`; binac_core/studies/study_report.py). `gates`
 are checks of the base model at every chosen difficulty (`gate_failures`; a flat mapping applies at every regime, a mapping by regime name, with `all` for every regime,
 applies per regime), read before any run is submitted: a study whose base fails one stops with one line naming it
-(its report can still be written with `--report-only`). Nothing here imports Prefect or torch.
+(its report can still be written with `--report-only`). `hypotheses` names the study's edition, a module whose
+`section` writes the report's hypotheses (binac_core/studies/editions.py says where it is found; default
+`second_edition`). Nothing here imports Prefect or torch.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from binac_core.foundation.config import Config, current_keys, load_config
 from binac_core.foundation.files import read_yaml_mapping
 from binac_core.rl.methods import method_spec
 from binac_core.runs.plans import check_sandbox
+from binac_core.studies import editions
 from binac_core.studies.preconditions import GATES as PRECONDITION_GATES
 from binac_core.studies.preconditions import failures as precondition_failures
 
@@ -114,22 +117,6 @@ class SelectRule(str, Enum):
     (binac_core/studies/critic_margin.py; the fourth edition's rule)."""
 
 
-class HypothesisSet(str, Enum):
-    """The pre-registered hypotheses a study's report tests (binac_core/studies/study_report.py; none in a pilot)."""
-
-    SECOND_EDITION = "second_edition"
-    """H1-H6 of studies/sparse-feedback-v2.design.md (final points; tested only when the study runs grpo,
-    fixed_critic and binac)."""
-    THIRD_EDITION = "third_edition"
-    """H1-H8 of studies/sparse-feedback-v3.design.md (areas under the held-out curves, the trained and the frozen
-    critic on the same attempts, the positive control inside the study; binac_core/studies/hypotheses_v3.py);
-    a comparison whose methods the study does not run reads "no data"."""
-    FOURTH_EDITION = "fourth_edition"
-    """V1-V5 of studies/sparse-feedback-v4.design.md on one base (the critic margin over the frozen critic on the
-    attempt bank, binac's `chosen` against its `reference` variant and against fixed_critic, the reward
-    information, the positive control; binac_core/studies/hypotheses_v4.py)."""
-
-
 @dataclass(frozen=True)
 class Rule:
     kind: str
@@ -183,8 +170,8 @@ class Study:
     """gate name (GATES) -> its threshold: checks of the base model before any run is submitted."""
     select_rule: SelectRule = SelectRule.LAST_MEAN
     """How the report chooses a variant by its `select` metric (`SelectRule`)."""
-    hypotheses: HypothesisSet = HypothesisSet.SECOND_EDITION
-    """The hypotheses the report tests (`HypothesisSet`)."""
+    hypotheses: str = editions.DEFAULT
+    """The edition whose hypotheses the report tests: a module's name (binac_core/studies/editions.py)."""
 
     def key(self) -> str:
         """Content hash of everything that determines the runs (not the file's path or the deployment's name);
@@ -200,7 +187,7 @@ class Study:
             if k not in ("path", "deployment", "design", "widened")
             and not (k in ("variants", "select", "gates") and not v)
             and not (k == "select_rule" and v == SelectRule.LAST_MEAN)
-            and not (k == "hypotheses" and v == HypothesisSet.SECOND_EDITION)
+            and not (k == "hypotheses" and v == editions.DEFAULT)
         }
         return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -291,7 +278,7 @@ def load_study(path: str | Path) -> Study:
         study,
         select=_select(path, raw.get("select"), study.variants),
         select_rule=_enum(path, "select_rule", SelectRule, raw.get("select_rule")),
-        hypotheses=_enum(path, "hypotheses", HypothesisSet, raw.get("hypotheses")),
+        hypotheses=_edition(path, raw.get("hypotheses")),
         gates=_gates(path, raw.get("gates"), tuple(r.name for r in study.regimes)),
     )
     _check_margin_rule(path, study)
@@ -379,6 +366,16 @@ def _enum(path: Path, key: str, kind: type[Enum], raw) -> Enum:
         raise BinacError(
             f"study file {path}: {key}: unknown value {raw!r} (known: {', '.join(m.value for m in kind)})"
         ) from None
+
+
+def _edition(path: Path, raw) -> str:
+    """The edition's name, its module loaded (`editions.load`); one line naming the folders searched otherwise."""
+    name = editions.DEFAULT if raw is None else str(raw)
+    try:
+        editions.load(name, path.parent)
+    except BinacError as e:
+        raise BinacError(f"study file {path}: {e}") from None
+    return name
 
 
 def _gates(path: Path, raw, regimes: tuple[str, ...]) -> dict:

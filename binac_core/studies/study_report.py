@@ -1,6 +1,6 @@
 """The report of a study (flows/study.py): protocol, the base model's regimes and the shortcut check, tables on both
-budget axes, the pre-registered hypotheses' verdicts, a pilot's choice of settings, plots with seed bands. It
-implements the rules of studies/sparse-feedback-v2.design.md mechanically.
+budget axes, the pre-registered hypotheses' verdicts (by the study's edition: binac_core/studies/editions.py), a
+pilot's choice of settings, plots with seed bands. It applies fixed rules mechanically.
 
 Input: the study (`binac_core.studies.study.Study`), the base measurements by difficulty (`binac_core.studies.regimes`), the
 regimes' difficulties, the study's own deviations, the base's identity (`BaseIdentity`: its weights hash, in the
@@ -18,10 +18,9 @@ follow fixed rules, written before any result:
   such a claim over the comparisons of both;
 - a comparison without a paired seed has no data: a hypothesis with no data at all, or one whose available
   comparisons are not decisive (none is "not supported") while some lack data, reads *inconclusive (no data)*;
-- H5's first half ("GRPO's zero_adv_frac at iteration 1 is at least 0.5") is read on the mean over seeds;
-- H6 has its own margin rule (`margin_verdict`): *not supported* when the interval of binac's held-out
-  `critic_approves_wrong` (last − step 0) has its lower end above 0 (checked first: a significant rise, however
-  small, is drift), *supported* when its upper end is below +0.05, *inconclusive* otherwise.
+- a "no higher than" claim reads a margin (`margin_verdict`): *not supported* when the interval of the change
+  has its lower end above 0 (checked first: a significant rise, however small), *supported* when its upper end is
+  below the margin, *inconclusive* otherwise.
 
 Reading points. "Equal iterations" reads each run's last evaluation (the study's final iteration). A run's
 equal-budget point on an axis (actor training samples, generated samples; `binac_core.rl.methods`) is its first
@@ -30,7 +29,7 @@ total (`study.equal_budget_totals`: GRPO's final counts); every table labels the
 reached there by that method, never the nominal total. A method with 0 per iteration on an axis (critic_only's
 actor training samples) never reaches it. Step 0 is before any update (the same base for every method).
 
-A pilot (a study with `variants`) gets a table per method with variants: the selection metric (`study.select`)
+A pilot (a study with `variants` and `select`) gets a table per method with variants: the selection metric (`study.select`)
 at each run's last evaluation, mean ± interval over seeds, and the chosen variant (`choose_variant`): the highest
 mean; means within 0.001 (0.1 point) of it tie, and a tie goes to the variant whose override values sort
 smallest (the values in the order of the override names, sorted: `train.critic_lr` before `train.t_high`, so the
@@ -57,7 +56,7 @@ from binac_core.reports.plots import METHOD_ORDER, seed_band
 from binac_core.reports.report import sandbox_line
 from binac_core.rl.evaluation import greedy_evaluated
 from binac_core.rl.methods import method_spec
-from binac_core.studies import critic_curves, hypotheses_v3, hypotheses_v4
+from binac_core.studies import critic_curves, editions
 from binac_core.studies.critic_margin import MEASURES as MARGIN_MEASURES
 from binac_core.studies.critic_margin import bank_split, margins
 from binac_core.studies.critic_margin import window as margin_window
@@ -65,7 +64,6 @@ from binac_core.studies.pilot_rule import changed_fields, choose_paired, edges
 from binac_core.studies.run_values import (
     AXES,
     area,
-    budget_point,
     curve_steps,
     evals,
     last_eval,
@@ -77,8 +75,8 @@ from binac_core.studies.run_values import (
     train_mean,
     values_at,
 )
-from binac_core.studies.study import HypothesisSet, SelectRule, equal_budget_totals
-from binac_core.studies.verdicts import NO_DATA, claim, combine, diff_text, margin_verdict, paired
+from binac_core.studies.study import SelectRule, equal_budget_totals
+from binac_core.studies.verdicts import diff_text
 
 ACC = ("acc_single", "acc_feedback", "acc_gated_k2")
 GREEDY_ACC = "acc_single_greedy"
@@ -86,16 +84,12 @@ GREEDY_ACC = "acc_single_greedy"
 config evaluates it (`accuracy_columns`)."""
 TIE = 0.001
 """A pilot's means within this of the highest tie (0.1 point; the design)."""
-H6_MARGIN = 0.05
-"""H6: an increase of binac's approves_wrong below this (5 points) still counts as "no higher" (the design)."""
 SOURCES = (
     ("initial_critic", "initial critic"),
     ("oracle", "oracle"),
     ("self_correct", "fixed self-correction"),
     ("approve", "approval"),
 )
-FEEDBACK_RUNS = ("binac", "binac_lam0", "binac_after")
-"""H4's three critic rewards, side by side."""
 HELD_OUT_CRITIC = ("critic_hits_first_error", "critic_false_alarm", "critic_approves_wrong", "critic_approves_right")
 """The held-out critic table's measures (binac_core/reports/measures.py), each for the method's own critic and the
 frozen base critic."""
@@ -163,31 +157,11 @@ def build_study_report(
                 f"![{regime.name}: accuracy on both budget axes, zero_adv_frac, held-out critic measures]({png.name})",
                 "",
             ]
-    if st.hypotheses == HypothesisSet.FOURTH_EDITION:
-        lines += hypotheses_v4.section(st, done, totals)
-    elif st.variants and st.select:
+    if st.variants and st.select:
         lines += _pilot(st, done)
         lines += ["## Hypotheses", "", "Not tested in a pilot: its runs only choose the main study's settings.", ""]
-    elif st.variants:
-        lines += [
-            "## Hypotheses",
-            "",
-            "Not tested: an exploration (variants without a selection metric, and no hypotheses of its own).",
-            "",
-        ]
-    elif st.hypotheses == HypothesisSet.THIRD_EDITION:
-        lines += hypotheses_v3.section(st, done, totals)
-    elif HYPOTHESIS_METHODS <= set(st.methods):
-        lines += _hypotheses(st, done, totals)
-    else:  # a control or a partial grid: the second edition's hypotheses compare methods it does not run
-        compared = ", ".join(sorted(HYPOTHESIS_METHODS))
-        lines += [
-            "## Hypotheses",
-            "",
-            f"None tested: the pre-registered hypotheses compare {compared}, which this "
-            "study does not all run; its endpoints are the change over training above.",
-            "",
-        ]
+    else:
+        lines += editions.section(st, done, totals)
     lines += ["## Deviations recorded by the study itself", ""]
     lines += [f"- {d}" for d in deviations] or ["- none"]
     failed = [r for r in runs if not r["finished"]]
@@ -569,8 +543,6 @@ def _arm_rows(st, rr: list[dict], cells_of) -> list[str]:
     return [f"| {_arm_name(m, v)} | " + " | ".join(cells_of(runs_of(rr, m, v))) + " |" for m, v in _arms(st)]
 
 
-HYPOTHESIS_METHODS = frozenset({"grpo", "fixed_critic", "binac"})
-"""The methods the registered hypotheses (H1-H6, `_hypotheses`) compare: a study without all of them gets none."""
 GAINS = (
     "acc_single",
     "acc_single_greedy",
@@ -632,149 +604,6 @@ def _critic_health(st, rr: list[dict]) -> list[str]:
         EXPLAINED,
         "",
     ]
-
-
-# --------------------------------------------------------------------------- verdicts
-
-
-def _points(runs: list[dict], axis: str, total: int) -> str:
-    """The iterations and exact counts at which these runs reached the axis's total."""
-    found = sorted({budget_point(r, axis, total) for r in runs} - {None})
-    if found:
-        return ", ".join(f"iteration {it} ({count})" for it, count in found)
-    return "; ".join(sorted({never_reached(r, axis) for r in runs})) or "no runs"
-
-
-def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
-    main = [r for r in done if not r.get("variant")]
-    by_regime = {reg.name: [r for r in main if r["regime"] == reg.name] for reg in st.regimes}
-    sparse = by_regime.get("sparse", [])
-    cell = partial(seed_cell, seeds=len(st.seeds))
-    at_last, at_0 = last_eval, (lambda r: 0)
-    lines = [
-        "## Hypotheses",
-        "",
-        "The design's verdict rules (studies/sparse-feedback-v2.design.md, module doc of "
-        "binac_core/studies/study_report.py) are applied mechanically: nothing below is judged by hand. Differences in "
-        'points, paired by seed, mean ± 95 % t half-width; "last" is each run\'s last evaluation '
-        f'(iteration {st.iterations}). A hypothesis without data reads "{NO_DATA}".'
-        + ("" if "sparse" in by_regime else " The study has no regime named `sparse`: H1, H2 and H5 have no data."),
-        "",
-    ]
-
-    def order(rr, at, name="acc_single"):
-        b, f, g = (values_at(runs_of(rr, m), name, at) for m in ("binac", "fixed_critic", "grpo"))
-        return paired(b, f), paired(f, g)
-
-    d1, d2 = order(sparse, at_last)
-    lines.append(
-        f"- **H1** (sparse, equal iterations, final acc_single: binac > fixed_critic and fixed_critic > "
-        f"grpo): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − grpo {diff_text(d2)}."
-    )
-    at = {axis: partial(point_step, axis=axis, total=totals[axis]) for axis in AXES}
-    d1, d2 = order(sparse, at["actor_train"])
-    g1, g2 = order(sparse, at["generated"])
-    pts = {
-        axis: "; ".join(
-            f"{m} {_points(runs_of(sparse, m), axis, totals[axis])}" for m in ("binac", "fixed_critic", "grpo")
-        )
-        for axis in AXES
-    }
-    lines.append(
-        f"- **H2** (sparse, the same at the equal-budget point on actor training samples, "
-        f"{totals['actor_train']}): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − "
-        f"grpo {diff_text(d2)}. Points reached: {pts['actor_train']}."
-    )
-    lines.append(
-        f"  - Beside it, not a hypothesis: the same at the equal-budget point on generated samples "
-        f"({totals['generated']}): binac − fixed_critic {diff_text(g1)}; fixed_critic − grpo {diff_text(g2)} (by the same "
-        f"rule: {claim([g1, g2])}). Points reached: {pts['generated']}."
-    )
-
-    h3_parts, h3_lines = [], []
-    for name, rr in by_regime.items():
-        binac, fixed = runs_of(rr, "binac"), runs_of(rr, "fixed_critic")
-        hits = values_at(binac, "critic_hits_first_error", at_last)
-        d_time = paired(hits, values_at(binac, "critic_hits_first_error", at_0))
-        d_frozen = paired(hits, values_at(binac, "frozen_critic_hits_first_error", at_last))
-        d_fixed = paired(hits, values_at(fixed, "critic_hits_first_error", at_last))
-        h3_parts.append(claim([d_time, d_frozen]))
-        h3_lines.append(
-            f"  - {name}: **{h3_parts[-1]}**. last − step 0 {diff_text(d_time)}; binac − frozen critic on "
-            f"binac's own attempts {diff_text(d_frozen)}. Beside it: the frozen critic on fixed_critic's "
-            f"attempts {cell(values_at(fixed, 'critic_hits_first_error', at_last))} %, binac − it "
-            f"{diff_text(d_fixed)}."
-        )
-    lines.append(
-        f"- **H3** (both regimes: binac's held-out critic_hits_first_error at the last evaluation > at step "
-        f"0, and > the frozen base critic's on binac's own held-out attempts): **{combine(h3_parts)}**."
-    )
-    lines += h3_lines
-
-    h4_parts, h4_lines = [], []
-    for name, rr in by_regime.items():
-        d = paired(
-            values_at(runs_of(rr, "binac"), "acc_feedback", at_last),
-            values_at(runs_of(rr, "binac_lam0"), "acc_feedback", at_last),
-        )
-        h4_parts.append(claim([d]))
-        h4_lines.append(f"  - {name}: **{h4_parts[-1]}**. binac − binac_lam0 {diff_text(d)}.")
-    lines.append(
-        f"- **H4** (both regimes: penalty-form binac > binac_lam0 on final acc_feedback): **{combine(h4_parts)}**."
-    )
-    lines += h4_lines
-    lines += [
-        "",
-        "  The three critic rewards side by side (last evaluation; critic_signal: mean over training "
-        "iterations, in [−1, 1]):",
-        "",
-        "  | regime | method | acc_feedback | critic_hits_first_error | critic_approves_wrong | critic_signal |",
-        "  | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, rr in by_regime.items():
-        for m in FEEDBACK_RUNS:
-            runs = runs_of(rr, m)
-            lines.append(
-                f"  | {name} | {m} | "
-                + " | ".join(
-                    cell(values_at(runs, k, at_last))
-                    for k in ("acc_feedback", "critic_hits_first_error", "critic_approves_wrong")
-                )
-                + f" | {cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} |"
-            )
-    lines.append("")
-
-    grpo0 = train_at(runs_of(sparse, "grpo"), "zero_adv_frac", 1)
-    feedback_methods = [m for m in st.methods if method_spec(m).feedback]
-    diffs = {m: paired(grpo0, train_at(runs_of(sparse, m), "refine_zero_adv_frac", 1)) for m in feedback_methods}
-    first = statistics.fmean(grpo0.values()) if grpo0 else math.nan
-    if math.isnan(first):
-        h5 = NO_DATA
-    elif first < 0.5:
-        h5 = "not supported"
-    else:
-        h5 = claim(list(diffs.values())) if diffs else NO_DATA
-    lines.append(
-        f"- **H5** (sparse: GRPO's zero_adv_frac at iteration 1 ≥ 0.5 (mean over seeds), and every feedback "
-        f"method's refine_zero_adv_frac at iteration 1 (G unshaped r1 per problem, GRPO's group size) lower "
-        f"than GRPO's zero_adv_frac, paired): **{h5}**. GRPO: {cell(grpo0)} %; GRPO − refinement groups: "
-        + ("; ".join(f"{m} {diff_text(d)}" for m, d in diffs.items()) or "no feedback method")
-        + "."
-    )
-
-    h6_parts, h6_lines = [], []
-    for name, rr in by_regime.items():
-        binac = runs_of(rr, "binac")
-        d = paired(values_at(binac, "critic_approves_wrong", at_last), values_at(binac, "critic_approves_wrong", at_0))
-        h6_parts.append(margin_verdict(d, H6_MARGIN))
-        h6_lines.append(f"  - {name}: **{h6_parts[-1]}**. last − step 0 {diff_text(d)}.")
-    lines.append(
-        f"- **H6** (both regimes, no approval drift: binac's held-out critic_approves_wrong at the last "
-        f"evaluation no higher than at step 0; not supported when the interval of last − step 0 starts above "
-        f"0, else supported when it ends below +{100 * H6_MARGIN:g} points): **{combine(h6_parts)}**."
-    )
-    lines += h6_lines
-    return lines + [""]
 
 
 # --------------------------------------------------------------------------- pilot

@@ -1,7 +1,7 @@
 """The verdict rules every study report applies to paired differences (module doc of
 binac_core/studies/study_report.py): a claim "A > B" is supported when the 95 % t-interval of the per-seed
 differences lies above 0, not supported when it lies below 0, inconclusive otherwise; several comparisons combine
-as one claim; a margin rule for "no higher than" claims. Differences are (mean, half-width, n) tuples (`paired`)."""
+as one claim; a margin rule for "no higher than" claims. Differences are (mean, half-width, n) tuples (`paired`), written with their per-seed values by `compared`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import math
 from binac_core.foundation.stats import t_interval
 
 NO_DATA = "inconclusive (no data)"
+Diff = tuple[float, float, int]
+"""A paired difference: (mean, 95 % t half-width, seeds)."""
 
 
 def paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, int]:
@@ -81,3 +83,20 @@ def diff_text(diff: tuple[float, float, int], scale: float = 100.0) -> str:
     if n == 0:
         return "no paired seeds"
     return f"{scale * mean:+.1f} ± {scale * half:.1f} (n={n})" if not math.isnan(half) else f"{scale * mean:+.1f} (n=1)"
+
+
+def compared(label: str, a: dict[int, float], b: dict[int, float], scale: float = 100.0) -> tuple[Diff, str]:
+    """The paired difference a − b and its text: mean ± half-width (n) and the per-seed differences."""
+    diff = paired(a, b)
+    mean, half, n = diff
+    if n == 0:
+        return diff, f"{label}: no paired seeds"
+    seeds = sorted(set(a) & set(b))
+    each = ", ".join(signed(scale * (a[s] - b[s])) for s in seeds)
+    spread = f" ± {scale * half:.1f}" if not math.isnan(half) else ""
+    return diff, f"{label} {signed(scale * mean)}{spread} (n={n}; per seed {each})"
+
+
+def signed(x: float) -> str:
+    """`x` with its sign and one decimal; a value that rounds to zero is +0.0 (never -0.0)."""
+    return f"{round(x, 1) + 0.0:+.1f}"

@@ -425,7 +425,9 @@ def test_select_rule_is_a_known_rule_and_counts_in_the_key_only_when_not_the_def
     from binac_core.studies.study import SelectRule
 
     grid = {"grpo": {"a": {"train.actor_lr": 0.001}}}
-    with pytest.raises(BinacError, match="select_rule: unknown value 'best' \\(known: last_mean, auc_paired\\)"):
+    with pytest.raises(
+        BinacError, match="select_rule: unknown value 'best' \\(known: last_mean, auc_paired, bank_margin_paired\\)"
+    ):
         _study(tmp_path, variants=grid, select={"grpo": "acc_single"}, select_rule="best")
     plain = _study(tmp_path, variants=grid, select={"grpo": "acc_single"})
     auc = _study(tmp_path, variants=grid, select={"grpo": "acc_single"}, select_rule="auc_paired")

@@ -1,11 +1,11 @@
-"""The fourth edition's hypotheses (binac_core/studies/hypotheses_v4.py) on hand-made runs of one base: the margins,
+"""The fourth edition's hypotheses (studies/editions/fourth_edition.py) on hand-made runs of one base: the margins,
 the reward information over the second half, the positive control, each verdict by the rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from binac_core.studies import hypotheses_v4
+from binac_core.studies.editions import section
 from binac_core.studies.study import equal_budget_totals
 from binac_core.studies.study_report import build_study_report
 from tests.studies.test_study_report import MEASURED, SIZES, _eval_steps, _run, _study
@@ -86,5 +86,5 @@ def test_the_fourth_editions_verdicts_follow_the_rules(study, tmp_path):
 
 def test_an_arm_the_study_lacks_reads_no_data(study):
     runs = [r for r in _runs(study) if r.get("variant") != "reference"]
-    lines = hypotheses_v4.section(study, runs, equal_budget_totals(study))
+    lines = section(study, runs, equal_budget_totals(study))
     assert "no data" in _line("\n".join(lines), "V2")

@@ -1,10 +1,10 @@
-"""The third edition's hypotheses (binac_core/studies/hypotheses_v3.py) on hand-made runs over 20 iterations with
+"""The third edition's hypotheses (studies/editions/third_edition.py) on hand-made runs over 20 iterations with
 evaluations at 0, 10 and 20 (areas by hand: the trapezoid over them divided by 20), and on a study with a subset of
 the methods (the second base's). No model, no Prefect: run dicts as flows/study.py's `collect` returns them."""
 
 import yaml
 
-from binac_core.studies.hypotheses_v3 import section
+from binac_core.studies.editions import section
 from binac_core.studies.study import load_study
 
 SEEDS = (0, 1, 2)

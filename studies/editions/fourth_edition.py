@@ -1,5 +1,7 @@
-"""The fourth edition's hypotheses (V1-V5 of studies/sparse-feedback-v4.design.md), tested mechanically on one base's
-finished main runs (`HypothesisSet.FOURTH_EDITION`): the section the study report prints.
+"""The fourth edition (`hypotheses: fourth_edition`): V1-V5 of studies/sparse-feedback-v4.design.md, tested
+mechanically on one base's finished main runs: the section the study report prints (binac_core/studies/editions.py).
+The critic margin over the frozen critic on the attempt bank, binac's `chosen` against its `reference` variant and
+against fixed_critic, the reward information, the positive control.
 
 The arms: `binac` variants `reference` (the third edition's binac) and `chosen` (the pilot's choice), `fixed_critic`,
 `critic_only` (its variant `chosen` where the study has one, else its plain runs), at the `sparse` regime.
@@ -7,7 +9,7 @@ Endpoints: the critic margin (`critic_margin.margins`: the critic's first-error 
 frozen base critic's on the bank's half of the study's evaluation split, averaged over the evaluations of the
 run's second half); `run_values.area` of a held-out accuracy; the equal-budget points (`run_values.point_step`,
 from the runs' logged running totals); a training measure's mean over the iterations of the second half
-(`late_mean`). Comparisons are paired by seed with their per-seed differences (`hypotheses_v3.compared`);
+(`late_mean`). Comparisons are paired by seed with their per-seed differences (`verdicts.compared`);
 verdicts follow `binac_core.studies.verdicts`. An arm the study lacks reads "no data". It judges one base: the
 results page says which verdicts hold on both."""
 
@@ -19,9 +21,8 @@ from functools import partial
 
 from binac_core.studies.critic_curves import bank_series
 from binac_core.studies.critic_margin import bank_split, margins, window
-from binac_core.studies.hypotheses_v3 import compared
 from binac_core.studies.run_values import AXES, area, last_eval, point_step, runs_of, values_at
-from binac_core.studies.verdicts import claim
+from binac_core.studies.verdicts import claim, compared
 
 REGIME = "sparse"
 
@@ -60,7 +61,7 @@ def section(st, done: list[dict], totals: dict[str, int]) -> list[str]:
         "## Hypotheses",
         "",
         "The rules of studies/sparse-feedback-v4.design.md, applied mechanically "
-        "(binac_core/studies/hypotheses_v4.py), on this study's base: differences in points, paired by seed, "
+        "(studies/editions/fourth_edition.py), on this study's base: differences in points, paired by seed, "
         "mean ± 95 % t half-width with the per-seed differences. The *margin* is a run's critic's first-error hits "
         f"− false alarm on the bank's `{bank_split(st)}` half minus the frozen base critic's, averaged over the "
         f"evaluations at {steps} (binac_core/studies/critic_margin.py). `chosen` and `reference` are binac's "

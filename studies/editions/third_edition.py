@@ -1,5 +1,7 @@
-"""The third edition's hypotheses (H1-H8 of studies/sparse-feedback-v3.design.md), tested mechanically on a study's
-finished main runs (`HypothesisSet.THIRD_EDITION`): the section the study report prints.
+"""The third edition (`hypotheses: third_edition`): H1-H8 of studies/sparse-feedback-v3.design.md, tested
+mechanically on a study's finished main runs: the section the study report prints (binac_core/studies/editions.py).
+Areas under the held-out curves, the trained and the frozen critic on the same attempts, the positive control
+inside the study. A study with variants is an exploration here: none is tested.
 
 Endpoints: `area`, the area under a run's held-out curve over the evaluations every `eval_every` iterations
 (`pilot_rule.curve_area`: a mean accuracy over the run); the last evaluation; the equal-budget points
@@ -15,15 +17,14 @@ import math
 from functools import partial
 
 from binac_core.rl.methods import method_spec
+from binac_core.studies.editions import EXPLORATION
 from binac_core.studies.run_values import AXES, area, curve_steps, last_eval, point_step, runs_of, values_at
-from binac_core.studies.verdicts import NO_DATA, claim, combine, margin_verdict, paired
+from binac_core.studies.verdicts import NO_DATA, claim, combine, compared, margin_verdict
 
 MARGIN = 0.05
 """H6: a rise of approves_wrong (or a fall of approves_right) whose interval ends within 5 points is "no worse"."""
 EARLY = 10
 """The early evaluation H3 reports beside its final one (the design: "both at iteration 10")."""
-
-Diff = tuple[float, float, int]
 
 
 def _at(step: int):
@@ -31,25 +32,10 @@ def _at(step: int):
     return lambda r: step
 
 
-def compared(label: str, a: dict[int, float], b: dict[int, float], scale: float = 100.0) -> tuple[Diff, str]:
-    """The paired difference a − b and its text: mean ± half-width (n) and the per-seed differences."""
-    diff = paired(a, b)
-    mean, half, n = diff
-    if n == 0:
-        return diff, f"{label}: no paired seeds"
-    seeds = sorted(set(a) & set(b))
-    each = ", ".join(_signed(scale * (a[s] - b[s])) for s in seeds)
-    spread = f" ± {scale * half:.1f}" if not math.isnan(half) else ""
-    return diff, f"{label} {_signed(scale * mean)}{spread} (n={n}; per seed {each})"
-
-
-def _signed(x: float) -> str:
-    """`x` with its sign and one decimal; a value that rounds to zero is +0.0 (never -0.0)."""
-    return f"{round(x, 1) + 0.0:+.1f}"
-
-
 def section(st, done: list[dict], totals: dict[str, int]) -> list[str]:
     """The "Hypotheses" section over the finished runs `done` (variants left out)."""
+    if st.variants:
+        return list(EXPLORATION)
     main = [r for r in done if not r.get("variant")]
     by_regime = {reg.name: [r for r in main if r["regime"] == reg.name] for reg in st.regimes}
     sparse = by_regime.get("sparse", [])
@@ -57,7 +43,7 @@ def section(st, done: list[dict], totals: dict[str, int]) -> list[str]:
         "## Hypotheses",
         "",
         "The rules of studies/sparse-feedback-v3.design.md, applied mechanically "
-        "(binac_core/studies/hypotheses_v3.py): differences in points, paired by seed, mean ± 95 % t half-width "
+        "(studies/editions/third_edition.py): differences in points, paired by seed, mean ± 95 % t half-width "
         "with the per-seed differences; *area* is the area under the held-out curve over the evaluations at "
         f"{', '.join(map(str, curve_steps(st)))} divided by {st.iterations} (a mean accuracy); *last* is "
         f'iteration {st.iterations}. A comparison without paired seeds reads "{NO_DATA}".'
