@@ -21,6 +21,7 @@ MLflow tracking, the evaluation points, and the seconds of every phase (`perf/<p
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from functools import partial
 
 from prefect import flow
@@ -104,29 +105,46 @@ def train(
     """
     # From its first line a flow run's process is seen alive or dead by a study (binac_core/runs/runlock.py).
     with flow_run_claim(workspace().home, flow_run.get_id()):
-        return _train(
-            preset, method, steps, seed, overrides, budget, parent_run_id, parent_key, fresh, shared_samples, label
+        request = TrainRequest(
+            preset=preset,
+            method=method,
+            steps=steps,
+            seed=seed,
+            overrides=overrides,
+            budget=budget,
+            parent_run_id=parent_run_id,
+            parent_key=parent_key,
+            fresh=fresh,
+            shared_samples=shared_samples,
+            label=label,
         )
+        return _train(request)
 
 
-def _train(
-    preset: str,
-    method: str,
-    steps: int,
-    seed: int,
-    overrides: dict | None,
-    budget: int | None,
-    parent_run_id: str | None,
-    parent_key: str,
-    fresh: str,
-    shared_samples: list[int] | None,
-    label: str,
-) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class TrainRequest:
+    """`train`'s parameters as one value (its docstring says what each is)."""
+
+    preset: str
+    method: str
+    steps: int
+    seed: int
+    overrides: dict | None
+    budget: int | None
+    parent_run_id: str | None
+    parent_key: str
+    fresh: str
+    shared_samples: list[int] | None
+    label: str
+
+
+def _train(req: TrainRequest) -> dict:
     """The body of `train` (its docstring says what it does)."""
+    method, seed, fresh, label = req.method, req.seed, req.fresh, req.label
     try:
-        cfg, spec, iterations = plan(preset, method, steps, seed, overrides, budget)
+        cfg, spec, iterations = plan(req.preset, method, req.steps, seed, req.overrides, req.budget)
         # A base named by its weights that is missing, or a resumed run's base that is there with other weights.
-        check_train(cfg, workspace(), method, seed, iterations, parent_key, fresh)
+        check_train(cfg, workspace(), method, seed, iterations, req.parent_key, fresh)
     except BinacError as exc:  # a deployment run with a bad parameter: the CLI's one line as its state message
         return refuse(exc)
     accept(cfg.grading.sandbox)  # process-wide: the sandbox refuses an isolation the run does not accept
@@ -137,7 +155,7 @@ def _train(
     # The code that computes the stages is part of the run's identity: after a library edit the same command is
     # a new run (new MLflow run, new stage folders); `fresh` does the same without an edit.
     code = stage_code_digest()
-    key = train_run_key(cfg, method, seed, iterations, parent_key, code, fresh)
+    key = train_run_key(cfg, method, seed, iterations, req.parent_key, code, fresh)
     run_dir, run_name = (
         ws.run_dir(f"{method}-s{seed}-{key}"),
         f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}",
@@ -154,25 +172,8 @@ def _train(
         data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
         # The critic's fixed attempt bank, sampled once per base and settings (binac_core/rl/bank.py).
         bank = build_bank(cfg_d, base, weights, seed) if banked(cfg, spec.train_critic) else None
-        tags = {
-            "method": method,
-            "preset": cfg.name,
-            "seed": str(seed),
-            "benchmark": cfg.task.benchmark,
-            **({"variant": label} if label else {}),
-            "budget_actor_samples": str(budget or spec.actor_samples_through(cfg, iterations)),
-        }
-        params = {
-            **cfg.flat(),
-            "method": method,
-            "seed": str(seed),
-            "iterations": str(iterations),
-            "code.stage_code_digest": code,
-            "code.fresh": fresh,
-            "grading.isolation": isolation,
-            PARAM: weights,
-        }
-        run_id = start_run(key, run_name, tags, params, parent_run_id)
+        tags, params = _run_tags(req, cfg, spec, iterations), _run_params(req, cfg, iterations, code, isolation)
+        run_id = start_run(key, run_name, tags, params | {PARAM: weights}, req.parent_run_id)
         per_iteration = spec.actor_train_samples_per_iteration(cfg)
         gen_per_iteration = spec.generated_samples_per_iteration(cfg)
         # The per-iteration counts ride in the run's identity to the rows: their `actor_samples`,
@@ -184,7 +185,7 @@ def _train(
             preset=cfg.name,
             seed=seed,
             benchmark=cfg.task.benchmark,
-            parent_run_id=parent_run_id,
+            parent_run_id=req.parent_run_id,
             actor_samples_per_iteration=per_iteration,
             generated_samples_per_iteration=gen_per_iteration,
             alternation=spec.alternation(cfg),
@@ -211,17 +212,7 @@ def _train(
             log = IterationLog(
                 f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration, alternation
             )
-            eval_at = evaluation_steps(
-                iterations,
-                cfg.train.eval_every,
-                cfg.train.eval_points if budget else None,
-                per_iteration,
-                cfg.train.eval_at_samples,
-                shared_samples,
-                generated_per_iteration=gen_per_iteration,
-                at_generated=cfg.train.eval_at_generated,
-                alternation=alternation,
-            )
+            eval_at = _evaluation_steps(req, cfg, iterations, per_iteration, gen_per_iteration, alternation)
             stages = PrefectStages(cfg, cfg_d, base, data["train"], _stream_splits(cfg))
             history: list[tuple[int, float]] = []  # the problem stream's (difficulty, training accuracy)
             for step in range(1, iterations + 1):
@@ -268,6 +259,49 @@ def _train(
             "isolation": isolation,
             "critic_information": {step: m for step, m in information.items() if m},
         }
+
+
+def _run_tags(req: TrainRequest, cfg, spec: MethodSpec, iterations: int) -> dict[str, str]:
+    """The MLflow run's tags: method, preset, seed, benchmark, the variant's label and the actor sample budget."""
+    return {
+        "method": req.method,
+        "preset": cfg.name,
+        "seed": str(req.seed),
+        "benchmark": cfg.task.benchmark,
+        **({"variant": req.label} if req.label else {}),
+        "budget_actor_samples": str(req.budget or spec.actor_samples_through(cfg, iterations)),
+    }
+
+
+def _run_params(req: TrainRequest, cfg, iterations: int, code: str, isolation: str) -> dict:
+    """The MLflow run's parameters but the base's weights: the flat config, the method, seed and iterations, the
+    stage code's digest, `fresh` and the grading isolation."""
+    return {
+        **cfg.flat(),
+        "method": req.method,
+        "seed": str(req.seed),
+        "iterations": str(iterations),
+        "code.stage_code_digest": code,
+        "code.fresh": req.fresh,
+        "grading.isolation": isolation,
+    }
+
+
+def _evaluation_steps(
+    req: TrainRequest, cfg, iterations: int, per_iteration: int, gen_per_iteration: int, alternation
+) -> set[int]:
+    """The iterations after which the run evaluates (`binac_core.runs.plans.evaluation_steps`)."""
+    return evaluation_steps(
+        iterations,
+        cfg.train.eval_every,
+        cfg.train.eval_points if req.budget else None,
+        per_iteration,
+        cfg.train.eval_at_samples,
+        req.shared_samples,
+        generated_per_iteration=gen_per_iteration,
+        at_generated=cfg.train.eval_at_generated,
+        alternation=alternation,
+    )
 
 
 def _stream_splits(cfg) -> dict | None:

@@ -1,5 +1,5 @@
 """Stage 2: critic feedback z ~ π_φ(·|x, y0), several per attempt (or written feedback: the fixed self-correction
-text, the oracle's)."""
+text, the oracle's; `stage_functions.feedback_stage`)."""
 
 from __future__ import annotations
 
@@ -9,46 +9,46 @@ from pathlib import Path
 from prefect import task
 
 from binac_core.foundation.files import StageFile, read_json
-from binac_core.model import stage_io
-from binac_core.model.generation import SamplingParams
-from binac_core.model.stage_io import AdapterRef, GeneratedFile, RewardsFile
-from binac_core.rl.episodes import sample_feedback as sample
-from binac_core.rl.episodes import stage_seed
+from binac_core.model.stage_io import (
+    AdapterRef,
+    Attempt,
+    GeneratedFile,
+    RewardsFile,
+    read_execution_results,
+    read_records,
+    write_generated,
+)
+from binac_core.rl import stage_functions
 from binac_core.rl.methods import FeedbackSource
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="sample-feedback", **CACHED)
-def sample_feedback(
+def feedback_task(
     cfg_d: dict,
     base: StageFile,
     batch: StageFile,
     attempts: StageFile,
+    first_rewards: RewardsFile,
     source: str,
     critic: AdapterRef | None,
     seed: int,
     step: int,
     out_dir: str,
-    first_rewards: RewardsFile | None = None,
 ) -> GeneratedFile:
-    """`source`: a `FeedbackSource` identifier (`FeedbackSource.parse`; a critic's: sampled with `critic`; else
-    written). `first_rewards` (the attempts' rewards) names the execution results of code attempts, if any."""
-    cfg = config(cfg_d)
+    """`feedback.json`. `source`: a `FeedbackSource` identifier (`FeedbackSource.parse`); `first_rewards` (the
+    attempts' rewards) names the execution results of code attempts, if any."""
     _, backend = loaded(cfg_d, base, seed)
-    g = cfg.generation
-    params = SamplingParams(g.feedback_max_new_tokens, g.temperature, g.top_p, stage_seed(seed, step, "feedback"))
-    problems = {r["id"]: r for r in read_json(batch)}
     t0 = time.time()
-    out = sample(
+    out = stage_functions.feedback_stage(
         backend,
-        cfg.task.benchmark,
-        problems,
-        stage_io.read_records(stage_io.Attempt, attempts),
+        config(cfg_d),
+        read_json(batch),
+        read_records(Attempt, attempts),
+        read_execution_results(first_rewards),
         FeedbackSource.parse(source),
         critic,
-        cfg.train.critic_group_size,
-        params,
-        execution_results=stage_io.read_execution_results(first_rewards),
-        verdict=cfg.critic.verdict,
+        seed,
+        step,
     )
-    return stage_io.write_generated(Path(out_dir) / "feedback.json", out, t0)
+    return write_generated(Path(out_dir) / "feedback.json", out, t0)

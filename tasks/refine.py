@@ -1,4 +1,5 @@
-"""Stage 3: the actor answers again with the feedback in context, y1 ~ π_θ(·|x, y0, z)."""
+"""Stage 3: the actor answers again with the feedback in context, y1 ~ π_θ(·|x, y0, z)
+(`stage_functions.refine_stage`)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,13 @@ from pathlib import Path
 from prefect import task
 
 from binac_core.foundation.files import StageFile, read_json
-from binac_core.model.generation import SamplingParams
-from binac_core.model.stage_io import (
-    AdapterRef,
-    Attempt,
-    Feedback,
-    GeneratedFile,
-    read_records,
-    write_generated,
-)
-from binac_core.rl.episodes import generate_refinements, stage_seed
+from binac_core.model.stage_io import AdapterRef, Attempt, Feedback, GeneratedFile, read_records, write_generated
+from binac_core.rl import stage_functions
 from tasks._common import CACHED, config, loaded
 
 
 @task(name="refine", **CACHED)
-def refine(
+def refine_task(
     cfg_d: dict,
     base: StageFile,
     batch: StageFile,
@@ -32,22 +25,21 @@ def refine(
     seed: int,
     step: int,
     out_dir: str,
-    name: str = "refined",
+    name: str,
 ) -> GeneratedFile:
-    """`name` separates the refinements under the current actor θ from the look-ahead ones under θ⁺."""
-    cfg = config(cfg_d)
+    """`<name>.json`: `name` separates the refinements under the current actor θ (refined) from the look-ahead
+    ones under θ⁺ (lookahead)."""
     _, backend = loaded(cfg_d, base, seed)
-    g = cfg.generation
-    params = SamplingParams(g.max_new_tokens, g.temperature, g.top_p, stage_seed(seed, step, name))
-    problems = {r["id"]: r for r in read_json(batch)}
     t0 = time.time()
-    out = generate_refinements(
+    out = stage_functions.refine_stage(
         backend,
-        cfg.task.benchmark,
-        problems,
+        config(cfg_d),
+        read_json(batch),
         read_records(Attempt, attempts),
         read_records(Feedback, feedback),
         actor,
-        params,
+        seed,
+        step,
+        name,
     )
     return write_generated(Path(out_dir) / f"{name}.json", out, t0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 def verdict_case(tmp_path: Path, **train) -> tuple[dict, dict[str, str]]:
     """The config as a dict (`train` fields updated on top of λ and α) and the stage files by the keyword names of
-    `tasks.critic_update.reward_feedback`."""
+    `tasks.critic_update.critic_reward_task`."""
     from binac_core.foundation.config import load_config
     from binac_core.foundation.files import write_json
     from binac_core.model.stage_io import Attempt, Feedback, write_records

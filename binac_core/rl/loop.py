@@ -18,10 +18,12 @@ then come back from their folders (`Policy.sync`, weights and optimizer state), 
 `folder` there.
 
 `run_iteration` is the iteration, written once: it calls the stages it is handed (`Stages`) in this order, and
-the two implementations run it. `LibraryStages` (below) makes plain library calls on in-memory values;
-flows/stages.py's `PrefectStages` calls the cached Prefect tasks of tasks/, which hand each other stage files.
-Each stage derives its sampling seed from the run's seed, the step and the stage (`stage_seed`), so both give the
-same numbers (tests/integration/test_loop.py checks it for every method). What the flow adds around the same
+the two implementations run it. Each stage is written once too, as one function of binac_core/rl/stage_functions.py
+on in-memory values, which both call with the same arguments (tests/flows/test_stages.py): `LibraryStages`
+(below) with the values it holds; flows/stages.py's `PrefectStages` through the cached Prefect tasks of tasks/,
+which read those values from the stage files they hand each other and write what the function returns. Each stage
+derives its sampling seed from the run's seed, the step and the stage (`stage_seed`), so both give the same
+numbers (tests/integration/test_loop.py checks it for every method). What the flow adds around the same
 iteration (flows/train.py): each stage cached on its inputs (a killed run resumes), every stage output written
 to a file and the adapters saved each iteration, the trajectories stored (DuckDB/Parquet), the metrics tracked
 in MLflow, and the held-out evaluations every k iterations. Every phase is timed where it runs
@@ -41,24 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from binac_core import benchmarks
 from binac_core.errors import BinacError
 from binac_core.foundation.config import Config
 from binac_core.foundation.timing import timed
-from binac_core.model.generation import GenerationBackend, SamplingParams
+from binac_core.model.generation import GenerationBackend
 from binac_core.model.stage_io import AdapterRef, Attempt, Feedback, Refinement, ScoredBatch, Scores
-from binac_core.rl.batches import actor_samples, critic_samples
-from binac_core.rl.critic_reward import critic_reward, shuffle_seed_of
-from binac_core.rl.episodes import (
-    generate_attempts,
-    generate_refinements,
-    sample_feedback,
-    sample_problems,
-    score_with_errors,
-    stage_seed,
-)
+from binac_core.rl import stage_functions
 from binac_core.rl.methods import FeedbackSource, MethodSpec
-from binac_core.rl.update import AdapterUpdate, UpdateSettings, update_adapter
+from binac_core.rl.update import AdapterUpdate
 
 
 @dataclass(frozen=True)
@@ -120,10 +112,10 @@ class Stages(Protocol):
         """φ → φ⁺ on the feedback and its rewards."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IterationResult:
-    """What one iteration sampled, scored and trained, as its stages handed them on; None where the method has no
-    such stage."""
+    """What one iteration sampled, scored and trained, as its stages handed them on (built by keyword); None where
+    the method has no such stage."""
 
     batch: Any
     """The iteration's problems."""
@@ -211,21 +203,21 @@ def run_iteration(
             critic_upd = stages.update_critic(at, critic, feedback, critic_rewards)
         critic = critic_upd.adapter
     return IterationResult(
-        batch,
-        attempts,
-        first,
-        feedback,
-        refined,
-        refined_rewards,
-        ahead,
-        ahead_rewards,
-        critic_rewards,
-        actor_upd,
-        critic_upd,
-        actor,
-        critic,
-        timings,
-        discarded,
+        batch=batch,
+        attempts=attempts,
+        first_rewards=first,
+        feedback=feedback,
+        refined=refined,
+        refined_rewards=refined_rewards,
+        lookahead=ahead,
+        lookahead_rewards=ahead_rewards,
+        critic_rewards=critic_rewards,
+        actor_update=actor_upd,
+        critic_update=critic_upd,
+        actor=actor,
+        critic=critic,
+        timings=timings,
+        discarded_actor_update=discarded,
     )
 
 
@@ -256,7 +248,8 @@ def iteration(
 @dataclass(frozen=True)
 class LibraryStages:
     """The stages as plain library calls on in-memory values (`Stages`): the problems as dicts, the answers as
-    `Attempt`/`Feedback`/`Refinement` records, rewards as `Scores`, critic rewards as a list."""
+    `Attempt`/`Feedback`/`Refinement` records, rewards as `Scores`, critic rewards as a list. Each stage is one
+    function of binac_core/rl/stage_functions.py, the one the Prefect task of that stage calls."""
 
     policy: Any
     backend: GenerationBackend
@@ -266,50 +259,32 @@ class LibraryStages:
     rows_at: Mapping[int, Sequence[dict]] | None = None
     """The train split of each difficulty the problem stream may choose (`StepContext.difficulty`)."""
 
-    def _params(self, at: StepContext, stage: str, tokens: int | None = None) -> SamplingParams:
-        g = self.cfg.generation
-        return SamplingParams(tokens or g.max_new_tokens, g.temperature, g.top_p, stage_seed(at.seed, at.step, stage))
-
     def rollouts(self, at, actor):
-        t = self.cfg.train
         rows = self.rows if at.difficulty is None else self.rows_at[at.difficulty]
-        problems = [dict(r) for r in sample_problems(rows, t.batch_problems, at.seed, at.step)]
-        return problems, generate_attempts(
-            self.backend, self.cfg.task.benchmark, problems, actor, t.group_size, self._params(at, "attempts")
-        )
+        return stage_functions.rollout_stage(self.backend, self.cfg, rows, actor, at.seed, at.step)
 
     def score(self, at, batch: list[dict], answers, name: str) -> Scores:
-        return score_with_errors(self.cfg.task.benchmark, _by_id(batch), answers)
+        return stage_functions.score_stage(self.cfg, batch, answers)
 
     def feedback(self, at, batch, attempts: list[Attempt], first_rewards: Scores, source, critic) -> list[Feedback]:
-        g = self.cfg.generation
-        return sample_feedback(
-            self.backend,
-            self.cfg.task.benchmark,
-            _by_id(batch),
-            attempts,
-            source,
-            critic,
-            self.cfg.train.critic_group_size,
-            self._params(at, "feedback", g.feedback_max_new_tokens),
-            execution_results=first_rewards.execution_results,
-            verdict=self.cfg.critic.verdict,
+        results = first_rewards.execution_results
+        return stage_functions.feedback_stage(
+            self.backend, self.cfg, batch, attempts, results, source, critic, at.seed, at.step
         )
 
     def refine(self, at, batch, attempts, feedback, actor, name: str) -> list[Refinement]:
-        return generate_refinements(
-            self.backend, self.cfg.task.benchmark, _by_id(batch), attempts, feedback, actor, self._params(at, name)
+        return stage_functions.refine_stage(
+            self.backend, self.cfg, batch, attempts, feedback, actor, at.seed, at.step, name
         )
 
     def update_actor(self, at, actor, attempts, first_rewards: Scores, refined, refined_rewards: Scores | None):
-        t = self.cfg.train
         scored = ScoredBatch(
             attempts,
             first_rewards.rewards,
             refined=refined,
             refined_rewards=None if refined_rewards is None else refined_rewards.rewards,
         )
-        return self._update(at, actor, actor_samples(scored, t.scale_rewards, t.alpha_shaping))
+        return stage_functions.actor_update_stage(self.policy, self.cfg, actor, scored, at.out_dir)
 
     def critic_reward(
         self,
@@ -321,30 +296,18 @@ class LibraryStages:
         attempts,
         first_rewards: Scores,
     ) -> list[float]:
-        t = self.cfg.train
-        return critic_reward(
+        return stage_functions.critic_reward_stage(
+            self.cfg,
             spec.critic_reward,
+            spec.critic_verdict_weight(self.cfg),
             refined_rewards.rewards,
             None if lookahead_rewards is None else lookahead_rewards.rewards,
-            lam=t.lam,
-            alpha=t.alpha_shaping,
-            verdict_weight=spec.critic_verdict_weight(self.cfg),
-            feedbacks=feedback,
-            attempts=attempts,
-            first_rewards=first_rewards.rewards,
-            syntax=benchmarks.get(self.cfg.task.benchmark).verdict_syntax,
-            shuffle_seed=shuffle_seed_of(t.critic_reward_shuffle, at.seed, at.step),
+            feedback,
+            attempts,
+            first_rewards.rewards,
+            at.seed,
+            at.step,
         )
 
     def update_critic(self, at, critic, feedback, critic_rewards: list[float]):
-        return self._update(at, critic, critic_samples(self.cfg, feedback, critic_rewards))
-
-    def _update(self, at: StepContext, adapter: AdapterRef, samples) -> AdapterUpdate:
-        """`update_adapter` with the adapter's settings, saving into `out_dir/<adapter name>` as the update stages
-        do, or (no folder) in memory."""
-        out = None if at.out_dir is None else Path(at.out_dir) / adapter.name
-        return update_adapter(self.policy, adapter, samples, UpdateSettings.of(self.cfg, adapter.name), out)
-
-
-def _by_id(problems: list[dict]) -> dict[str, dict]:
-    return {p["id"]: p for p in problems}
+        return stage_functions.critic_update_stage(self.policy, self.cfg, critic, feedback, critic_rewards, at.out_dir)

@@ -280,14 +280,20 @@ def test_the_critic_reward_gains_the_verdict_bonus_worked_out_by_hand(tmp_path):
     from verdict_case import verdict_case
 
     from binac_core.foundation.files import read_json
-    from tasks.critic_update import reward_feedback
+    from tasks.critic_update import critic_reward_task
 
     cfg_d, files = verdict_case(tmp_path)
 
     def reward(w, folder):
         (tmp_path / folder).mkdir()
-        out = reward_feedback.fn(
-            cfg_d, out_dir=str(tmp_path / folder), form=CriticRewardForm.PENALTY, verdict_weight=w, **files
+        out = critic_reward_task.fn(
+            cfg_d,
+            out_dir=str(tmp_path / folder),
+            form=CriticRewardForm.PENALTY,
+            verdict_weight=w,
+            seed=0,
+            step=1,
+            **files,
         )
         return read_json(out)
 
