@@ -151,7 +151,7 @@ def pipeline_rows(p: dict | None, cfg) -> list[Row]:
     )
     failed = "error" in p
     bare, pipe = ([], []) if failed else (p["bare"], p["pipeline"])
-    note = f"failed: {p['error'][:300]}" if failed else "goal ≤ 1.10 (issue 12); per-task breakdown below"
+    note = f"failed: {p['error'][:300]}" if failed else "goal ≤ 1.10; per-task breakdown below"
     return [paired_row("pipeline_iter", what, "s", "bare loop", bare, "pipeline", pipe, "pipeline / bare loop", note)]
 
 
@@ -195,7 +195,7 @@ def throughput_rows(tp: dict[str, list[float]], threads: int) -> list[Row]:
                 "decode",
                 b64,
                 "throughput decode / generate",
-                "binac_core.model.decode (issue 12)",
+                "binac_core.model.decode",
             )
         )
     if "run_threads" not in tp:

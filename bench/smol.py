@@ -10,7 +10,7 @@ Measured, in one run (ratios of interleaved variants are the result, as everywhe
    most `THROUGHPUT_REPEATS` rounds after a short warm-up, because a round takes minutes on a CPU;
 3. peak memory of one actor update (`binac_core.rl.update.policy_update`) on one batch, the last GRPO iteration's
    samples, with its log-probs computed as now (`sequence_logprobs`: the LM head on the completion positions only,
-   in checkpointed chunks, logsumexp instead of a log-softmax) vs as before the trust issue's change
+   in checkpointed chunks, logsumexp instead of a log-softmax) vs the full-vocabulary way
    (`full_vocab_sequence_logprobs` below: logits and a log-softmax over the whole vocabulary at every position).
    Each variant runs in a fresh child process: model loaded, a warm-up update on one short sequence with advantage
    0 (zero gradient, so the adapter does not move; it pages in the weights, which transformers maps lazily, about
@@ -74,7 +74,7 @@ THROUGHPUT_REPEATS = 2
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"}
 """Environment of the memory children (module docstring): RSS then follows live allocations."""
 UPDATE_VARIANTS = ("full_vocab", "chunked")
-"""Memory children, in this order: before the trust issue's change, after it."""
+"""Memory children, in this order: log-probs over the whole vocabulary, then in chunks."""
 
 
 def is_smol(cfg) -> bool:
@@ -110,7 +110,7 @@ def smol_base(base_dir: Path | None, cache: Path, log) -> tuple[Path, float | No
 def full_vocab_sequence_logprobs(
     model, samples, pad_id: int, temperature: float, chunk: int | None = None, entropy: str | None = None
 ):
-    """`binac_core.rl.update.sequence_logprobs` as it was before the trust issue's change (commit f3213c5), the
+    """`binac_core.rl.update.sequence_logprobs` as it was up to commit f3213c5, the
     reference of the memory comparison: the model's full logits [B, L, V], divided by the temperature, a
     log-softmax over the whole vocabulary at every position, then a gather. `chunk` is accepted and ignored; with
     `entropy` (`update.EntropyMode`) the per-token entropy is returned too, from the same log-softmax."""
@@ -284,9 +284,7 @@ def _smol_grpo_row(row: Row, g: dict, cfg) -> Row:
         return row
     what = row.what.replace("GRPO iteration (", f"GRPO iteration ({cfg.name}, ", 1)
     r = paired_ratio(g["binac"], g["trl"])
-    target = (
-        f"binac / TRL = {fmt(r[0])} [{fmt(r[1])}–{fmt(r[2])}] (issue 10's target: ≤ 0.8)" if r else "binac / TRL: –"
-    )
+    target = f"binac / TRL = {fmt(r[0])} [{fmt(r[1])}–{fmt(r[2])}] (target: ≤ 0.8)" if r else "binac / TRL: –"
     return dataclasses.replace(row, what=what, note=f"{target}; {row.note}")
 
 

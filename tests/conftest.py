@@ -170,7 +170,7 @@ def micro_base(micro_compare) -> Path:
     return folder
 
 
-# --- Shared by test_sql, test_reliability, test_deployment, test_study (issue 5) ---
+# --- Shared by test_sql, test_reliability, test_deployment, test_study ---
 
 
 def home_with_micro_base(tmp_path_factory, name: str, micro_compare: dict) -> Path:

@@ -1,6 +1,6 @@
 """The README and docs/: every relative link reaches a file (and a heading, when it names one), reference pages and
-the code (its docstrings, comments, queries and presets) tell no project history, and every results page opens with
-its date, commit, status and conclusion."""
+the code (its docstrings, comments, queries, presets, tests, scripts, benches and study files) tell no project
+history, and every results page opens with its date, commit, status and conclusion."""
 
 import re
 
@@ -11,14 +11,24 @@ REFERENCE = [
     REPO / "README.md",
     *(p for p in sorted((REPO / "docs").glob("*.md")) if not p.name.startswith("results-")),
 ]
+CODE_FOLDERS = ("binac_core", "flows", "tasks", "sql", "studies/editions", "tests", "scripts")
 CODE = sorted(
-    p
-    for folder in ("binac_core", "studies/editions", "flows", "tasks", "sql")
-    for p in (REPO / folder).rglob("*")
-    if p.suffix in (".py", ".sql", ".yaml") and "__pycache__" not in p.parts
+    {
+        *(
+            p
+            for folder in CODE_FOLDERS
+            for p in (REPO / folder).rglob("*")
+            if p.suffix in (".py", ".sql", ".yaml", ".md") and "__pycache__" not in p.parts
+        ),
+        *(REPO / "bench").glob("*.py"),
+        *(REPO / "studies").glob("*.yaml"),
+        *(REPO / name for name in ("prefect.yaml", "Makefile", "setup.py", "pyproject.toml", ".ci/run")),
+    }
 )
-HISTORY = re.compile(r"issue [0-9]+|previous session", flags=re.I)
-"""History lives in git and in the dated results pages (docs/results-*.md)."""
+"""The code, its tests, scripts, benches and study files. Dated records keep their history: the design files
+(studies/*.design.md), the results pages (docs/results-*.md) and bench/results.md."""
+HISTORY = re.compile(r"issue [0-9]+|previous\ssession", flags=re.I)
+"""History lives in git and in the dated records. Written so that it does not match itself (this file is scanned)."""
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -45,7 +45,7 @@ def test_a_cached_base_or_an_unfinished_install_is_said_not_guessed():
     assert phases([(1.0, "# make demo in <= 5 min"), (2.0, "binac demonstration")], 3.0).install is None
 
 
-def test_the_verdict_follows_the_issues_two_goals():
+def test_the_verdict_follows_the_two_goals():
     p = phases(FRESH, 232.0)
     assert "within the 300 s goal" in verdict(p, 60.0)
     assert "over the 300 s goal" in verdict(phases(FRESH, 320.0), 60.0)

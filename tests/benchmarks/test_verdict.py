@@ -1,4 +1,4 @@
-"""The critic's verdict (issue 23): the one parser on hand-written critic outputs of every benchmark, the prompts
+"""The critic's verdict: the one parser on hand-written critic outputs of every benchmark, the prompts
 with the option on and off (off: today's prompts, character for character), the critic health measures on
 hand-computed rows (and the instrument checks: the verifier as a critic scores perfectly, verdicts drawn
 independently of the attempt score chance), their agreement with the synthetic task's first-error measures, and

@@ -341,7 +341,7 @@ def test_the_study_measures_in_sql_equal_the_mlflow_metrics(micro_compare):
     assert "critic_hits_first_error" in _sql_equals_mlflow(ws, "eval", STUDY_EVAL)
 
 
-# --- The two budget axes, without a run (issue 21, "Budget axes"): B = 8 problems, G = 8 attempts, K = 4 ---
+# --- The two budget axes, without a run: B = 8 problems, G = 8 attempts, K = 4 ---
 
 # (actor training, generated) samples per iteration, by hand: attempts B·G = 64, refinements, critic feedbacks and
 # look-ahead refinements B·G·K = 256 each.

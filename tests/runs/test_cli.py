@@ -1,4 +1,4 @@
-"""The command line itself (issue 13, "The CLI"): help that shows defaults, `--set` and preset-file errors that
+"""The command line itself: help that shows defaults, `--set` and preset-file errors that
 name the valid fields and the closest one, a mistyped option answered with its subcommand's usage, and a
 comparison budget that every method's iterations fit in. All of it fails before any compute: no training here."""
 
