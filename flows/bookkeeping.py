@@ -1,5 +1,5 @@
-"""The bookkeeping of a training run's iterations, kept out of flows/train.py's loop body: the cumulative sample
-counts, the per-iteration metrics the updates do not compute (grader counts, counts, timings), the ETA and the
+"""The bookkeeping of a training run's iterations, kept out of flows/train.py's loop body. It keeps the cumulative
+sample counts, the per-iteration metrics the updates do not compute (grader counts, counts, timings), the ETA and the
 progress line. It decides nothing the stages compute."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The comparison: every method × seed as a `train` subflow under one MLflow parent run, at equal actor TRAINING
-sample budgets (the actor training samples of `steps` GRPO iterations; binac_core/rl/methods.py: look-ahead
-refinements and critic feedback are not charged to it), then the report (table + plot) logged to the parent run, its
-summary logged as the parent's metrics, and a closing Prefect markdown artifact.
+"""The comparison: every method × seed as a `train` subflow under one MLflow parent run, at equal actor TRAINING sample
+budgets, then the report. The budget is the actor training samples of `steps` GRPO iterations (binac_core/rl/methods.py:
+look-ahead refinements and critic feedback are not charged to it); the report (table + plot) is logged to the parent
+run, its summary as the parent's metrics, and a closing Prefect markdown artifact tells where it is.
 
 `equal="iterations"` (`binac demo`) runs every method for `steps` iterations instead. `parallel` > 1 trains up to
 that many runs at once, each in its own process (spawned) attached to this flow's Prefect API

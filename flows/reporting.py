@@ -1,7 +1,7 @@
-"""What a flow run tells the person who started it, in Prefect's own records: progress lines through the run
-logger (they show in `prefect flow-run logs` and `--watch`; printed too, for the CLI), a refusal of bad
-parameters as the run's one-line state message (the same line the CLI prints), and a closing markdown artifact
-with the result, the MLflow run and where the report lies."""
+"""What a flow run tells the person who started it, in Prefect's own records: progress lines, a refusal of bad
+parameters, and a closing markdown artifact. The progress lines go through the run logger (they show in `prefect
+flow-run logs` and `--watch`; printed too, for the CLI), a refusal is the run's one-line state message (the same line
+the CLI prints), and the artifact holds the result, the MLflow run and where the report lies."""
 
 from __future__ import annotations
 

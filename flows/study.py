@@ -1,5 +1,5 @@
-"""A pre-registered study: the regimes chosen on the base model, then every regime × method × seed as a flow run
-of the `train` deployment, fanned out over the Prefect work pool's workers, then the report.
+"""A pre-registered study: the regimes chosen on the base model, then every regime × method × seed as a flow run of the
+`train` deployment over the Prefect work pool's workers, then the report.
 
     base model (its identity: the sha256 of its weights; a study whose parent run or runs recorded other base
     weights refuses, `binac_core.runs.bases`)

@@ -1,5 +1,5 @@
-"""Stage 5: the actor's (lower level's) policy-gradient update, θ → θ⁺, on first attempts and, for methods
-with feedback, on refinements scored in their full (x, y0, z) context (`stage_functions.actor_update_stage`)."""
+"""Stage 5: the actor's (lower level's) policy-gradient update, θ → θ⁺ (`stage_functions.actor_update_stage`). It trains
+on first attempts and, for methods with feedback, on refinements scored in their full (x, y0, z) context."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The critic's fixed attempt bank (binac_core/rl/bank.py) as pipeline stages: built once per base and settings
-(a file cache of its own, like the base model), scored by the method's critic at every evaluation (cached like
-any stage), scored once by the frozen base critic (a file cache beside the bank), stored and measured."""
+"""The critic's fixed attempt bank (binac_core/rl/bank.py) as pipeline stages: built, scored by the method's critic and
+by the frozen base critic, stored and measured. It is built once per base and settings (a file cache of its own, like
+the base model), scored by the method's critic at every evaluation (cached like any stage) and once by the frozen base
+critic (a file cache beside the bank)."""
 
 from __future__ import annotations
 

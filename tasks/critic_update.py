@@ -1,6 +1,6 @@
-"""Stage 6: the critic's (upper level's) reward and update on its feedback, judged by the actor's refined reward
-(`stage_functions.critic_reward_stage`, `critic_update_stage`; the formula: `losses.penalty_reward`,
-docs/algorithm.md)."""
+"""Stage 6: the critic's (upper level's) reward and update on its feedback, judged by the actor's refined reward. Its
+functions: `stage_functions.critic_reward_stage`, `critic_update_stage`; the formula: `losses.penalty_reward`,
+docs/algorithm.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Stage 7: held-out evaluation under the named protocols (single, feedback, gated@K, and for code benchmarks the
-execution-assisted feedback_exec, gated_exec), with the feedback source the method was trained with."""
+"""Stage 7: held-out evaluation under the named protocols, with the feedback source the method was trained with. The
+protocols: single, feedback, gated@K, and for code benchmarks the execution-assisted feedback_exec and gated_exec."""
 
 from __future__ import annotations
 

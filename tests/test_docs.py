@@ -1,10 +1,15 @@
 """The README and docs/: every relative link reaches a file (and a heading, when it names one), reference pages and
 the code (its docstrings, comments, queries, presets, tests, scripts, benches and study files) tell no project
-history, and every results page opens with its date, commit, status and conclusion."""
+history, every results page opens with its date, commit, status and conclusion, and docs/layout.md lists every
+module as `scripts/layout.py` writes it."""
 
 import re
+import sys
 
 from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import layout  # noqa: E402
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 REFERENCE = [
@@ -81,3 +86,17 @@ def test_results_pages_open_with_date_commit_status_and_conclusion():
         head = page.read_text().split("\n## ", 1)[0]
         missing = [f for f in ("**Date:**", "**Commit", "**Status:**", "**Conclusion:**") if f not in head]
         assert not missing, f"{page.name}: its opening lacks {missing}"
+
+
+def test_layout_md_lists_every_module_with_its_docstrings_first_sentence():
+    assert not layout.problems(), "\n".join(layout.problems())
+    current = layout.PAGE.read_text()
+    assert layout.page(current) == current, "docs/layout.md's module list is stale: run python scripts/layout.py"
+    listed = re.findall(r"^- `([^`]+\.py)`: ", current, flags=re.M)
+    assert len(listed) > 100 and "errors.py" in listed and "train.py" in listed
+
+
+def test_a_first_sentence_ends_at_the_first_full_stop_outside_parentheses_and_code():
+    assert layout.first_sentence("A model (e.g. a hub\nid). More.") == "A model (e.g. a hub id)."
+    assert layout.first_sentence("Runs `python -m a.b`. Then.") == "Runs `python -m a.b`."
+    assert layout.first_sentence("Stops at the paragraph:\n\n- a list. Item.") == "Stops at the paragraph:"

@@ -1,6 +1,6 @@
-"""GPQA Diamond (`gpqa_diamond`, eval only): simple-evals' multiple-choice prompt, a science-reviewer critic who
-never names the right option, and the `Answer: X` grader (`binac_core.grading.gpqa`); the rows (options shuffled
-with a fixed seed per question) come from `binac_core.benchmarks.data`."""
+"""GPQA Diamond (`gpqa_diamond`, eval only): simple-evals' multiple-choice prompt, a science-reviewer critic who never
+names the right option, and the `Answer: X` grader (`binac_core.grading.gpqa`). The rows (options shuffled with a fixed
+seed per question) come from `binac_core.benchmarks.data`."""
 
 from __future__ import annotations
 

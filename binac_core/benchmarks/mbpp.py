@@ -1,5 +1,6 @@
 """MBPP: lm-eval's prompt, a programming-mentor critic who is shown the execution result of the attempt on the
-benchmark's asserts, and the sandbox grader (`binac_core.grading.code`); the rows come from `binac_core.benchmarks.data`."""
+benchmark's asserts, and the sandbox grader (`binac_core.grading.code`). The rows come from
+`binac_core.benchmarks.data`."""
 
 from __future__ import annotations
 

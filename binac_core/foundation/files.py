@@ -1,6 +1,6 @@
-"""Files on disk, one way each: atomic writes, stage outputs as JSON referred to by path + content digest, YAML
-files that must hold a mapping (presets, study files), and the content digest of a folder (a checkpoint). No torch:
-`binac_core.runs.plans` validates adapter folders with it."""
+"""Files on disk, one way each: atomic writes, stage outputs as JSON by path + content digest, YAML mappings (presets,
+study files), and the content digest of a folder (a checkpoint). No torch: `binac_core.runs.plans` validates adapter
+folders with it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The one mean the stages' metrics use (`mean`: accuracies, rewards), the one interval every report uses:
-mean and 95 % Student-t half-width over seeds (`t_interval`), and the one rule for when a report also gives
-the per-seed values behind such an interval (`seeds_split`, `per_seed`)."""
+"""The one mean, the one interval and the one per-seed rule the metrics and reports use. The mean: `mean` (accuracies,
+rewards); the interval: mean and 95 % Student-t half-width over seeds (`t_interval`); the rule for when a report also
+gives the per-seed values behind such an interval: `seeds_split`, `per_seed`."""
 
 from __future__ import annotations
 

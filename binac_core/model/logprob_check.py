@@ -1,5 +1,5 @@
-"""The judge of the backend log-prob check (`scripts/gpu_check.py`, `make gpu-check`; docs/gpu.md): pure functions
-that decide whether a backend's log-probs of sampled tokens match the trainer's recomputation of the same tokens.
+"""The judge of the backend log-prob check (`scripts/gpu_check.py`, `make gpu-check`; docs/gpu.md). Its pure functions
+decide whether a backend's log-probs of sampled tokens match the trainer's recomputation of the same tokens.
 
 `compare_logprobs` measures the per-token and per-sequence differences of one row (nearest-rank `percentile`),
 `judge` names each bound of the dtype's `Tolerance` (`TOLERANCES`) a row exceeds, or why it cannot be judged;

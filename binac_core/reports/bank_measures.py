@@ -1,5 +1,5 @@
-"""The critic's measures on the fixed attempt bank (binac_core/rl/bank.py), each with its 95 % interval, from the
-bank's stored feedback rows: the definitions of binac_core/reports/measures.py, so a measure means one thing
+"""The critic's measures on the fixed attempt bank (binac_core/rl/bank.py), each with its 95 % interval, from the bank's
+stored feedback rows. They use the definitions of binac_core/reports/measures.py, so a measure means one thing
 everywhere.
 
 - `hits_first_error`, `false_alarm`, `approves_wrong`, `approves_right`: the synthetic task's first-error measures

@@ -1,6 +1,6 @@
-"""`binac demo`'s summary: per method, the held-out measures at every evaluation, read from the stored eval rows
-of the trajectory store (`trajectories`), then printed as a table (step 0 -> last) and drawn as curves from that one
-set of numbers, so the table and the picture cannot disagree (tests/reports/test_demo_summary.py compares them).
+"""`binac demo`'s summary: per method, the held-out measures at every evaluation, read from the stored eval rows of the
+trajectory store (`trajectories`). They are printed as a table (step 0 -> last) and drawn as curves from that one set of
+numbers, so the table and the picture cannot disagree (tests/reports/test_demo_summary.py compares them).
 
 The measures, each with the number of problems behind it:
 - `acc_single`: the actor alone (protocol `single`): mean reward of the first attempts, over the held-out problems;

@@ -1,5 +1,5 @@
-"""What an iteration's (or an evaluation's) rows say about advantage collapse and about the critic: the one place
-the study's measures are defined (sql/study_measures.sql recomputes them from the stored rows and refers here).
+"""What an iteration's (or an evaluation's) rows say about advantage collapse and about the critic. This is the one
+place the study's measures are defined (sql/study_measures.sql recomputes them from the stored rows and refers here).
 
 Plain functions over plain values, computed from exactly the rows that are stored (`binac_core/store/step_records.py`),
 so MLflow and SQL over `trajectories` agree. A measure is None when no row (or group, or pair) is in its

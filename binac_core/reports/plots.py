@@ -1,5 +1,5 @@
-"""Curves over seeds, drawn the same way in every report: one colour per method (the same in every plot), the
-mean over seeds as a line with markers, and a band of mean ± 95 % Student-t half-width over seeds
+"""Curves over seeds, drawn the same way in every report. Each plot has one colour per method (the same in every plot),
+the mean over seeds as a line with markers, and a band of mean ± 95 % Student-t half-width over seeds
 (`stats.t_interval`; no band where a point has one seed)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The comparison report: accuracy per protocol and method (mean and 95 % t-interval over seeds), the actor
-training samples each method needed to reach GRPO's final single-turn accuracy, and accuracy-vs-samples curves
-(PNG) on both budget axes.
+"""The comparison report: accuracy per protocol and method, the samples each method needed to reach GRPO's accuracy, and
+the curves. Accuracy is the mean and 95 % t-interval over seeds; the samples are the actor training samples each method
+needed to reach GRPO's final single-turn accuracy; the accuracy-vs-samples curves (PNG) are on both budget axes.
 
 Input: one dict per (method, seed) run with `evals` = {iteration: {"eval/acc_single": ..., ...}}, the
 `feedback_source` its feedback protocols used (`MethodSpec.eval_feedback`; a row without one shows –),

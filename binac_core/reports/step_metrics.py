@@ -1,5 +1,5 @@
-"""A step's metrics, computed from exactly the rows `binac_core.store.step_records` stored, so the MLflow numbers
-and SQL over `trajectories` agree by construction: the rewards, the advantage collapse and the critic measures of
+"""A step's metrics, computed from exactly the rows `binac_core.store.step_records` stored, so the MLflow numbers and
+SQL over `trajectories` agree by construction. They are the rewards, the advantage collapse and the critic measures of
 `binac_core.reports.measures`. Plain functions over rows; they write nothing."""
 
 from __future__ import annotations

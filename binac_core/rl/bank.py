@@ -1,5 +1,5 @@
-"""The critic's fixed attempt bank (the `bank` protocol of binac_core/rl/evaluation.py): the base actor's attempts
-at held-out problems, sampled once per base and stored, on which every evaluation scores a critic.
+"""The critic's fixed attempt bank (the `bank` protocol of binac_core/rl/evaluation.py): the base actor's attempts at
+held-out problems, sampled once per base and stored. Every evaluation scores a critic on it.
 
 Building: per split (`val` for choices, `eval` for results; the synthetic task's question splits, so no problem
 is in both and none is a training problem), the base actor (no adapter) answers fresh problems at the run's

@@ -1,5 +1,5 @@
-"""The pipeline's held-out evaluation stage: the config's evaluation sampling settings, `evaluate_protocols`, and
-its results written to one file per step and feedback source (methods share their step-0 evaluation folder)."""
+"""The pipeline's held-out evaluation stage: the config's evaluation sampling settings, `evaluate_protocols`, and its
+results written to one file per step and feedback source. Methods share their step-0 evaluation folder."""
 
 from __future__ import annotations
 

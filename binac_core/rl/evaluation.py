@@ -1,4 +1,4 @@
-"""Held-out evaluation under named protocols (each number is reported with its protocol's name):
+"""Held-out evaluation under named protocols, each number reported with its protocol's name. The protocols:
 
 - `single`:        the actor alone; pass@1 = mean over problems of (correct samples / samples).
 - `single_greedy`: the actor alone, one greedy answer (temperature 0) per problem, on its own decode (not one of

@@ -1,10 +1,11 @@
-"""The kinds the pipeline dispatches on, as enums whose values are identifiers: where a second turn's feedback comes
-from (`FeedbackSource`), how a feedback is rewarded (`CriticRewardForm`), which level trains at an iteration
-(`Phase`) and the held-out evaluation protocols (`EvalProtocol`); an adapter's role, on the model's floor, is
-`binac_core.model.stage_io.AdapterRole`. The values are what is stored (MLflow tags and params, evaluation files,
-the trajectory `protocol` column, shard names); what a report shows of a feedback source is its label
-(`FEEDBACK_SOURCE_LABELS`), so a label can be reworded without touching stored data. A stored source is read back
-with `FeedbackSource.parse`, which also reads the labels some stored runs hold as their source (`STORED_LABELS`).
+"""The kinds the pipeline dispatches on, as enums whose values are identifiers: feedback sources, critic-reward forms,
+phases and evaluation protocols. Where a second turn's feedback comes from is a `FeedbackSource`, how a feedback is
+rewarded a `CriticRewardForm`, which level trains at an iteration a `Phase`, and a held-out evaluation protocol an
+`EvalProtocol`; an adapter's role, on the model's floor, is `binac_core.model.stage_io.AdapterRole`. The values are what
+is stored (MLflow tags and params, evaluation files, the trajectory `protocol` column, shard names); what a report shows
+of a feedback source is its label (`FEEDBACK_SOURCE_LABELS`), so a label can be reworded without touching stored data. A
+stored source is read back with `FeedbackSource.parse`, which also reads the labels some stored runs hold as their
+source (`STORED_LABELS`).
 
 This module is the one place that compares a kind with its string (tests/test_kinds.py): elsewhere the code
 compares with the members."""

@@ -1,6 +1,6 @@
-"""Which level trains at an iteration under `train.alternation` (the precursor's alternating schedule), and the
-exact running totals it gives: pure functions of the schedule and the iteration number (1, 2, ...), so a resumed
-run recomputes the same phases and counts.
+"""Which level trains at an iteration under `train.alternation` (the precursor's alternating schedule), and the exact
+running totals it gives. They are pure functions of the schedule and the iteration number (1, 2, ...), so a resumed run
+recomputes the same phases and counts.
 
 With alternation (a, c), iterations cycle through a actor iterations (the critic frozen) then c critic iterations
 (the actor frozen), from iteration 1: iteration s is an actor iteration when (s − 1) mod (a + c) < a. Without one

@@ -1,5 +1,5 @@
-"""A comparison the store already holds finished (`binac demo` run again): found by its key on this stage code,
-so a rerun prints from the stored rows instead of replaying every cached stage through Prefect."""
+"""A comparison the store already holds finished (`binac demo` run again), found by its key on this stage code. A rerun
+then prints from the stored rows instead of replaying every cached stage through Prefect."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A study's finished runs kept outside the store: a folder that travels with the repository (or any copy), from
-which a fresh `$BINAC_HOME` gets every archived run back, so a study resumed on another machine reruns only what
-was never finished, and its report and SQL read the same numbers.
+"""A study's finished runs kept outside the store, in a folder that travels with the repository (or any copy). A fresh
+`$BINAC_HOME` gets every archived run back from it, so a study resumed on another machine reruns only what was never
+finished, and its report and SQL read the same numbers.
 
     <archive>/runs/<run key>/run.json              the MLflow run: name, status, times, tags, parameters
     <archive>/runs/<run key>/metrics.parquet       every metric point: key, step, value, timestamp (ms)

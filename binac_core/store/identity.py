@@ -1,5 +1,5 @@
-"""Which run a stored row belongs to: the identity columns every trajectory row carries (sql/schema.sql)
-and the per-iteration sample counts its cumulative count columns are computed from (`records.sample_counts`).
+"""Which run a stored row belongs to: the identity columns every trajectory row carries (sql/schema.sql). With them, the
+per-iteration sample counts the rows' cumulative count columns are computed from (`records.sample_counts`).
 
 Built once per run (flows/train.py for a training run, flows/evaluate.py for `binac evaluate`) and handed to the
 store tasks as it is: a frozen dataclass of JSON values (a kind is a string), which Prefect passes and hashes as it does the stages'

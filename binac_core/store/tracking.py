@@ -1,5 +1,5 @@
-"""MLflow bookkeeping: one run per training run, found again by its run key so a re-run or a resumed run
-continues the same MLflow run instead of creating a second one; metrics are logged once per (key, step)."""
+"""MLflow bookkeeping: one run per training run, found again by its run key. A re-run or a resumed run continues the
+same MLflow run instead of creating a second one; metrics are logged once per (key, step)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The critic's curves in a study report, for every arm (method and variant) that logged them: its measures on the
-fixed attempt bank beside the frozen base critic's (`bank_<split>/...`, binac_core/reports/bank_measures.py), and
-its reward's information during training (`train/<name>`, binac_core/reports/measures.py, "The critic's reward
-information"). Each is a table (mean ± 95 % t-interval over seeds, the seeds' values where they split:
-`run_values.seed_cell`) and one PNG of curves (mean over seeds with its band).
+"""The critic's curves in a study report, for every arm (method and variant) that logged them: on the fixed attempt bank
+and during training. On the bank, its measures beside the frozen base critic's (`bank_<split>/...`,
+binac_core/reports/bank_measures.py); during training, its reward's information (`train/<name>`,
+binac_core/reports/measures.py, "The critic's reward information"). Each is a table (mean ± 95 % t-interval over seeds,
+the seeds' values where they split: `run_values.seed_cell`) and one PNG of curves (mean over seeds with its band).
 
 The bank split shown is the study's evaluation split (`task.eval_split`): a pilot or an exploration reads `val`,
 a main study `eval`. The frozen base critic is scored once per bank, so its values are the same at every

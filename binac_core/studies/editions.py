@@ -1,5 +1,5 @@
-"""Study editions: the code that belongs to one pre-registered design (its hypotheses and their report section)
-lives with the study files, one module per edition, and is loaded by the name a study file's `hypotheses:` gives.
+"""Study editions: the code that belongs to one pre-registered design (its hypotheses and their report section), one
+module per edition. It lives with the study files and is loaded by the name a study file's `hypotheses:` gives.
 
 An edition is a file `<name>.py` in an `editions/` folder: the one beside the study file first, then the
 repository's `studies/editions/`. It defines `section(st, done, totals) -> list[str]`: the report's "## Hypotheses"

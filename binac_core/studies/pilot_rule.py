@@ -1,6 +1,6 @@
-"""The third edition's pilot rule (`SelectRule.AUC_PAIRED`, studies/sparse-feedback-v3.design.md), as plain
-functions over per-seed values: the area under a held-out curve, the fields a variant changes from the preset's
-values, the choice among variants with paired ties, and the grid's edges.
+"""The third edition's pilot rule (`SelectRule.AUC_PAIRED`, studies/sparse-feedback-v3.design.md), as plain functions
+over per-seed values. They give the area under a held-out curve, the fields a variant changes from the preset's values,
+the choice among variants with paired ties, and the grid's edges.
 
 - `curve_area`: the trapezoid rule over the given evaluation steps, divided by their span: a mean accuracy over
   the run (an accuracy of 0.3 at every step has area 0.3). Only the steps given enter, so every method is

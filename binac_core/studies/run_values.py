@@ -1,8 +1,8 @@
-"""Reading a study's finished runs (the run dicts flows/study.py's `collect` returns: {regime, difficulty, method,
-variant, seed, finished, state, metrics: {MLflow metric: {step: value}}, actor_train_per_iteration,
-generated_per_iteration}): an arm's runs, a metric's values by seed at a reading point, the equal-budget points, and
-the one table cell every study table uses (mean ± 95 % t-interval over seeds, the seeds' own values where they
-split). Nothing here judges a result (binac_core/studies/verdicts.py does)."""
+"""Reading a study's finished runs: an arm's runs, a metric's values by seed at a reading point, the equal-budget
+points, and the one table cell every study table uses. The runs are the run dicts flows/study.py's `collect` returns
+({regime, difficulty, method, variant, seed, finished, state, metrics: {MLflow metric: {step: value}},
+actor_train_per_iteration, generated_per_iteration}); the cell is the mean ± 95 % t-interval over seeds, with the seeds'
+own values where they split. Nothing here judges a result (binac_core/studies/verdicts.py does)."""
 
 from __future__ import annotations
 

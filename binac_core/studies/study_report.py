@@ -1,6 +1,6 @@
-"""The report of a study (flows/study.py): protocol, the base model's regimes and the shortcut check, tables on both
-budget axes, the pre-registered hypotheses' verdicts (by the study's edition: binac_core/studies/editions.py), a
-pilot's choice of settings, plots with seed bands. It applies fixed rules mechanically.
+"""The report of a study (flows/study.py), by fixed rules applied mechanically. It gives the protocol, the base model's
+regimes and the shortcut check, tables on both budget axes, the pre-registered hypotheses' verdicts (by the study's
+edition: binac_core/studies/editions.py), a pilot's choice of settings, plots with seed bands.
 
 Input: the study (`binac_core.studies.study.Study`), the base measurements by difficulty (`binac_core.studies.regimes`), the
 regimes' difficulties, the study's own deviations, the base's identity (`BaseIdentity`: its weights hash, in the

@@ -1,7 +1,8 @@
 """The verdict rules every study report applies to paired differences (module doc of
-binac_core/studies/study_report.py): a claim "A > B" is supported when the 95 % t-interval of the per-seed
-differences lies above 0, not supported when it lies below 0, inconclusive otherwise; several comparisons combine
-as one claim; a margin rule for "no higher than" claims. Differences are (mean, half-width, n) tuples (`paired`), written with their per-seed values by `compared`."""
+binac_core/studies/study_report.py). A claim "A > B" is supported when the 95 % t-interval of the per-seed differences
+lies above 0, not supported when it lies below 0, inconclusive otherwise; several comparisons combine as one claim; a
+margin rule decides "no higher than" claims. Differences are (mean, half-width, n) tuples (`paired`), written with their
+per-seed values by `compared`."""
 
 from __future__ import annotations
 

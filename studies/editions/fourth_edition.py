@@ -1,7 +1,7 @@
-"""The fourth edition (`hypotheses: fourth_edition`): V1-V5 of studies/sparse-feedback-v4.design.md, tested
-mechanically on one base's finished main runs: the section the study report prints (binac_core/studies/editions.py).
-The critic margin over the frozen critic on the attempt bank, binac's `chosen` against its `reference` variant and
-against fixed_critic, the reward information, the positive control.
+"""The fourth edition (`hypotheses: fourth_edition`): V1-V5 of studies/sparse-feedback-v4.design.md, tested mechanically
+on one base's finished main runs. The study report prints its section (binac_core/studies/editions.py). The critic
+margin over the frozen critic on the attempt bank, binac's `chosen` against its `reference` variant and against
+fixed_critic, the reward information, the positive control.
 
 The arms: `binac` variants `reference` (the third edition's binac) and `chosen` (the pilot's choice), `fixed_critic`,
 `critic_only` (its variant `chosen` where the study has one, else its plain runs), at the `sparse` regime.

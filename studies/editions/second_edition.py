@@ -1,7 +1,7 @@
-"""The second edition (`hypotheses: second_edition`, the default): H1-H6 of studies/sparse-feedback-v2.design.md
-on the final points, tested mechanically on a study's finished main runs: the section the study report prints
-(binac_core/studies/editions.py). Tested only when the study runs grpo, fixed_critic and binac
-(`HYPOTHESIS_METHODS`); a study with variants is an exploration here.
+"""The second edition (`hypotheses: second_edition`, the default): H1-H6 of studies/sparse-feedback-v2.design.md on the
+final points, tested mechanically on a study's finished main runs. The study report prints its section
+(binac_core/studies/editions.py). Tested only when the study runs grpo, fixed_critic and binac (`HYPOTHESIS_METHODS`); a
+study with variants is an exploration here.
 
 The verdict rules are those of binac_core/studies/study_report.py's module doc (`binac_core.studies.verdicts`),
 and two of the design's own:

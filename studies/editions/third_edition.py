@@ -1,7 +1,7 @@
-"""The third edition (`hypotheses: third_edition`): H1-H8 of studies/sparse-feedback-v3.design.md, tested
-mechanically on a study's finished main runs: the section the study report prints (binac_core/studies/editions.py).
-Areas under the held-out curves, the trained and the frozen critic on the same attempts, the positive control
-inside the study. A study with variants is an exploration here: none is tested.
+"""The third edition (`hypotheses: third_edition`): H1-H8 of studies/sparse-feedback-v3.design.md, tested mechanically
+on a study's finished main runs. The study report prints its section (binac_core/studies/editions.py). Areas under the
+held-out curves, the trained and the frozen critic on the same attempts, the positive control inside the study. A study
+with variants is an exploration here: none is tested.
 
 Endpoints: `area`, the area under a run's held-out curve over the evaluations every `eval_every` iterations
 (`pilot_rule.curve_area`: a mean accuracy over the run); the last evaluation; the equal-budget points

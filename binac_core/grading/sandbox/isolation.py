@@ -1,6 +1,6 @@
-"""Process isolation of the sandbox (`binac_core.grading.sandbox`, threat model in docs/sandbox.md): bubblewrap's
-namespaces or the rlimits fallback, the resource limits, the uid per run, the fallback's working folder, starting
-and killing a run (`_execute`), and choosing the isolation (`isolation`, probed once per process; `accept` and
+"""Process isolation of the sandbox (`binac_core.grading.sandbox`, threat model in docs/sandbox.md). It holds
+bubblewrap's namespaces or the rlimits fallback, the resource limits, the uid per run, the fallback's working folder,
+starting and killing a run (`_execute`), and choosing the isolation (`isolation`, probed once per process; `accept` and
 `require_isolation`: bwrap is required unless the run accepts rlimits with `grading.sandbox: rlimits`).
 """
 
