@@ -19,19 +19,9 @@ import statistics
 from functools import partial
 
 from binac_core.rl.methods import method_spec
+from binac_core.studies import run_values as rv
 from binac_core.studies.editions import EXPLORATION
-from binac_core.studies.run_values import (
-    AXES,
-    budget_point,
-    last_eval,
-    never_reached,
-    point_step,
-    runs_of,
-    seed_cell,
-    train_at,
-    train_mean,
-    values_at,
-)
+from binac_core.studies.run_values import runs_of, values_at
 from binac_core.studies.verdicts import NO_DATA, claim, combine, diff_text, margin_verdict, paired
 
 HYPOTHESIS_METHODS = frozenset({"grpo", "fixed_critic", "binac"})
@@ -44,10 +34,10 @@ FEEDBACK_RUNS = ("binac", "binac_lam0", "binac_after")
 
 def _points(runs: list[dict], axis: str, total: int) -> str:
     """The iterations and exact counts at which these runs reached the axis's total."""
-    found = sorted({budget_point(r, axis, total) for r in runs} - {None})
+    found = sorted({rv.budget_point(r, axis, total) for r in runs} - {None})
     if found:
         return ", ".join(f"iteration {it} ({count})" for it, count in found)
-    return "; ".join(sorted({never_reached(r, axis) for r in runs})) or "no runs"
+    return "; ".join(sorted({rv.never_reached(r, axis) for r in runs})) or "no runs"
 
 
 def section(st, done: list[dict], totals: dict[str, int]) -> list[str]:
@@ -75,8 +65,8 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
     main = [r for r in done if not r.get("variant")]
     by_regime = {reg.name: [r for r in main if r["regime"] == reg.name] for reg in st.regimes}
     sparse = by_regime.get("sparse", [])
-    cell = partial(seed_cell, seeds=len(st.seeds))
-    at_last, at_0 = last_eval, (lambda r: 0)
+    cell = partial(rv.seed_cell, seeds=len(st.seeds))
+    at_last, at_0 = rv.last_eval, (lambda r: 0)
     lines = [
         "## Hypotheses",
         "",
@@ -97,14 +87,14 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
         f"- **H1** (sparse, equal iterations, final acc_single: binac > fixed_critic and fixed_critic > "
         f"grpo): **{claim([d1, d2])}**. binac − fixed_critic {diff_text(d1)}; fixed_critic − grpo {diff_text(d2)}."
     )
-    at = {axis: partial(point_step, axis=axis, total=totals[axis]) for axis in AXES}
+    at = {axis: partial(rv.point_step, axis=axis, total=totals[axis]) for axis in rv.AXES}
     d1, d2 = order(sparse, at["actor_train"])
     g1, g2 = order(sparse, at["generated"])
     pts = {
         axis: "; ".join(
             f"{m} {_points(runs_of(sparse, m), axis, totals[axis])}" for m in ("binac", "fixed_critic", "grpo")
         )
-        for axis in AXES
+        for axis in rv.AXES
     }
     lines.append(
         f"- **H2** (sparse, the same at the equal-budget point on actor training samples, "
@@ -166,13 +156,13 @@ def _hypotheses(st, done: list[dict], totals: dict[str, int]) -> list[str]:
                     cell(values_at(runs, k, at_last))
                     for k in ("acc_feedback", "critic_hits_first_error", "critic_approves_wrong")
                 )
-                + f" | {cell(train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} |"
+                + f" | {cell(rv.train_mean(runs, 'critic_signal'), scale=1.0, digits=3, sign=True)} |"
             )
     lines.append("")
 
-    grpo0 = train_at(runs_of(sparse, "grpo"), "zero_adv_frac", 1)
+    grpo0 = rv.train_at(runs_of(sparse, "grpo"), "zero_adv_frac", 1)
     feedback_methods = [m for m in st.methods if method_spec(m).feedback]
-    diffs = {m: paired(grpo0, train_at(runs_of(sparse, m), "refine_zero_adv_frac", 1)) for m in feedback_methods}
+    diffs = {m: paired(grpo0, rv.train_at(runs_of(sparse, m), "refine_zero_adv_frac", 1)) for m in feedback_methods}
     first = statistics.fmean(grpo0.values()) if grpo0 else math.nan
     if math.isnan(first):
         h5 = NO_DATA
