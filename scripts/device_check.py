@@ -465,14 +465,14 @@ def timed(rec: Recorder, phase: str, fn: Callable) -> Callable:
 
 @contextlib.contextmanager
 def instrumented(rec: Recorder) -> Iterator[None]:
-    """`binac_core.rl.loop`'s stage calls (scoring, critic rewards, updates) timed into `rec` within the block;
-    generation is timed by `TimedBackend`. The loop itself is unchanged."""
-    from binac_core.rl import loop
+    """The stage functions' calls (scoring, critic rewards, updates; `binac_core.rl.stage_functions`) timed into
+    `rec` within the block; generation is timed by `TimedBackend`. The loop itself is unchanged."""
+    from binac_core.rl import stage_functions as stages
 
     with (
-        mock.patch.object(loop, "update_adapter", timed_update(rec, loop.update_adapter)),
-        mock.patch.object(loop, "score_with_errors", timed(rec, "score", loop.score_with_errors)),
-        mock.patch.object(loop, "critic_reward", timed(rec, "critic reward", loop.critic_reward)),
+        mock.patch.object(stages, "update_adapter", timed_update(rec, stages.update_adapter)),
+        mock.patch.object(stages, "score_with_errors", timed(rec, "score", stages.score_with_errors)),
+        mock.patch.object(stages, "critic_reward", timed(rec, "critic reward", stages.critic_reward)),
     ):
         yield
 
