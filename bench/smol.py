@@ -108,11 +108,18 @@ def smol_base(base_dir: Path | None, cache: Path, log) -> tuple[Path, float | No
 
 
 def full_vocab_sequence_logprobs(
-    model, samples, pad_id: int, temperature: float, chunk: int | None = None, entropy: str | None = None
+    model,
+    samples,
+    pad_id: int,
+    temperature: float,
+    chunk: int | None = None,
+    entropy: str | None = None,
+    packed=None,
 ):
     """`binac_core.rl.update.sequence_logprobs` as it was up to commit f3213c5, the
     reference of the memory comparison: the model's full logits [B, L, V], divided by the temperature, a
-    log-softmax over the whole vocabulary at every position, then a gather. `chunk` is accepted and ignored; with
+    log-softmax over the whole vocabulary at every position, then a gather, on the right-padded batch. `chunk` and
+    `packed` (the micro-batch's prefix tree, which that code did not have) are accepted and ignored; with
     `entropy` (`update.EntropyMode`) the per-token entropy is returned too, from the same log-softmax."""
     from binac_core.rl.update import right_padded  # the same right padding as then
 
