@@ -164,10 +164,10 @@ def report(pairs: list[dict], values: dict[str, dict[int, dict]]) -> str:
     lines.append("| --- | " + " | ".join("---" for _ in seeds) + " | --- |")
     for m in MEASURES:
         diffs = [100 * (values["after"][s][m] - values["before"][s][m]) for s in seeds]
-        lo, hi = t_interval(diffs) if len(diffs) > 1 else (float("nan"), float("nan"))
+        mean, half = t_interval(diffs) if len(diffs) > 1 else (statistics.mean(diffs), float("nan"))
         cells = [f"{100 * values['before'][s][m]:.1f} / {100 * values['after'][s][m]:.1f}" for s in seeds]
         lines.append(
-            f"| {m} area | " + " | ".join(cells) + f" | {statistics.mean(diffs):+.1f} [{lo:+.1f}, {hi:+.1f}] |"
+            f"| {m} area | " + " | ".join(cells) + f" | {mean:+.1f} [{mean - half:+.1f}, {mean + half:+.1f}] |"
         )
     return "\n".join(lines)
 

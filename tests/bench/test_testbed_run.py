@@ -38,5 +38,5 @@ def test_report_ratios_phases_and_paired_areas():
     assert "median before / after (wall): **2.00** [1.60-2.50]" in text
     assert "median before / after (cpu): **2.50** [2.00-3.00]" in text
     assert "| before (median s) | " + " | ".join("2.0" for _ in PHASES) + " |" in text
-    # after - before: +2.0, 0.0, -1.0 points: mean +0.3
-    assert "| acc_single area | 50.0 / 52.0 | 60.0 / 60.0 | 70.0 / 69.0 | +0.3" in text
+    # after - before: +2.0, 0.0, -1.0 points: mean +0.3, sd 1.53, t(0.975, 2) 1.53 / sqrt(3) = 3.8: [-3.5, +4.1]
+    assert "| acc_single area | 50.0 / 52.0 | 60.0 / 60.0 | 70.0 / 69.0 | +0.3 [-3.5, +4.1] |" in text
