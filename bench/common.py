@@ -281,6 +281,9 @@ def grpo_rows(g: dict, cfg) -> tuple[list[Row], list[str]]:
     shape = f"B×G = {t.batch_problems}×{t.group_size}, ≤{cfg.generation.max_new_tokens} new tokens"
     tok = f"mean completion tokens: binac {fmt(median(g['binac_tokens']))}, TRL {fmt(median(g['trl_tokens']))}"
     note = g["trl_error"] and f"TRL failed: {g['trl_error'][:300]}" or tok
+    skipped = sum(1 for k in g.get("binac_skipped", []) if k)
+    if skipped:
+        note += f"; binac skipped the optimizer step in {skipped} of {len(g['binac_skipped'])} measured iterations (no signal)"
     rows = [
         paired_row(
             "grpo_iter",
@@ -306,6 +309,12 @@ def grpo_rows(g: dict, cfg) -> tuple[list[Row], list[str]]:
         ),
     ]
     notes = [n for n in [g["layout_note"]] if n]
+    if g.get("reward") == "parity":
+        notes.append(
+            "GRPO rewards: `bench.grpo.parity_reward` on both sides (1 when a completion's sha256 starts with an even "
+            "byte), not the task's verifier: this base solves none of the task, so under the verifier every group's "
+            "rewards are equal and binac's update skips its optimizer step while TRL's runs forward and backward anyway."
+        )
     if g["trl_error"]:
         notes.append(f"TRL GRPOTrainer could not be measured: {g['trl_error']}")
     return rows, notes

@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import time
 import traceback
+from enum import Enum
 from pathlib import Path
+from unittest import mock
 
 import torch
 
 from binac_core.benchmarks.synthetic import actor_messages, make_split
 from binac_core.foundation.config import Config
 from binac_core.model.generation import HFBackend
+from binac_core.rl import stage_functions
 from binac_core.rl.batches import attempt_samples
+from binac_core.rl.episodes import Scores
 from binac_core.rl.loop import IterationResult, iteration
 from binac_core.rl.methods import SPECS
 from binac_core.rl.update import Sample
@@ -53,6 +58,24 @@ UNMATCHED = [
     "`optim='adamw_torch'`, constant learning rate, `loss_type='dapo'` (binac's token-level mean), `beta` = "
     "binac's `kl_coef`, `top_k=0` (binac passes `top_k=None`, which transformers leaves unset: no top-k).",
 ]
+
+
+class Reward(str, Enum):
+    """The reward both loops give a completion in one comparison (the same function on both sides)."""
+
+    VERIFIER = "verifier"
+    """binac's synthetic grader (`benchmarks.grade.grade`): the task's own reward."""
+    PARITY = "parity"
+    """A bench-only reward (`parity_reward`): for a base that solves none of the task's problems (smol on the
+    synthetic task), where the verifier gives every group equal rewards, binac's update skips the optimizer step
+    (`rl.update.policy_update`: no signal) while TRL's runs its forward and backward anyway. This reward gives nearly
+    every group of attempts unequal rewards, so both sides take a full update and the comparison is like for like."""
+
+
+def parity_reward(text: str) -> float:
+    """1.0 when the first byte of the completion text's sha256 is even, else 0.0: deterministic in the text, blind
+    to the task, about half the completions each (a group of G has equal rewards with probability 2^(1-G))."""
+    return float(hashlib.sha256(text.encode()).digest()[0] % 2 == 0)
 
 
 def train_rows(cfg: Config) -> list[dict]:
@@ -167,16 +190,18 @@ class BinacGRPO:
     (`train_rows`: the synthetic task).
     """
 
-    def __init__(self, cfg: Config, base_dir: Path, work_dir: Path, rows: list[dict]):
+    def __init__(self, cfg: Config, base_dir: Path, work_dir: Path, rows: list[dict], reward: Reward = Reward.VERIFIER):
         from binac_core.model.policy import Policy
 
-        self.cfg, self.rows, self.step = cfg, rows, 0
+        self.cfg, self.rows, self.step, self.reward = cfg, rows, 0, reward
         self.policy = Policy(base_dir, cfg, SEED)
         self.backend = HFBackend(self.policy, cfg.generation.batch_size)
         self.work_dir = Path(work_dir)
         # Generation takes the actor as a checkpoint reference; saving once here makes later syncs no-ops.
         self.actor = self.policy.save("actor", self.work_dir / "actor-0")
         self.tokens: list[float] = []
+        self.skipped: list[float] = []
+        """Per iteration, the optimizer steps its update did not take (no signal in the batch)."""
         self.last: IterationResult | None = None
 
     @property
@@ -188,13 +213,25 @@ class BinacGRPO:
         return attempt_samples(self.last.attempts, self.last.first_rewards.rewards, self.cfg.train.scale_rewards)
 
     def iteration(self) -> None:
-        """One iteration at step 0, 1, ... of seed `SEED`; grpo never uses the critic (no critic reference)."""
-        self.last = iteration(
-            self.policy, self.backend, self.cfg, SPECS["grpo"], self.rows, SEED, self.step, self.actor, None
-        )
+        """One iteration at step 0, 1, ... of seed `SEED`; grpo never uses the critic (no critic reference). Under
+        `Reward.PARITY` the score stage returns `parity_reward` of each answer instead of the verifier's."""
+        with self._scoring():
+            self.last = iteration(
+                self.policy, self.backend, self.cfg, SPECS["grpo"], self.rows, SEED, self.step, self.actor, None
+            )
         self.actor = self.last.actor
         self.tokens.append(self.last.actor_update.tokens / len(self.last.attempts))
+        self.skipped.append(self.last.actor_update.skipped_steps)
         self.step += 1
+
+    def _scoring(self):
+        if self.reward is Reward.VERIFIER:
+            return contextlib.nullcontext()
+        return mock.patch.object(
+            stage_functions,
+            "score_stage",
+            lambda cfg, problems, answers: Scores([parity_reward(a.text) for a in answers]),
+        )
 
     def save_seconds(self) -> float:
         """What the real pipeline adds per iteration and this comparison leaves out: writing the actor adapter
@@ -269,7 +306,20 @@ def synthetic_reward(completions, answer, **_) -> list[float]:
     return [grade("synthetic", {"answer": a}, c[-1]["content"]) for c, a in zip(completions, answer, strict=True)]
 
 
-def trl_trainer(cfg: Config, base_dir: Path, rows: list[dict], out_dir: Path, max_steps: int, callbacks=()):
+def trl_parity_reward(completions, **_) -> list[float]:
+    """TRL reward function = `parity_reward` of each completion's text."""
+    return [parity_reward(c[-1]["content"]) for c in completions]
+
+
+def trl_trainer(
+    cfg: Config,
+    base_dir: Path,
+    rows: list[dict],
+    out_dir: Path,
+    max_steps: int,
+    callbacks=(),
+    reward: Reward = Reward.VERIFIER,
+):
     """A GRPOTrainer on the base model folder (its tokenizer too) with a LoRA of binac's rank/alpha/targets."""
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
@@ -283,7 +333,7 @@ def trl_trainer(cfg: Config, base_dir: Path, rows: list[dict], out_dir: Path, ma
 
     trainer = GRPOTrainer(
         model=str(base_dir),
-        reward_funcs=synthetic_reward,
+        reward_funcs=synthetic_reward if reward is Reward.VERIFIER else trl_parity_reward,
         args=trl_config(cfg, out_dir, max_steps),
         train_dataset=data,
         processing_class=tok,
@@ -346,9 +396,18 @@ def _interleave_callback(between, steps: int, threads: int, probe: Probe | None 
     return Interleave()
 
 
-def compare(cfg: Config, base_dir: Path, work_dir: Path, repeats: int, threads: int, log=print) -> dict:
+def compare(
+    cfg: Config,
+    base_dir: Path,
+    work_dir: Path,
+    repeats: int,
+    threads: int,
+    log=print,
+    reward: Reward = Reward.VERIFIER,
+) -> dict:
     """Interleaved binac/TRL iterations: {"binac": [s...], "trl": [s...], "trl_error": str|None, ...}, with each
-    measured iteration's stages in "binac_profile" / "trl_profile" (`Probe`).
+    measured iteration's stages in "binac_profile" / "trl_profile" (`Probe`), the `reward` both sides were given
+    and "binac_skipped": the optimizer steps binac's measured updates did not take (no signal; TRL takes them all).
 
     One warm-up iteration of each is discarded. When TRL cannot be built or fails, binac is still measured
     alone and `trl_error` holds TRL's error text.
@@ -356,7 +415,7 @@ def compare(cfg: Config, base_dir: Path, work_dir: Path, repeats: int, threads: 
     rows = train_rows(cfg)
     probe = Probe()
     with probe.install():
-        binac = BinacGRPO(cfg, base_dir, work_dir / "binac", rows)
+        binac = BinacGRPO(cfg, base_dir, work_dir / "binac", rows, reward)
         probe.hook_binac(binac)
         binac.iteration()  # warm-up (first-call allocations, optimizer state creation)
         binac_times: list[float] = []
@@ -373,7 +432,7 @@ def compare(cfg: Config, base_dir: Path, work_dir: Path, repeats: int, threads: 
         callback = _interleave_callback(binac_step, repeats + 1, threads, probe)
         try:
             log("grpo: building TRL GRPOTrainer")
-            trainer = trl_trainer(cfg, base_dir, rows, work_dir / "trl", repeats + 1, [callback])
+            trainer = trl_trainer(cfg, base_dir, rows, work_dir / "trl", repeats + 1, [callback], reward)
             probe.hook_trl(trainer)
             callback.trainer = trainer
             log(f"grpo: {repeats} interleaved iterations (+1 warm-up each)")
@@ -395,6 +454,8 @@ def compare(cfg: Config, base_dir: Path, work_dir: Path, repeats: int, threads: 
         "trl": trl_times,
         "trl_error": trl_error,
         "binac_tokens": binac.tokens[1:],
+        "binac_skipped": binac.skipped[1:],
+        "reward": reward.value,
         "trl_tokens": lengths,
         "binac_profile": binac_profiles,
         "trl_profile": trl_profiles,

@@ -199,7 +199,7 @@ def run_smol(cfg, repeats: int = 3, base_dir: Path | None = None, threads: int |
     report = Report(meta=run_meta(cfg, repeats, threads, load_start, gen_repeats=gen_repeats))
     with tempfile.TemporaryDirectory(prefix="binac-bench-smol-") as tmp:
         work = Path(tmp)
-        g = grpo.compare(cfg, base, work, repeats, threads, log)
+        g = grpo.compare(cfg, base, work, repeats, threads, log, reward=grpo.Reward.PARITY)
         for side in ("binac", "trl"):
             for i, prof in enumerate(g[f"{side}_profile"]):
                 log(f"grpo: {side} iteration {i + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in prof.items()))
