@@ -135,7 +135,8 @@ def server_process(argv: list[str], health_url: str, log: Path, env: dict | None
             time.sleep(0.5)
         yield server
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # a server that died on its own left no group to signal
+            os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(30)
         except subprocess.TimeoutExpired:
