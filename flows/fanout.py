@@ -179,8 +179,9 @@ def _advance(
     elif fr is not None and t.submitted > retries and not killed:
         # ended badly, or completed without finishing its MLflow run: both count against the retries
         t.state = "failed"
-        t.notes.append(f"flow run {fr.id} ended {state}; not resubmitted (retries spent)")
-        say(f"[study] {t.name}: {state} again; giving up on it (see flow run {fr.id})")
+        why = f": {fr.state.message}" if fr.state and fr.state.message else ""  # a refusal's one line, say
+        t.notes.append(f"flow run {fr.id} ended {state}{why}; not resubmitted (retries spent)")
+        say(f"[study] {t.name}: {state} again; giving up on it (see flow run {fr.id}){why}")
     else:
         _submit(deployment, t, study_tag, n_before=len(flow_runs))
 

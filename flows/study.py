@@ -123,7 +123,8 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
         params,
     )
     tracked = [
-        Tracked(r.name, k, train_parameters(st, r, parent, key), r.method) for r, k in zip(runs, keys, strict=True)
+        Tracked(r.name, k, train_parameters(st, r, parent, key, code), r.method)
+        for r, k in zip(runs, keys, strict=True)
     ]
     try:
         if archive:
@@ -232,8 +233,9 @@ def run_key(st: Study, r, study_key: str, code: str) -> str:
     return train_run_key(cfg, r.method, r.seed, st.iterations, study_key, code, "")
 
 
-def train_parameters(st: Study, r, parent: str, study_key: str) -> dict:
-    """The `train` flow's parameters for one run (a preset given as a file path travels as an absolute path)."""
+def train_parameters(st: Study, r, parent: str, study_key: str, code: str) -> dict:
+    """The `train` flow's parameters for one run (a preset given as a file path travels as an absolute path), with
+    the study's stage code digest `code`, which a worker on other code refuses (`check_stage_code`)."""
     preset = st.preset
     if Path(preset).suffix:
         preset = str((st.path.parent / preset).resolve()) if not Path(preset).is_absolute() else preset
@@ -246,6 +248,7 @@ def train_parameters(st: Study, r, parent: str, study_key: str) -> dict:
         "parent_run_id": parent,
         "parent_key": study_key,
         "label": r.variant,
+        "stage_code": code,
     }
 
 

@@ -43,7 +43,7 @@ from binac_core.rl.methods import MethodSpec
 from binac_core.rl.schedule import actor_iterations_through
 from binac_core.rl.stream import difficulty_at
 from binac_core.runs.bases import check_run, check_train
-from binac_core.runs.plans import evaluation_steps, isolation_used, plan, train_run_key
+from binac_core.runs.plans import check_stage_code, evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.runlock import flow_run_claim, run_lock
 from binac_core.store import tracking
 from binac_core.store.identity import RunIdentity
@@ -70,6 +70,7 @@ def train(
     fresh: str = "",
     shared_samples: list[int] | None = None,
     label: str = "",
+    stage_code: str = "",
 ) -> dict:
     """Train `method` for `steps` iterations (or the whole iterations within `budget` actor training samples);
     returns run id and evaluations.
@@ -102,6 +103,8 @@ def train(
             `binac train --fresh` sets one. An edit to library code recomputes without it.
         label: a name for the run's settings among others of the same method (a study's variant): appended to
             the MLflow run name and tagged `variant`; not part of the run's identity (its overrides are).
+        stage_code: the stage code digest the run was submitted with (a study's); a worker whose own digest
+            differs refuses the run in one line naming both, before any compute. Empty: no check.
     """
     # From its first line a flow run's process is seen alive or dead by a study (binac_core/runs/runlock.py).
     with flow_run_claim(workspace().home, flow_run.get_id()):
@@ -117,6 +120,7 @@ def train(
             fresh=fresh,
             shared_samples=shared_samples,
             label=label,
+            stage_code=stage_code,
         )
         return _train(request)
 
@@ -136,12 +140,15 @@ class TrainRequest:
     fresh: str
     shared_samples: list[int] | None
     label: str
+    stage_code: str = ""
 
 
 def _train(req: TrainRequest) -> dict:
     """The body of `train` (its docstring says what it does)."""
     method, seed, fresh, label = req.method, req.seed, req.fresh, req.label
     try:
+        # A worker on other stage code than the study's: one line naming both digests, before anything runs.
+        check_stage_code(req.stage_code, stage_code_digest())
         cfg, spec, iterations = plan(req.preset, method, req.steps, seed, req.overrides, req.budget)
         # A base named by its weights that is missing, or a resumed run's base that is there with other weights.
         check_train(cfg, workspace(), method, seed, iterations, req.parent_key, fresh)

@@ -1,4 +1,4 @@
-"""Start and stop the lab servers on 127.0.0.1 over one `$BINAC_HOME` (`make serve`, `make stop`).
+"""Start and stop the lab servers over one `$BINAC_HOME` (`make serve`, `make stop`), on 127.0.0.1 unless told.
 
 `start` launches a Prefect server, an MLflow tracking server (over `$BINAC_HOME/mlflow.db` and
 `$BINAC_HOME/mlartifacts`, the stores local runs write) and `BINAC_WORKERS` (default 2) Prefect process workers
@@ -19,7 +19,15 @@ starts inherit its environment, so each run sees its worker's device alone (as d
 Environment: BINAC_HOME (default ./.binac), BINAC_PREFECT_PORT (default 4200), BINAC_MLFLOW_PORT (default 5000);
 a port of 0 picks a free one; BINAC_GPUS (above). The Prefect server's own database lives in `$BINAC_HOME/serve/prefect-home`.
 An MLFLOW_TRACKING_URI in the environment is dropped: deployment runs log to the store the MLflow server shows.
-It does not daemonise beyond that, restart crashed servers, or open anything to other hosts.
+It does not daemonise beyond that or restart crashed servers.
+
+Access: both servers bind to `BINAC_SERVE_HOST` (default 127.0.0.1). Off loopback (any address outside 127.0.0.0/8
+and ::1, `0.0.0.0` included) they require authentication, and `start` refuses in one line, before anything starts,
+unless the environment holds the credentials: `PREFECT_SERVER_API_AUTH_STRING` (`user:password`, Prefect's server
+basic auth: https://docs.prefect.io/v3/advanced/security-settings), which the workers and this script's own
+requests send as `PREFECT_API_AUTH_STRING`, and `MLFLOW_TRACKING_USERNAME` with `MLFLOW_TRACKING_PASSWORD`, MLflow's
+admin user on its basic-auth app (`mlflow server --app-name basic-auth`, its users in `$BINAC_HOME/serve/
+mlflow-auth.db`: https://mlflow.org/docs/latest/self-hosting/security/basic-http-auth/), which clients send.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
+"""The default address the servers bind to (`BINAC_SERVE_HOST`)."""
+AUTH_VARS = ("PREFECT_SERVER_API_AUTH_STRING", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+"""The credentials servers off loopback require (the module docstring)."""
 POOL = "binac-local"
 SERVERS = ("mlflow", "prefect-server")  # stop order: workers first, then these (the server last)
 
@@ -85,9 +96,52 @@ def state_dir() -> Path:
     return home() / "serve"
 
 
+def bind_host() -> str:
+    """The address the servers bind to: `BINAC_SERVE_HOST`, default 127.0.0.1."""
+    return os.environ.get("BINAC_SERVE_HOST", "").strip() or HOST
+
+
+def client_host() -> str:
+    """The address this machine's clients reach the servers at: the bound one, or 127.0.0.1 for a wildcard."""
+    host = bind_host()
+    return HOST if host in ("0.0.0.0", "::") else host
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (127.0.0.0/8, ::1) or `localhost`."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def authenticated() -> bool:
+    """Whether the servers require authentication: off loopback, where `start` refuses in one line (before anything
+    starts) unless every variable of `AUTH_VARS` is set (the module docstring)."""
+    host = bind_host()
+    if loopback(host):
+        return False
+    missing = [v for v in AUTH_VARS if not os.environ.get(v)]
+    auth = os.environ.get("PREFECT_SERVER_API_AUTH_STRING", "")
+    if auth and ":" not in auth:
+        missing.append("PREFECT_SERVER_API_AUTH_STRING in the form user:password")
+    if 0 < len(os.environ.get("MLFLOW_TRACKING_PASSWORD", "")) < 12:  # MLflow's own rule for its admin
+        missing.append("MLFLOW_TRACKING_PASSWORD of at least 12 characters")
+    if missing:
+        sys.exit(
+            f"error: BINAC_SERVE_HOST={host} is off loopback, where the servers require authentication: "
+            f"set {', '.join(missing)} (or bind to 127.0.0.1)"
+        )
+    return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind((HOST, 0))
+        s.bind((bind_host(), 0))
         return s.getsockname()[1]
 
 
@@ -97,9 +151,9 @@ def port(var: str, default: int) -> int:
         return free_port()
     with socket.socket() as s:
         try:
-            s.bind((HOST, p))
+            s.bind((bind_host(), p))
         except OSError:
-            sys.exit(f"error: port {p} on {HOST} is in use (set {var} to another port, or 0 for a free one)")
+            sys.exit(f"error: port {p} on {bind_host()} is in use (set {var} to another port, or 0 for a free one)")
     return p
 
 
@@ -170,8 +224,14 @@ def spawn_worker(name: str, env: dict, device: str | None = None) -> subprocess.
 
 
 def http_ok(url: str, data: bytes | None = None) -> bytes | None:
+    """The body of a 200 answer to `url` (a POST of `data`), or None; with Prefect's basic auth when it is on."""
+    headers = {}
+    if auth := os.environ.get("PREFECT_API_AUTH_STRING"):
+        import base64
+
+        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=5) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=5) as r:
             return r.read() if r.status == 200 else None
     except (urllib.error.URLError, OSError):
         return None
@@ -199,14 +259,16 @@ def run_env(prefect_port: int, mlflow_port: int) -> dict:
         BINAC_REPO=str(REPO),
         PWD=str(REPO),
         PREFECT_HOME=str(state_dir() / "prefect-home"),
-        PREFECT_API_URL=f"http://{HOST}:{prefect_port}/api",
-        MLFLOW_UI=f"http://{HOST}:{mlflow_port}",
+        PREFECT_API_URL=f"http://{client_host()}:{prefect_port}/api",
+        MLFLOW_UI=f"http://{client_host()}:{mlflow_port}",
         PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(h / "prefect"),
         PREFECT_LOCAL_STORAGE_PATH=str(h / "prefect"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
     )
     # A run's log holds the progress lines the flows write (flows/reporting.py), not one "Finished in state
     # Completed()" per task: task runs log warnings and errors only.
+    if authenticated():  # the workers, deployments and flow runs send Prefect's credentials
+        env["PREFECT_API_AUTH_STRING"] = env["PREFECT_SERVER_API_AUTH_STRING"]
     for key, value in (
         ("PREFECT_WORKER_QUERY_SECONDS", "2"),
         ("TOKENIZERS_PARALLELISM", "false"),
@@ -227,8 +289,32 @@ def spawn_workers(env: dict) -> list[subprocess.Popen]:
     return [spawn_worker(name, env, devices[number(name) - 1] if devices else None) for name in worker_names()]
 
 
+def mlflow_auth(env: dict) -> tuple[list[str], dict]:
+    """The MLflow server's extra arguments and environment: its basic-auth app when `authenticated()`, its admin the
+    `MLFLOW_TRACKING_*` user (created on the first start; its users in `serve/mlflow-auth.db`), else none
+    (https://mlflow.org/docs/latest/self-hosting/security/basic-http-auth/)."""
+    if not authenticated():
+        return [], {}
+    ini = state_dir() / "mlflow-auth.ini"
+    ini.write_text(
+        "[mlflow]\ndefault_permission = READ\n"
+        f"database_uri = sqlite:///{state_dir() / 'mlflow-auth.db'}\n"
+        f"admin_username = {env['MLFLOW_TRACKING_USERNAME']}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    import secrets
+
+    return ["--app-name", "basic-auth"], {
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": env["MLFLOW_TRACKING_PASSWORD"],
+        # the app's CSRF protection needs a secret key: one server, so a fresh one per start unless given
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": env.get("MLFLOW_FLASK_SERVER_SECRET_KEY") or secrets.token_hex(32),
+    }
+
+
 def start() -> int:
     worker_count()  # a bad BINAC_WORKERS / BINAC_GPUS: one line before anything starts
+    authenticated()  # off loopback without credentials: one line before anything starts
     running = [n for n in order() if read_pid(n)]
     if running:
         sys.exit(f"error: already running under {state_dir()}: {', '.join(running)} (run `make stop` first)")
@@ -246,17 +332,19 @@ def start() -> int:
     experiment = tracking.experiment_id(tracking.client(Workspace(h)), Workspace(h))  # its UI link is printed
     try:
         server = spawn(
-            "prefect-server", [str(BIN / "prefect"), "server", "start", "--host", HOST, "--port", str(pp)], env
+            "prefect-server", [str(BIN / "prefect"), "server", "start", "--host", bind_host(), "--port", str(pp)], env
         )
         # The same stores local runs use; artifacts of runs live where their experiment says
         # (file://$BINAC_HOME/mlartifacts/<experiment>, binac_core/store/tracking.py), under this root.
+        auth_args, auth_env = mlflow_auth(env)
         mlflow = spawn(
             "mlflow",
             [
                 str(BIN / "mlflow"),
                 "server",
+                *auth_args,
                 "--host",
-                HOST,
+                bind_host(),
                 "--port",
                 str(mp),
                 "--workers",
@@ -267,9 +355,9 @@ def start() -> int:
                 (h / "mlartifacts").as_uri(),
             ],
             # no GenAI job runner (seven extra processes): nothing here uses MLflow server jobs
-            {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env},
+            {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env, **auth_env},
         )
-        wait_until("prefect server", lambda: http_ok(f"http://{HOST}:{pp}/api/health"), [server])
+        wait_until("prefect server", lambda: http_ok(f"http://{client_host()}:{pp}/api/health"), [server])
         subprocess.run(
             [str(BIN / "prefect"), "--no-prompt", "work-pool", "create", "--type", "process", "--overwrite", POOL],
             cwd=REPO,
@@ -285,20 +373,20 @@ def start() -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        filt = f"http://{HOST}:{pp}/api/work_pools/{POOL}/workers/filter"
+        filt = f"http://{client_host()}:{pp}/api/work_pools/{POOL}/workers/filter"
         wait_until(
             "prefect workers",
             lambda: len(json.loads(http_ok(filt, b"{}") or b"[]")) >= len(workers),
             [server, *workers],
         )
-        wait_until("mlflow server", lambda: http_ok(f"http://{HOST}:{mp}/health"), [mlflow])
+        wait_until("mlflow server", lambda: http_ok(f"http://{client_host()}:{mp}/health"), [mlflow])
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         stop()
         return 1
     write_env_sh(h, pp, mp)
-    print(f"Prefect server  http://{HOST}:{pp}   (UI; API {env['PREFECT_API_URL']})")
-    print(f"MLflow UI       {tracking.ui_link(f'http://{HOST}:{mp}', experiment)}   (store {h / 'mlflow.db'})")
+    print(f"Prefect server  http://{client_host()}:{pp}   (UI; API {env['PREFECT_API_URL']})")
+    print(f"MLflow UI       {tracking.ui_link(f'http://{client_host()}:{mp}', experiment)}   (store {h / 'mlflow.db'})")
     print(f"Work pool {POOL}, {len(workers)} workers and deployments ready; pids and logs in {state_dir()}")
     print("Run a comparison:")
     print(
@@ -315,10 +403,11 @@ def write_env_sh(h: Path, prefect_port: int, mlflow_port: int) -> None:
     `prefect deployment run ...` works in a fresh shell without activating `.venv` first."""
     lines = [
         f"export BINAC_HOME={shlex.quote(str(h))}",
-        f"export PREFECT_API_URL=http://{HOST}:{prefect_port}/api",
+        f"export PREFECT_API_URL=http://{client_host()}:{prefect_port}/api",
         f"export BINAC_PREFECT_PORT={prefect_port}",
         f"export BINAC_MLFLOW_PORT={mlflow_port}",
-        f"export MLFLOW_UI=http://{HOST}:{mlflow_port}",
+        f"export BINAC_SERVE_HOST={shlex.quote(bind_host())}",
+        f"export MLFLOW_UI=http://{client_host()}:{mlflow_port}",
         f'export PATH={shlex.quote(str(BIN))}:"$PATH"',
     ]
     (state_dir() / "env.sh").write_text("\n".join(lines) + "\n")
@@ -373,6 +462,7 @@ def add_worker() -> int:
     if not env_file.exists() or not read_pid("prefect-server"):
         sys.exit(f"error: no server started under {state_dir()} (run `make serve` first)")
     ports = read_env_sh()
+    os.environ["BINAC_SERVE_HOST"] = ports.get("BINAC_SERVE_HOST", HOST)  # the servers' address decides the auth
     env = run_env(int(ports["BINAC_PREFECT_PORT"]), int(ports["BINAC_MLFLOW_PORT"]))
     env.pop("MLFLOW_TRACKING_URI", None)
     n = 1

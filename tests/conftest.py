@@ -10,6 +10,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 _beside = Path(__file__).resolve().parents[2] / "shared" / "data"
 os.environ.setdefault("BINAC_DATA_DIR", str(_beside if _beside.exists() else Path("/work/shared/data")))
 
+import contextlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -108,45 +109,78 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def prefect_home(tmp_path_factory):
-    """PREFECT_HOME of the session's one Prefect server (`prefect server start` on a free 127.0.0.1 port), which
-    every `binac` subprocess of the tests reports to (`binac_env`): an ephemeral server per process cost ~20 s
-    of each run. Stopped at the end by its process group, the one this fixture started (never by name)."""
+@contextlib.contextmanager
+def server_process(argv: list[str], health_url: str, log: Path, env: dict | None = None):
+    """A server started as `argv` (the leader of its own session, output to `log`), yielded once `health_url`
+    answers 200; stopped at the end by its process group, the one started here (never by name): SIGTERM, then
+    SIGKILL after 30 s."""
     import signal
     import time
 
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    with open(home / "server.log", "ab") as log:
-        prefect = str(Path(sys.executable).parent / "prefect")
+    with open(log, "ab") as out:
         server = subprocess.Popen(
-            [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            argv,
             cwd=REPO,
             env=env,
-            stdout=log,
+            stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
     try:
         deadline = time.time() + 600  # a hang guard only: a busy machine may take minutes
-        while not _healthy(f"http://127.0.0.1:{port}/api/health"):
+        while not _healthy(health_url):
             if server.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"the test Prefect server did not start; see {home / 'server.log'}")
+                raise RuntimeError(f"{Path(argv[0]).name} did not start; see {log}")
             time.sleep(0.5)
-        _PREFECT_API["url"] = f"http://127.0.0.1:{port}/api"
-        yield home
+        yield server
     finally:
-        _PREFECT_API.clear()
-        os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # a server that died on its own left no group to signal
+            os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+@pytest.fixture(scope="session")
+def prefect_home(tmp_path_factory):
+    """PREFECT_HOME of the session's one Prefect server (`prefect server start` on a free 127.0.0.1 port), which
+    every `binac` subprocess of the tests reports to (`binac_env`): an ephemeral server per process cost ~20 s
+    of each run. Stopped at the end by its process group, the one this fixture started (never by name)."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    prefect = str(Path(sys.executable).parent / "prefect")
+    argv = [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    with server_process(argv, f"http://127.0.0.1:{port}/api/health", home / "server.log", env):
+        _PREFECT_API["url"] = f"http://127.0.0.1:{port}/api"
+        try:
+            yield home
+        finally:
+            _PREFECT_API.clear()
+
+
+STORE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+"""The credentials the tests give `moto_server`, which accepts any."""
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory) -> dict:
+    """An S3 endpoint for the session: `moto_server` (moto[server]: S3's protocol, in memory) on a free 127.0.0.1
+    port, stopped at the end by its process group. Returns the variables that point a process at it, less
+    `BINAC_STORE` (each test names its own bucket): `BINAC_STORE_ENDPOINT` and the credentials."""
+    log = tmp_path_factory.mktemp("object-store") / "moto.log"
+    port = _free_port()
+    moto = str(Path(sys.executable).parent / "moto_server")
+    with server_process([moto, "-H", "127.0.0.1", "-p", str(port)], f"http://127.0.0.1:{port}/moto-api/data.json", log):
+        yield {"BINAC_STORE_ENDPOINT": f"http://127.0.0.1:{port}", **STORE_CREDENTIALS}
 
 
 @pytest.fixture(scope="session")
@@ -284,7 +318,7 @@ def pytest_runtest_setup(item):
             pytest.skip(line)
 
 
-SLOW_FIXTURES = {"prefect_home", "micro_compare", "micro_base"}
+SLOW_FIXTURES = {"prefect_home", "micro_compare", "micro_base", "object_store"}
 """Fixtures that start a real server or run `binac` subprocesses: a test that uses one (directly or through
 another fixture) is an integration test wherever it lives."""
 

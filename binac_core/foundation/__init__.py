@@ -1,1 +1,1 @@
-"""What every floor of the library uses: the typed config, stage files, statistics, the workspace, fault points, code provenance. It imports no other binac_core folder."""
+"""What every floor of the library uses: the typed config, stage files, statistics, the workspace, the object store hosts share, fault points, code provenance. It imports no other binac_core folder."""

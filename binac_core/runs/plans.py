@@ -114,6 +114,18 @@ def plan_compare(
     return cfg, budget
 
 
+def check_stage_code(expected: str, here: str) -> None:
+    """A run submitted with the stage code digest `expected` (a study's, `binac_core.foundation.provenance.
+    stage_code_digest` where it was submitted) refuses to start on a worker whose own digest, `here`, differs: its
+    stages would compute other results under the study's run keys. An empty `expected` (a run started by hand or by
+    a comparison in its own process) asks nothing."""
+    if expected and expected != here:
+        raise BinacError(
+            f"this worker's stage code digest is {here}, the study's is {expected}: "
+            "run the worker from the study's commit (no stage was computed)"
+        )
+
+
 def train_run_key(cfg, method: str, seed: int, iterations: int, parent_key: str, code: str, fresh: str) -> str:
     """A training run's identity (its MLflow run, stage folders, lock): the config, method, seed, iterations, the
     comparison or study it belongs to, the stage code digest and the `--fresh` value."""

@@ -4,6 +4,7 @@ edit, and the library digests change exactly when the files they cover do. No ca
 base model folder: the next run builds it again."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -171,3 +172,42 @@ def test_module_closure_follows_imports_transitively():
     } <= closure
     assert "binac_core.rl.losses" not in closure and "binac_core.rl.update" not in closure
     assert module_closure("binac_core.errors") == {"binac_core", "binac_core.errors"}
+
+
+KEY_OF_A_STAGE = """
+from types import SimpleNamespace
+from binac_core.foundation.config import load_config
+from binac_core.foundation.files import StageFile
+from binac_core.foundation.provenance import LIBRARY
+from binac_core.foundation.workspace import workspace
+from binac_core.model.stage_io import AdapterRef, AdapterRole
+from tasks.rollout import rollout_task
+ws = workspace()
+inputs = dict(
+    cfg_d=load_config("micro").model_dump(mode="json"),
+    base=StageFile(str(LIBRARY / "presets" / "bases" / "testbed"), "3ba757d6"),
+    train=StageFile(str(ws.problems_dir("synthetic", "d1") / "train.json"), "77aa77aa77aa77aa"),
+    actor=AdapterRef(AdapterRole.ACTOR, str(ws.run_dir("init-k-s0") / "actor"), "c0ffee00c0ffee00"),
+    seed=0,
+    step=1,
+    out_dir=str(ws.run_dir("grpo-s0-k") / "step-00001"),
+)
+print(LIBRARY, rollout_task.cache_policy.compute_key(task_ctx=SimpleNamespace(task=rollout_task), inputs=inputs, flow_parameters={}))
+"""
+
+
+def test_the_same_stage_from_two_checkouts_under_two_homes_has_one_cache_key(tmp_path):
+    """Two copies of the code at two paths, each with its own `$BINAC_HOME` (and a base the package ships, found
+    under each checkout): one cache key, the stage code digest and the task's source included."""
+    seen = []
+    for name in ("host-a/src/binac", "host-b/checkout"):
+        project = copy_project(tmp_path / name)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BINAC_MODEL_CACHE")}
+        env["BINAC_HOME"] = str(tmp_path / name / "home")
+        out = subprocess.run(
+            [sys.executable, "-c", KEY_OF_A_STAGE], cwd=project, env=env, capture_output=True, text=True, check=True
+        )
+        library, key = out.stdout.split()
+        assert library == str(project / "binac_core"), "each copy ran its own code"
+        seen.append(key)
+    assert seen[0] != "None" and seen[0] == seen[1]
