@@ -141,6 +141,34 @@ class ObjectStore:
             raise BinacError(f"store object {self.where(key)} has sha256 {got}, expected {digest}")
         return data
 
+    def keys(self, under: str) -> list[str]:
+        """The keys of the objects whose key starts with the folder `under` (a key, or "" for all), sorted."""
+        prefix = self.object_name(under) + "/" if under else (f"{self.prefix}/" if self.prefix else "")
+        skip = len(self.prefix) + 1 if self.prefix else 0
+        out: list[str] = []
+        with self._errors(under):
+            for page in self._client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                out.extend(o["Key"][skip:] for o in page.get("Contents", []))
+        return sorted(out)
+
+    def delete(self, key: str) -> None:
+        """Remove the object `key` (nothing when there is none: S3's DeleteObject)."""
+        with self._errors(key):
+            self._client().delete_object(Bucket=self.bucket, Key=self.object_name(key))
+
+    def credentials(self) -> tuple[str, str, str | None]:
+        """(access key id, secret key, session token or None) as boto3's chain finds them, for a client that is not
+        boto3 (DuckDB's `httpfs`); none found is one line."""
+        import boto3
+
+        found = boto3.session.Session().get_credentials()
+        if found is None:
+            raise BinacError(
+                f"no credentials for the store {self.url}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            )
+        frozen = found.get_frozen_credentials()
+        return frozen.access_key, frozen.secret_key, frozen.token or None
+
     def ensure_bucket(self) -> None:
         """Create the bucket unless it exists (a lab's first start)."""
         from botocore.exceptions import ClientError

@@ -31,6 +31,8 @@ exists in the store for any other reason is never touched. The MLflow ids change
 study's parent); the rows' `run_id` and `parent_run_id` are rewritten to them. Fault points for crash tests
 (`binac_core.foundation.faults`): `restore:metrics@0` after the metrics are logged, `restore:shards@0` after the shards
 are written, both before the run is finished.
+With an object store (`BINAC_STORE`), an export reads the run's shards from the store, every host's, and a restore
+puts the shards it writes there too (`binac_core/store/shard_store.py`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import atomic_path, write_atomic
 from binac_core.foundation.workspace import Workspace
 from binac_core.model import weights
-from binac_core.store import tracking
+from binac_core.store import shard_store, tracking
 from binac_core.store.storage import sql_string
 
 RESTORE_TAG = "binac.restore"
@@ -120,7 +122,8 @@ def export_run(ws: Workspace, c, run, folder: Path) -> Path:
             for key in sorted(run.data.metrics)
             for m in c.get_metric_history(run.info.run_id, key)
         ]
-        con = duckdb.connect()
+        where = shard_store.store()
+        con = _connect(ws, where)
         try:
             con.execute("CREATE TABLE metrics (key VARCHAR, step BIGINT, value DOUBLE, timestamp BIGINT)")
             if points:
@@ -130,11 +133,16 @@ def export_run(ws: Workspace, c, run, folder: Path) -> Path:
                 f"{sql_string(tmp / 'metrics.parquet')} (FORMAT parquet, COMPRESSION zstd)"
             )
             shards = ws.shards / run.info.run_id
-            if any(shards.glob("*.parquet")):
+            if where is None:
+                stored, pattern = any(shards.glob("*.parquet")), str(shards / "*.parquet")
+            else:  # the run's shards in the object store, every host's (binac_core/store/shard_store.py)
+                stored = bool(where.keys(shard_store.key(ws, shards)))
+                pattern = shard_store.url(ws, shards / "*.parquet", where)
+            if stored:
                 con.execute(
                     "COPY (SELECT * EXCLUDE (filename, file_row_number), "
                     "regexp_extract(filename, '([^/]+)\\.parquet$', 1) AS _shard, file_row_number AS _row "
-                    f"FROM read_parquet({sql_string(shards / '*.parquet')}, union_by_name = true, filename = true, "
+                    f"FROM read_parquet({sql_string(pattern)}, union_by_name = true, filename = true, "
                     f"file_row_number = true) ORDER BY _shard, _row) TO {sql_string(tmp / 'trajectories.parquet')} "
                     "(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 19)"
                 )
@@ -163,6 +171,7 @@ def restore_runs(ws: Workspace, archive: Path, parent_run_id: str, keys: list[st
                 continue  # finished, or a run of the store's own: never replaced
             c.delete_run(run.info.run_id)  # a restore cut off: redo it
             shutil.rmtree(ws.shards / run.info.run_id, ignore_errors=True)
+            shard_store.remove_run(ws, run.info.run_id, shard_store.store())
         import_run(ws, c, exp, run_folder(archive, key), parent_run_id)
         restored.append(key)
     return restored
@@ -187,7 +196,7 @@ def import_run(ws: Workspace, c, exp: str, folder: Path, parent_run_id: str) -> 
             c.log_batch(run_id, metrics=metrics[i : i + BATCH])
         fault_point("restore:metrics", 0)
         if (folder / "trajectories.parquet").is_file():
-            _write_shards(con, folder / "trajectories.parquet", ws.shards / run_id, run_id, parent_run_id)
+            _write_shards(ws, con, folder / "trajectories.parquet", run_id, parent_run_id)
         fault_point("restore:shards", 0)
     finally:
         con.close()
@@ -196,18 +205,31 @@ def import_run(ws: Workspace, c, exp: str, folder: Path, parent_run_id: str) -> 
     return run_id
 
 
-def _write_shards(con, rows: Path, shards: Path, run_id: str, parent_run_id: str) -> None:
-    """The archived rows back as one Parquet file per shard, in their order, ids rewritten; each written atomically."""
+def _write_shards(ws: Workspace, con, rows: Path, run_id: str, parent_run_id: str) -> None:
+    """The archived rows back as one Parquet file per shard, in their order, ids rewritten; each written atomically,
+    and put in the object store when there is one (`shard_store.upload`)."""
     source = f"read_parquet({sql_string(rows)})"
     names = [r[0] for r in con.execute(f"SELECT DISTINCT _shard FROM {source} ORDER BY 1").fetchall()]
+    where = shard_store.store()
     for name in names:
-        with atomic_path(shards / f"{name}.parquet") as tmp:
+        path = ws.shards / run_id / f"{name}.parquet"
+        with atomic_path(path) as tmp:
             con.execute(
                 f"COPY (SELECT * EXCLUDE (_shard, _row) REPLACE ({sql_string(run_id)} AS run_id, "
                 f"CASE WHEN parent_run_id IS NULL THEN NULL ELSE {sql_string(parent_run_id)} END AS parent_run_id) "
                 f"FROM {source} WHERE _shard = ? ORDER BY _row) TO {sql_string(tmp)} (FORMAT parquet)",
                 [name],
             )
+        shard_store.upload(ws, path, where)
+
+
+def _connect(ws: Workspace, where) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection; with an object store, one that reads its shards (`shard_store.attach`)."""
+    if where is None:
+        return duckdb.connect()
+    con = duckdb.connect(config=shard_store.extension_config(ws, None))
+    shard_store.attach(con, where)
+    return con
 
 
 def weights_index(archive: Path) -> dict[str, str]:

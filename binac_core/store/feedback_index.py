@@ -49,7 +49,7 @@ import duckdb
 
 from binac_core.foundation.files import atomic_path
 from binac_core.foundation.workspace import Workspace
-from binac_core.store import storage
+from binac_core.store import shard_store, storage
 
 DOC_COLUMNS = (
     "run_id, method, seed, step, split, protocol, problem_id, sample_idx, feedback_idx, round, feedback, "
@@ -81,7 +81,12 @@ def root(ws: Workspace) -> Path:
 
 
 def _shards(ws: Workspace) -> list[Path]:
-    storage.ensure_schema_shard(ws)
+    """The shards to index: this host's, or with an object store a local copy of each of the store's
+    (`shard_store.local_copies`)."""
+    schema = storage.ensure_schema_shard(ws)
+    where = shard_store.store()
+    if where is not None:
+        return sorted({schema, *shard_store.local_copies(ws, where)})
     return sorted(p for p in ws.shards.glob("*/*.parquet") if not p.name.startswith("."))
 
 

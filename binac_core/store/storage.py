@@ -12,6 +12,9 @@ own DuckDB clients. The column types come from `sql/schema.sql`. A shard is writ
 table inserted in one statement, `_write_rows`), not row by row.
 The full-text index of the feedback lives beside the shards, one pair of immutable files per shard, made by the
 readers that search (`binac_core/store/feedback_index.py`): a shard write does no indexing.
+With an object store (`BINAC_STORE`), each shard is also one object in it, uploaded whole before `write_shard`
+returns, and binac's readers (`connect`) read the store's shards, every host's, instead of the local folder
+(`binac_core/store/shard_store.py`); `trajectories.duckdb` keeps its view over this host's own shards.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import duckdb
 from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import atomic_path
 from binac_core.foundation.workspace import Workspace
+from binac_core.store import shard_store
 
 
 def _sql_dir() -> Path:
@@ -61,9 +65,14 @@ def shard_path(ws: Workspace, run_id: str, protocol: str, step: int) -> Path:
 
 
 def write_shard(ws: Workspace, run_id: str, protocol: str, step: int, rows: list[dict]) -> Path:
-    """Replace the shard of (run, protocol, step) with `rows`, atomically. Rows must carry every column."""
+    """Replace the shard of (run, protocol, step) with `rows`, atomically, and in the object store when there is
+    one (`shard_store`: the object replaced whole before this returns). Rows must carry every column."""
     path = shard_path(ws, run_id, protocol, step)
     _write_rows(path, rows)
+    where = shard_store.store()
+    if where is not None:
+        shard_store.upload(ws, path, where)
+        ensure_schema_shard(ws)  # so that the store's glob matches from its first shard on
     fault_point(f"shard:{protocol}", step)
     return path
 
@@ -155,16 +164,21 @@ def ensure_schema_shard(ws: Workspace) -> Path:
     Its name carries a digest of `sql/schema.sql` (`_schema/empty-<sha8>.parquet`): after a schema change (a new
     column) a store made before it gets a second, empty schema shard with the new columns, so the view
     (`union_by_name`) has every column and old rows read NULL in the new ones. Older schema shards are left
-    alone: they hold no rows."""
+    alone: they hold no rows. With an object store it is put there too, once (`shard_store.ensure_schema`)."""
     digest = hashlib.sha256(schema_sql().encode()).hexdigest()[:8]
     path = ws.shards / "_schema" / f"empty-{digest}.parquet"
     if not path.exists():
         _write_rows(path, [])
+    where = shard_store.store()
+    if where is not None:
+        shard_store.ensure_schema(ws, path, where)
     return path
 
 
-def view_sql(ws: Workspace) -> str:
-    glob = (ws.shards / "*" / "*.parquet").as_posix()
+def view_sql(ws: Workspace, where=None) -> str:
+    """The `trajectories` view over the shards: this host's folder, or every shard of the object store `where`."""
+    pattern = ws.shards / "*" / "*.parquet"
+    glob = shard_store.url(ws, pattern, where) if where is not None else pattern.as_posix()
     return (
         f"CREATE OR REPLACE VIEW trajectories AS SELECT * FROM read_parquet({sql_string(glob)}, union_by_name = true)"
     )
@@ -194,10 +208,16 @@ def ensure_view(ws: Workspace) -> Path:
 
 def connect(ws: Workspace, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """A private in-memory connection with the `trajectories` view over the shards: it takes no lock on any
-    file, so readers never block a writer (or each other) and work while training runs write shards."""
+    file, so readers never block a writer (or each other) and work while training runs write shards. With an
+    object store, the view reads the store's shards over `httpfs` (`shard_store.attach`)."""
     ensure_schema_shard(ws)
-    con = duckdb.connect(config=config or {})
-    con.execute(view_sql(ws))
+    where = shard_store.store()
+    if where is None:
+        con = duckdb.connect(config=config or {})
+    else:
+        con = duckdb.connect(config=shard_store.extension_config(ws, config))
+        shard_store.attach(con, where)
+    con.execute(view_sql(ws, where))
     return con
 
 

@@ -49,6 +49,17 @@ def test_the_object_lives_under_the_prefix(store, tmp_path):
     assert [o["Key"] for o in listed] == ["lab/one/a/b.txt"]
 
 
+def test_keys_are_listed_under_a_folder_and_deleted_one_by_one(store):
+    for key in ("trajectories/a/x.parquet", "trajectories/a/y.parquet", "trajectories/ab/z.parquet", "runs/r"):
+        store.put_bytes(key, b"abc")
+    assert store.keys("trajectories/a") == ["trajectories/a/x.parquet", "trajectories/a/y.parquet"]
+    assert len(store.keys("")) == 4
+    store.delete("trajectories/a/x.parquet")
+    store.delete("trajectories/a/x.parquet")  # no object: nothing
+    assert store.keys("trajectories") == ["trajectories/a/y.parquet", "trajectories/ab/z.parquet"]
+    assert store.credentials() == ("testing", "testing", None)
+
+
 def test_an_object_is_replaced_whole_and_the_old_digest_is_refused(store, tmp_path):
     store.put_bytes("k.json", b"abc")
     new = store.put_bytes("k.json", b"")
