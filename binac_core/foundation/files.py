@@ -1,57 +1,46 @@
 """Files on disk, one way each: atomic writes, stage outputs as JSON by path + content digest, YAML mappings (presets,
 study files), and the content digest of a folder (a checkpoint). No torch: `binac_core.runs.plans` validates adapter
-folders with it."""
+folders with it. The atomic writes live in `binac_core.foundation.atomic` and the folder digest beside the object
+store's file digest (`binac_core.foundation.objects.file_digest`), both named here too."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from binac_core.errors import BinacError
+from binac_core.foundation.atomic import atomic_path, write_atomic
+from binac_core.foundation.objects import file_digest
 
-
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside `path` to write to (by hand or by a tool such as DuckDB's COPY), renamed onto `path`
-    when the block ends without an error, removed when it raises; so a file at `path` is always complete, and a
-    killed writer leaves at most a `.<name>.<pid>.<thread>.tmp` sibling, never a partial `path`. The name is unique
-    per process and thread, so concurrent writers of one path never share a temporary file (the last rename wins)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_atomic(path: str | Path, data: bytes | str) -> None:
-    """Write `data` (text as UTF-8) to `path` atomically (`atomic_path`)."""
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+__all__ = ["StageFile", "atomic_path", "file_digest", "read_json", "read_optional", "write_atomic", "write_json"]
 
 
 @dataclass(frozen=True)
 class StageFile:
     """A stage's output on disk, as stages hand it to each other: its path and content digest (a JSON file written
-    by `write_json`, or a model folder: `file_digest`). The digest makes it a stable cache key of the next stage."""
+    by `write_json`, or a model folder: `file_digest`). The digest makes it a stable cache key of the next stage.
+    `key`: its store-relative key where it was put in the object store (`binac_core.foundation.stage_objects`, only
+    with `BINAC_STORE`), else None; not part of a cache key (`store_keys.portable` names the file by its path's key)."""
 
     path: str
     digest: str
+    key: str | None = field(default=None, kw_only=True)
 
 
 def write_json(path: str | Path, obj) -> StageFile:
-    """Write `obj` atomically; returns the `StageFile` that names it."""
+    """Write `obj` atomically; returns the `StageFile` that names it. With an object store (`BINAC_STORE`) the file
+    is put there too, under its key, before this returns (`stage_objects.put_file`)."""
     data = json.dumps(obj, sort_keys=True).encode()
     write_atomic(path, data)
-    return StageFile(str(Path(path)), hashlib.sha256(data).hexdigest()[:16])
+    key = None
+    if _store_set():
+        from binac_core.foundation import stage_objects
+
+        key = stage_objects.put_file(path)
+    return StageFile(str(Path(path)), hashlib.sha256(data).hexdigest()[:16], key=key)
 
 
 MISSING_HINT = "a cached stage's output was deleted; run the command again with --fresh to recompute its stages"
@@ -59,14 +48,24 @@ MISSING_HINT = "a cached stage's output was deleted; run the command again with 
 
 
 def read_json(file: StageFile):
-    """Load a stage file, checking that it is the one the reference names."""
+    """Load a stage file, checking that it is the one the reference names. With an object store, a file this host
+    lacks (or holds with other bytes) is fetched by its key, digest checked (`stage_objects.get_file`)."""
     path = Path(file.path)
+    if _store_set():
+        from binac_core.foundation import stage_objects
+
+        path = stage_objects.get_file(file.path, getattr(file, "key", None), file.digest)
     if not path.exists():
         raise BinacError(f"stage output missing: {path} ({MISSING_HINT})")
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest()[:16] != file.digest:
         raise BinacError(f"stage output changed on disk: {path}")
     return json.loads(data)
+
+
+def _store_set() -> bool:
+    """Whether `BINAC_STORE` names an object store (`binac_core.foundation.objects`); unset, no store code runs."""
+    return bool(os.environ.get("BINAC_STORE", "").strip())
 
 
 def read_optional(file: StageFile | None):
@@ -86,12 +85,3 @@ def read_yaml_mapping(path: str | Path, name: str) -> dict:
     if not isinstance(raw, dict):
         raise BinacError(f"malformed {name}: expected a mapping at top level")
     return raw
-
-
-def file_digest(folder: str | Path) -> str:
-    """sha256 over the files of a checkpoint folder (names and bytes), first 16 hex digits."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        h.update(f.relative_to(folder).as_posix().encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]

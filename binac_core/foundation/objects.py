@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from binac_core.errors import BinacError
-from binac_core.foundation.files import atomic_path
+from binac_core.foundation.atomic import atomic_path
 
 STORE_VAR = "BINAC_STORE"
 ENDPOINT_VARS = ("BINAC_STORE_ENDPOINT", "AWS_ENDPOINT_URL")
@@ -47,6 +47,15 @@ def sha256_file(path: str | Path) -> str:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def file_digest(folder: str | Path) -> str:
+    """sha256 over the files of a checkpoint folder (names and bytes), first 16 hex digits."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        h.update(f.relative_to(folder).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def check_key(key: str) -> str:

@@ -80,6 +80,7 @@ def _portable(obj: Any, where: tuple[tuple[str, PurePath], ...], other: Callable
         if {"path", "digest"} <= {f.name for f in fields}:  # a stage file: by key and digest, or by digest alone
             path = PurePath(obj.path)
             out["path"] = _key(path, where) if path.is_absolute() else obj.path
+            out.pop("key", None)  # where it is in the object store: its path's key already, or nothing
         return {"__type__": type(obj).__qualname__, **out}
     if other is None:
         raise TypeError(f"no portable form for a {type(obj).__qualname__}")

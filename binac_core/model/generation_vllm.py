@@ -69,6 +69,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from binac_core.errors import BinacError
+from binac_core.foundation import stage_objects
 from binac_core.foundation.files import MISSING_HINT
 from binac_core.model.generation import AdapterRef, Generation, SamplingParams, eos_token_ids, render_prompt
 
@@ -277,13 +278,16 @@ class Engine:
                 f"adapter {ref.name} {ref.digest} is held in memory only (`Policy.hold`): vLLM serves "
                 "adapters from their folders"
             )
-        weights = Path(ref.path) / "adapter_model.safetensors"
+        folder = Path(ref.path)
+        if stage_objects.enabled():  # a folder this host lacks, fetched by its key, digest checked
+            folder = stage_objects.get_folder(ref.path, ref.key, ref.digest)
+        weights = folder / "adapter_model.safetensors"
         if not weights.is_file():
             raise BinacError(f"adapter {ref.name} missing: {weights} ({MISSING_HINT})")
         from vllm.lora.request import LoRARequest
 
         key = f"{ref.name}-{ref.digest}"
-        return LoRARequest(key, self.lora_ids.setdefault(key, len(self.lora_ids) + 1), str(ref.path))
+        return LoRARequest(key, self.lora_ids.setdefault(key, len(self.lora_ids) + 1), str(folder))
 
 
 _ENGINE: list[Engine] = []

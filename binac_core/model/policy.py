@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from binac_core.errors import BinacError
+from binac_core.foundation import stage_objects
 from binac_core.foundation.config import Config
 from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import MISSING_HINT, file_digest
@@ -126,6 +128,8 @@ class Policy:
                 "has been loaded since: no folder holds it"
             )
         folder = Path(ref.path)
+        if stage_objects.enabled():  # a folder this host lacks, fetched by its key, digest checked
+            folder = stage_objects.get_folder(ref.path, ref.key, ref.digest)
         if not (folder / "adapter_model.safetensors").is_file():
             raise BinacError(f"adapter {ref.name} missing: {folder / 'adapter_model.safetensors'} ({MISSING_HINT})")
         state = load_file(str(folder / "adapter_model.safetensors"), device=str(self.device))
@@ -155,9 +159,12 @@ class Policy:
         tmp = self._write_temp(name, folder)
         fault_point(f"adapter-written:{name}", 0)  # tests/integration/test_reliability.py: two writers, one destination
         try:
-            return self._publish(name, tmp, folder)
+            ref = self._publish(name, tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        if stage_objects.enabled():  # in the object store before the stage returns
+            ref = dataclasses.replace(ref, key=stage_objects.put_folder(folder))
+        return ref
 
     def hold(self, name: AdapterRole) -> AdapterRef:
         """A reference to adapter `name` as it is in memory, written nowhere (an update with no folder:

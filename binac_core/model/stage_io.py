@@ -13,7 +13,7 @@ Reward lists keep one name across the code: `first_rewards` (r0 = R(x, y0), per 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TypeVar
 
@@ -134,11 +134,14 @@ class AdapterRole(Kind):
 
 @dataclass(frozen=True)
 class AdapterRef:
-    """A LoRA adapter checkpoint: its role, which is its name in the model, folder, and content digest."""
+    """A LoRA adapter checkpoint: its role, which is its name in the model, folder, and content digest; `key`: its
+    folder's store-relative key where it was put in the object store (`binac_core.foundation.stage_objects`, only
+    with `BINAC_STORE`), else None."""
 
     name: AdapterRole
     path: str
     digest: str
+    key: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,7 @@ def write_records(path: str | Path, records: list[Turn]) -> StageFile:
 def write_generated(path: str | Path, records: list[Turn], t0: float) -> GeneratedFile:
     """`write_records`, with the records' completion tokens and the seconds since `t0` (`time.time()`)."""
     file = write_records(path, records)
-    return GeneratedFile(file.path, file.digest, sum(len(r.token_ids) for r in records), time.time() - t0)
+    return GeneratedFile(file.path, file.digest, sum(len(r.token_ids) for r in records), time.time() - t0, key=file.key)
 
 
 def read_records(kind: type[T], file: StageFile) -> list[T]:
@@ -189,7 +192,7 @@ def write_scores(folder: str | Path, name: str, scores: Scores) -> RewardsFile:
     results = None
     if scores.execution_results is not None:
         results = write_json(Path(folder) / f"{name}.errors.json", scores.execution_results)
-    return RewardsFile(rewards.path, rewards.digest, results)
+    return RewardsFile(rewards.path, rewards.digest, results, key=rewards.key)
 
 
 def read_execution_results(file: RewardsFile | None) -> list[str | None] | None:
