@@ -70,7 +70,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q -x --timeout 1800 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/python -m pytest -q -x --timeout 3000 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # Everything but the integration tests (tests/integration/, and every test using a fixture that starts a server or
 # `binac` subprocesses: tests/conftest.py marks them) and the vLLM ones: the unit, adversarial and in-process tests,

@@ -47,7 +47,9 @@ def binac_env(home: Path, prefect_home: Path) -> dict:
     return env
 
 
-def run_binac(args: list[str], env: dict, timeout: int = 1500, check: bool = True) -> subprocess.CompletedProcess:
+def run_binac(args: list[str], env: dict, timeout: int = 2700, check: bool = True) -> subprocess.CompletedProcess:
+    """`binac ARGS` in a subprocess; `timeout` is a hang guard only, generous because a loaded 2-core machine runs a
+    micro comparison (its pretraining on every core) many times slower than an idle one."""
     proc = subprocess.run(
         [sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )
