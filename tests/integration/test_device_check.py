@@ -45,6 +45,11 @@ ABSENT = (
     "urllib3",
     "torchvision",
     "torchaudio",
+    "boto3",
+    "botocore",
+    "s3transfer",
+    "jmespath",
+    "moto",
 )
 """Packages a lent device does not have (it has torch, transformers, peft, accelerate, safetensors, tokenizers and
 what they require; pydantic travels as wheels): hidden from the run (`HIDE`). Those that the dev install brings
