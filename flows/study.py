@@ -2,7 +2,8 @@
 `train` deployment over the Prefect work pool's workers, then the report.
 
     base model (its identity: the sha256 of its weights; a study whose parent run or runs recorded other base
-    weights refuses, `binac_core.runs.bases`)
+    weights refuses, `binac_core.runs.bases`; with an object store, put there by its weights hash, which every
+    run is given: `binac_core.model.base_objects`)
     → measure it at every difficulty the regimes need (rule statistic + feedback bounds)
     → regimes' difficulties → the study file's gates on the base (a failure stops here) → one MLflow parent run
     → the critic's attempt banks the runs score on, built once (`build_banks`) → submit the grid's runs (done ones
@@ -34,6 +35,7 @@ from binac_core.foundation.config import load_config
 from binac_core.foundation.files import StageFile
 from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.workspace import workspace
+from binac_core.model import base_objects
 from binac_core.model.base_model import hash_cache
 from binac_core.model.weights import PARAM
 from binac_core.rl.bank import bank_key, bank_name, banked
@@ -122,8 +124,11 @@ def study(path: str, report_only: bool = False, retries: int = 1, archive: str |
         {"kind": "study", "method": "study", "preset": st.preset, "study": st.name},
         params,
     )
+    # With an object store the runs name the base by its weights hash, and workers fetch that one (put there when
+    # it was built or found, `binac_core.model.base_model`); without one they share this disk's.
+    shared = weights if base_objects.enabled() else ""
     tracked = [
-        Tracked(r.name, k, train_parameters(st, r, parent, key, code), r.method)
+        Tracked(r.name, k, train_parameters(st, r, parent, key, code, shared), r.method)
         for r, k in zip(runs, keys, strict=True)
     ]
     try:
@@ -233,9 +238,10 @@ def run_key(st: Study, r, study_key: str, code: str) -> str:
     return train_run_key(cfg, r.method, r.seed, st.iterations, study_key, code, "")
 
 
-def train_parameters(st: Study, r, parent: str, study_key: str, code: str) -> dict:
+def train_parameters(st: Study, r, parent: str, study_key: str, code: str, base_sha256: str = "") -> dict:
     """The `train` flow's parameters for one run (a preset given as a file path travels as an absolute path), with
-    the study's stage code digest `code`, which a worker on other code refuses (`check_stage_code`)."""
+    the study's stage code digest `code`, which a worker on other code refuses (`check_stage_code`), and, when
+    given, its base's weights hash `base_sha256`, which a worker fetches or refuses (`bases.check_submitted`)."""
     preset = st.preset
     if Path(preset).suffix:
         preset = str((st.path.parent / preset).resolve()) if not Path(preset).is_absolute() else preset
@@ -249,6 +255,7 @@ def train_parameters(st: Study, r, parent: str, study_key: str, code: str) -> di
         "parent_key": study_key,
         "label": r.variant,
         "stage_code": code,
+        **({"base_sha256": base_sha256} if base_sha256 else {}),
     }
 
 

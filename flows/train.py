@@ -42,7 +42,7 @@ from binac_core.rl.loop import IterationResult, StepContext, run_iteration
 from binac_core.rl.methods import MethodSpec
 from binac_core.rl.schedule import actor_iterations_through
 from binac_core.rl.stream import difficulty_at
-from binac_core.runs.bases import check_run, check_train
+from binac_core.runs.bases import check_built, check_run, check_submitted, check_train
 from binac_core.runs.plans import check_stage_code, evaluation_steps, isolation_used, plan, train_run_key
 from binac_core.runs.runlock import flow_run_claim, run_lock
 from binac_core.store import tracking
@@ -71,6 +71,7 @@ def train(
     shared_samples: list[int] | None = None,
     label: str = "",
     stage_code: str = "",
+    base_sha256: str = "",
 ) -> dict:
     """Train `method` for `steps` iterations (or the whole iterations within `budget` actor training samples);
     returns run id and evaluations.
@@ -105,6 +106,9 @@ def train(
             the MLflow run name and tagged `variant`; not part of the run's identity (its overrides are).
         stage_code: the stage code digest the run was submitted with (a study's); a worker whose own digest
             differs refuses the run in one line naming both, before any compute. Empty: no check.
+        base_sha256: the weights hash of the study's base; with an object store a worker fetches that base into
+            its home (`binac_core.runs.bases.check_submitted`), and refuses in one line naming both hashes when it
+            holds another base for the config or the store lacks it, before any compute. Empty: no check.
     """
     # From its first line a flow run's process is seen alive or dead by a study (binac_core/runs/runlock.py).
     with flow_run_claim(workspace().home, flow_run.get_id()):
@@ -121,6 +125,7 @@ def train(
             shared_samples=shared_samples,
             label=label,
             stage_code=stage_code,
+            base_sha256=base_sha256,
         )
         return _train(request)
 
@@ -141,6 +146,7 @@ class TrainRequest:
     shared_samples: list[int] | None
     label: str
     stage_code: str = ""
+    base_sha256: str = ""
 
 
 def _train(req: TrainRequest) -> dict:
@@ -150,6 +156,8 @@ def _train(req: TrainRequest) -> dict:
         # A worker on other stage code than the study's: one line naming both digests, before anything runs.
         check_stage_code(req.stage_code, stage_code_digest())
         cfg, spec, iterations = plan(req.preset, method, req.steps, seed, req.overrides, req.budget)
+        # The study's base, fetched by its weights hash where there is a store; another base here refuses.
+        check_submitted(cfg, workspace(), req.base_sha256)
         # A base named by its weights that is missing, or a resumed run's base that is there with other weights.
         check_train(cfg, workspace(), method, seed, iterations, req.parent_key, fresh)
     except BinacError as exc:  # a deployment run with a bad parameter: the CLI's one line as its state message
@@ -171,6 +179,7 @@ def _train(req: TrainRequest) -> dict:
     with run_lock(ws.home, key, flow_run.get_id()):
         base = build_base_model(cfg_d)
         weights = base_weights(base)
+        check_built(req.base_sha256, weights, base.path)  # a hub or smol base is only there once built
         # A resumed run keeps the base weights it started on (binac_core/runs/bases.py), before any stage runs.
         check_run(ws, key, weights, f"run {run_name} ({key})")
         # The initial adapters, shared by the runs of one config and base, live in a folder named by both.

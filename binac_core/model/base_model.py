@@ -11,6 +11,11 @@ and its identity, the sha256 of its weights (`binac_core.model.weights`). The ba
   metadata); for `hub` and `smol`, the model the source names, refused in one line unless it hashes to it, its
   digest the weights hash too.
 
+With an object store (`BINAC_STORE`, `binac_core.model.base_objects`), a tiny base travels by its weights hash: one
+this home lacks is fetched, digest checked, before anything is built (a config's base by the store's index of the
+config's digest, a named base by its hash or prefix), and a base built or found here is put there (with the
+config's index entry) for the next host. Hub and smol models are not put: each host gets them from their source.
+
 Weights hashes are cached in `$BINAC_HOME/weights_sha256.json` (by file identity)."""
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from binac_core.errors import BinacError
 from binac_core.foundation.config import Config
 from binac_core.foundation.files import StageFile, file_digest
 from binac_core.foundation.workspace import Workspace
-from binac_core.model import weights
+from binac_core.model import base_objects, weights
 
 ARCHITECTURE = {
     "architecture": "model_type",
@@ -54,12 +59,17 @@ def _from_settings(cfg: Config, ws: Workspace) -> StageFile:
     from binac_core.model.runtime import configure_threads, pretraining_threads
 
     out = ws.base_model_dir(cfg.base_digest())
+    shared = base_objects.enabled()
+    if shared and not (out / "config.json").exists() and (indexed := base_objects.indexed(cfg.base_digest())):
+        base_objects.fetch(indexed, out)  # another host built it: the same bytes here, nothing pretrained
     if not (out / "config.json").exists():
         configure_threads(pretraining_threads())
         try:
             build_base_model(cfg, out)
         finally:
             configure_threads()
+    if shared:  # for the next host that needs it
+        base_objects.publish(out, weights.verified(out, hash_cache(ws)), cfg.base_digest())
     return StageFile(str(out), file_digest(out))
 
 
@@ -68,11 +78,43 @@ def named_base(cfg: Config, ws: Workspace, extra: tuple[Path, ...] = ()) -> Stag
     `BINAC_BASE_PATH`); a missing, ambiguous or mismatching one: one line, before anything is built."""
     prefix = cfg.model.base_weights
     if cfg.model.source == "tiny":
-        folder, digest = weights.find_base(prefix, weights.search_path(ws.models_root, extra), hash_cache(ws))
+        where = weights.search_path(ws.models_root, extra)
+        if base_objects.enabled():
+            fetch_named(prefix, where, ws)
+        folder, digest = weights.find_base(prefix, where, hash_cache(ws))
         check_architecture(cfg, folder)
+        if base_objects.enabled():  # for the next host that names it (a base the package ships is not put)
+            base_objects.publish(folder, digest)
         return StageFile(str(folder), digest)
     base = _from_settings(cfg, ws)
     return StageFile(base.path, _named_hash(cfg, base.path, base_weights(base, ws)))
+
+
+def fetch_named(prefix: str, where: list[Path], ws: Workspace) -> Path | None:
+    """With an object store: the base whose weights hash starts with `prefix`, fetched into the workspace's models
+    folder (`base-weights-<16 digits>`) when no model folder of `where` holds it; returns the folder fetched (None:
+    one was there, or the store has none, which `weights.find_base` then refuses). Two stored bases under the
+    prefix: one line naming both."""
+    if _held(prefix, where, hash_cache(ws)):
+        return None
+    found = base_objects.stored(prefix)
+    if len(found) > 1:
+        raise BinacError(f"model.base_weights {prefix} names more than one stored base: {', '.join(found)}")
+    if not found:
+        return None
+    return base_objects.fetch(found[0], ws.models_root / f"base-weights-{found[0][:16]}")
+
+
+def _held(prefix: str, where: list[Path], cache: Path) -> bool:
+    """Whether a model folder of `where` has weights whose hash starts with `prefix`."""
+    for entry in where:
+        for folder in weights.model_folders(entry):
+            try:
+                if weights.weights_sha256(folder, cache).startswith(prefix):
+                    return True
+            except (BinacError, OSError):
+                continue  # no weights: no base
+    return False
 
 
 def _named_hash(cfg: Config, path: str, digest: str) -> str:

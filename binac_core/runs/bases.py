@@ -6,17 +6,23 @@ again by its run key); an archived run keeps it in its `run.json`. A run that re
 parameter existed) is not checked. `check_before` runs before any compute (the CLI): it can only hash a base that
 is already there, so a base built again on resume (its folder was deleted) is checked once built, by the run
 itself (`check_run`).
+
+A run a study submits names the study's base by its weights hash (`check_submitted`): with an object store the
+worker fetches that base into its home before any compute (`binac_core.model.base_objects`), and refuses when it
+holds another base for the run's config, or the store lacks it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from binac_core.errors import BinacError
 from binac_core.foundation.config import Config
 from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.workspace import Workspace
-from binac_core.model.base_model import existing_base
-from binac_core.model.weights import PARAM, check_same
+from binac_core.model import base_objects
+from binac_core.model.base_model import existing_base, fetch_named
+from binac_core.model.weights import PARAM, check_same, search_path
 from binac_core.runs.plans import train_run_key
 from binac_core.store import archive as archives
 from binac_core.store import tracking
@@ -28,6 +34,9 @@ RESUME_HINT = (
 STUDY_HINT = (
     "a study's runs share one base (put that base back, name it with model.base_weights, or start the study "
     "under another name)"
+)
+SUBMITTED_HINT = (
+    "a host's models folder is a cache: delete that base to fetch the study's from the store (no stage was computed)"
 )
 
 
@@ -71,3 +80,33 @@ def check_runs(ws: Workspace, keys: list[str], names: dict[str, str], digest: st
         first = other[0]
         more = f" (and {len(other) - 1} more run(s))" if len(other) > 1 else ""
         check_same(recorded[first], digest, f"run {names.get(first, first)} ({first}){more}", STUDY_HINT)
+
+
+def check_submitted(cfg: Config, ws: Workspace, expected: str) -> None:
+    """Before any compute, a run submitted with its study's base weights hash `expected` (empty: no check): with an
+    object store, a tiny base this home lacks is fetched by that hash (into the folder of the config's base, or for
+    a base named by `model.base_weights` into the models folder), then the base the config names here is
+    refused in one line naming both hashes unless its weights hash to `expected`. A hub or smol base not there yet
+    is checked once the run has it (`check_built`)."""
+    if not expected:
+        return
+    m = cfg.model
+    if m.base_weights and not expected.startswith(m.base_weights):
+        raise BinacError(f"the study's base has weights sha256 {expected}, the config names {m.base_weights}")
+    if m.source == "tiny" and base_objects.enabled():
+        if m.base_weights:
+            fetch_named(expected, search_path(ws.models_root), ws)
+        elif not (ws.base_model_dir(cfg.base_digest()) / "config.json").is_file():
+            base_objects.fetch(expected, ws.base_model_dir(cfg.base_digest()))
+    found = existing_base(cfg, ws)
+    if found is not None:
+        check_built(expected, found[1], found[0])
+
+
+def check_built(expected: str, actual: str, folder: str | Path) -> None:
+    """The run's base (at `folder`, weights hash `actual`) is the one its study named (`expected`; empty: no
+    check), or one line naming both hashes."""
+    if expected and actual != expected:
+        raise BinacError(
+            f"this worker's base {folder} has weights sha256 {actual}, the study's has {expected}; {SUBMITTED_HINT}"
+        )
