@@ -8,7 +8,8 @@ Actions:
   `NAME@STEP.resume` beside it, so a test can act at an exact point of a run (query the store, start a rival).
 Points in the code: `shard:<protocol>` after a trajectory shard is in place (`storage.write_shard`, STEP is the
 iteration); `adapter-written:<name>` after an adapter is written to its temporary folder, before it is moved
-into place (`Policy.save`, STEP is always 0: every save of that adapter; a pause resumed once stays resumed). Unset (the default), `fault_point` costs one dictionary lookup.
+into place (`Policy.save`, STEP is always 0: every save of that adapter; a pause resumed once stays resumed);
+`pretrain` before a tiny base is pretrained (`binac_core.model.base_model`, STEP is always 0). Unset (the default), `fault_point` costs one dictionary lookup.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from binac_core.errors import BinacError
 from binac_core.foundation.config import Config
+from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import StageFile, file_digest
 from binac_core.foundation.workspace import Workspace
 from binac_core.model import base_objects, weights
@@ -63,6 +64,7 @@ def _from_settings(cfg: Config, ws: Workspace) -> StageFile:
     if shared and not (out / "config.json").exists() and (indexed := base_objects.indexed(cfg.base_digest())):
         base_objects.fetch(indexed, out)  # another host built it: the same bytes here, nothing pretrained
     if not (out / "config.json").exists():
+        fault_point("pretrain", 0)  # tests/integration/test_shared_base.py: a host that must not pretrain dies here
         configure_threads(pretraining_threads())
         try:
             build_base_model(cfg, out)
