@@ -15,7 +15,8 @@ the lab file (default `lab.env`, mode 0600: scripts/lab_env.py). The servers bin
 require credentials off loopback exactly as `make serve` does (scripts/serve.py); the lab file names them at
 `BINAC_LAB_HOST`, the address other hosts reach this one at (default: the bound address, or this host's name when
 bound to a wildcard), which MLflow's host check (`--allowed-hosts`) accepts besides its defaults. What started is
-recorded under `$BINAC_HOME/serve/` as `make serve` records it, so `make stop` stops it. It starts no worker.
+recorded under `$BINAC_HOME/serve/` as `make serve` records it (pids and logs, no `env.sh`: `source lab.env` instead),
+so `make stop` stops it. It starts no worker.
 
 `worker` (`make worker LAB=lab.env`, on any host): one Prefect process worker on `binac-lab`, in the environment of
 the lab file plus this host's own `BINAC_HOME` (default `./.binac`, created empty when missing), `BINAC_REPO` (this
@@ -165,8 +166,7 @@ def start(lab_file: Path) -> int:
         return 1
     outside = lambda url: url.replace(serve.client_host(), lab_host(), 1)  # noqa: E731
     values = lab_env.lab_values(outside(env["PREFECT_API_URL"]), outside(mlflow_uri), block, auth, os.environ)
-    lab_env.write(lab_file, values)
-    serve.write_env_sh(serve.home(), pp, mp)
+    lab_env.write(lab_file, values)  # no env.sh: `source lab.env` gives a shell the lab's settings
     print(f"Prefect server  {values['PREFECT_API_URL']}")
     print(f"MLflow server   {values['MLFLOW_TRACKING_URI']}   (experiment {experiment}, artifacts in the store)")
     print(f"Results         {block} in {store.url}; work pool {POOL}, deployments ready")
