@@ -165,7 +165,8 @@ def start(lab_file: Path) -> int:
         serve.stop()
         return 1
     outside = lambda url: url.replace(serve.client_host(), lab_host(), 1)  # noqa: E731
-    values = lab_env.lab_values(outside(env["PREFECT_API_URL"]), outside(mlflow_uri), block, auth, os.environ)
+    resolved = {**os.environ, "BINAC_STORE_ENDPOINT": store.endpoint or "", "AWS_DEFAULT_REGION": store.region}
+    values = lab_env.lab_values(outside(env["PREFECT_API_URL"]), outside(mlflow_uri), block, auth, resolved)
     lab_env.write(lab_file, values)  # no env.sh: `source lab.env` gives a shell the lab's settings
     print(f"Prefect server  {values['PREFECT_API_URL']}")
     print(f"MLflow server   {values['MLFLOW_TRACKING_URI']}   (experiment {experiment}, artifacts in the store)")

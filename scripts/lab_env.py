@@ -27,7 +27,8 @@ STORE_VARS = (
     "AWS_SESSION_TOKEN",
     "AWS_DEFAULT_REGION",
 )
-"""The object store's variables, copied from the lab's environment where set (`binac_core.foundation.objects`)."""
+"""The object store's variables, copied from the lab's environment where set (`binac_core.foundation.objects`; the
+lab passes the endpoint and region as the store resolved them, whichever variable named them)."""
 
 
 def lab_values(prefect_url: str, mlflow_url: str, result_block: str, auth: bool, environ: dict) -> dict[str, str]:

@@ -3,7 +3,8 @@ server on a free 127.0.0.1 port and stopped by the pids its start recorded (`scr
 own homes, never by name).
 
 - The lab start writes the lab file with mode 0600, naming the servers, the store and the result block, and saves
-  that block in Prefect: an S3 bucket block on the store's bucket and endpoint, holding no credentials.
+  that block in Prefect as the server's default result storage: an S3 bucket block on the store's bucket and
+  endpoint, holding no credentials.
 - An artifact logged by a client whose environment has the lab file's MLflow settings and no store credentials
   lands in the store, under `mlartifacts/`: the MLflow server's proxy wrote it.
 - The lab's deployments carry nothing of the deployer's host (no working directory, checkout, home or result path;
@@ -104,12 +105,15 @@ def test_the_lab_file_is_private_and_names_the_servers_the_store_and_the_result_
         assert values[name] == lab["store"][name]
     assert values["PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK"] == "s3-bucket/binac-results"
     block = python(
-        "from prefect.blocks.core import Block; import json; b = Block.load('s3-bucket/binac-results'); "
-        "c = b.credentials; print(json.dumps([b.bucket_name, b.bucket_folder, "
-        "c.aws_client_parameters.endpoint_url, c.aws_access_key_id, c.aws_secret_access_key]))",
+        "from prefect.blocks.core import Block; from prefect.client.orchestration import get_client; import json; "
+        "b = Block.load('s3-bucket/binac-results'); c = b.credentials; "
+        "d = get_client(sync_client=True).__enter__().read_server_default_result_storage(); "
+        "print(json.dumps([b.bucket_name, b.bucket_folder, c.aws_client_parameters.endpoint_url, "
+        "c.aws_access_key_id, c.aws_secret_access_key, str(d.default_result_storage_block_id) == str(b._block_document_id)]))",
         bare_env(PREFECT_API_URL=values["PREFECT_API_URL"]),
     )
-    assert json.loads(block) == [BUCKET, f"{PREFIX}/prefect-results", lab["store"]["BINAC_STORE_ENDPOINT"], None, None]
+    endpoint = lab["store"]["BINAC_STORE_ENDPOINT"]
+    assert json.loads(block) == [BUCKET, f"{PREFIX}/prefect-results", endpoint, None, None, True]
 
 
 def test_an_artifact_goes_through_the_mlflow_proxy_into_the_store(lab, tmp_path):
