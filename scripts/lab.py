@@ -57,11 +57,16 @@ def lab_host() -> str:
 
 
 def the_store():
-    """The store `BINAC_STORE` names; unset, one line (a lab has no other place for what hosts share)."""
+    """The store `BINAC_STORE` names; unset or not an `s3://` URL, one line (a lab has no other place for what hosts
+    share)."""
     sys.path.insert(0, str(REPO))
+    from binac_core.errors import BinacError
     from binac_core.foundation.objects import store_from_env
 
-    store = store_from_env()
+    try:
+        store = store_from_env()
+    except BinacError as exc:  # not an s3:// URL
+        sys.exit(f"error: {exc}")
     if store is None:
         sys.exit("error: make lab needs BINAC_STORE (an s3://bucket[/prefix] URL), its endpoint and credentials")
     return store

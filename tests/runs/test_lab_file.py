@@ -66,12 +66,15 @@ def test_other_hosts_are_given_the_lab_host_or_the_bound_address(monkeypatch):
     assert {"lab.example.org", "lab.example.org:5000", "localhost:*", "10.*"} <= set(hosts)
 
 
-def test_without_a_store_the_lab_refuses_before_anything_starts(tmp_path, monkeypatch):
+def test_without_a_store_or_with_a_bad_one_the_lab_refuses_before_anything_starts(tmp_path, monkeypatch):
     monkeypatch.setenv("BINAC_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("BINAC_STORE", raising=False)
     monkeypatch.delenv("BINAC_SERVE_HOST", raising=False)
     monkeypatch.setattr(serve.subprocess, "Popen", lambda *a, **k: pytest.fail("something was started"))
     with pytest.raises(SystemExit, match="make lab needs BINAC_STORE"):
+        lab.start(tmp_path / "lab.env")
+    monkeypatch.setenv("BINAC_STORE", "/srv/store")
+    with pytest.raises(SystemExit, match="BINAC_STORE must be an s3://bucket"):
         lab.start(tmp_path / "lab.env")
     assert not (tmp_path / "lab.env").exists() and not (tmp_path / "home").exists()
 
