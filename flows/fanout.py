@@ -10,7 +10,12 @@ per worker process). Prefect schedules; this module only decides what to submit 
 - a flow run that says RUNNING but whose process is gone (its run lock, or the claim it holds from its first line
   until it takes the lock, is free and was never released: `binac_core.runs.runlock`) is marked CRASHED and its
   run submitted again, so a killed worker costs only the stages its run had not finished (the stages are cached;
-  trajectory shards are replaced, not appended);
+  trajectory shards are replaced, not appended). Those files are on this host's disk: with an object store
+  (`BINAC_STORE`, workers on other hosts) they are not looked at; each run is submitted with heartbeats on and the
+  tag that Prefect's automation watches (`flows/liveness.py`, which this module makes sure exists), and the server
+  itself marks a flow run whose heartbeats stopped CRASHED;
+- a flow run marked CRASHED by that automation is submitted again like one found dead above (not counted against
+  the retries);
 - a FAILED, CRASHED or CANCELLED flow run is submitted again, at most `retries` times per invocation; after
   that the run counts as failed and the study reports it;
 - a look that the Prefect server answers with a server error (5xx: its SQLite database answers 503 "database is
@@ -32,7 +37,9 @@ from prefect.deployments import run_deployment
 from prefect.states import Crashed
 
 from binac_core.errors import BinacError
+from binac_core.foundation.stage_objects import enabled as store_set
 from binac_core.runs.runlock import probe, probe_claim
+from flows import liveness
 
 LIVE = {"SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"}
 TRANSIENT_LOOKS = 60
@@ -106,6 +113,8 @@ def fan_out(
             t.state = "done"
     progress = Progress(say)
     failed_looks = 0
+    if store_set():  # the runs' lock files are on other hosts: the server tells a dead run (flows/liveness.py)
+        liveness.ensure_crash_automation()
     with get_client(sync_client=True) as client:
         while any(t.state in ("queued", "running") for t in tracked):
             try:
@@ -159,7 +168,7 @@ def _advance(
     """One look at a run that is not done: follow its newest flow run (`flow_runs`, oldest first), or submit."""
     fr = flow_runs[-1] if flow_runs else None
     state = fr.state_type.value if fr and fr.state_type else None
-    killed = bool(fr and state == "RUNNING" and _dead(home, t.key, str(fr.id)))
+    killed = bool(fr and state == "RUNNING" and not store_set() and _dead(home, t.key, str(fr.id)))
     if killed:
         client.set_flow_run_state(
             fr.id,
@@ -169,6 +178,10 @@ def _advance(
         t.notes.append(f"flow run {fr.id} died while running; resubmitted")
         say(f"[study] {t.name}: flow run {fr.id} died while running (worker killed?); resubmitting")
         state = "CRASHED"
+    elif fr and state == "CRASHED" and liveness.crashed_by_automation(getattr(fr, "state", None)):
+        killed = True
+        t.notes.append(f"flow run {fr.id} stopped sending heartbeats; resubmitted")
+        say(f"[study] {t.name}: flow run {fr.id} stopped sending heartbeats (worker lost?); resubmitting")
     if state in LIVE:
         t.state = "running" if state == "RUNNING" else "queued"
         if state == "RUNNING" and t.started is None:
@@ -194,13 +207,15 @@ def _dead(home, key: str, flow_run_id: str) -> bool:
 def _submit(deployment: str, t: Tracked, study_tag: str, n_before: int) -> None:
     """`n_before` (the run's earlier flow runs) makes the idempotency key: two study processes submitting the
     same run at the same moment get one flow run."""
+    watched = store_set()  # with workers on other hosts, the server watches the run's heartbeats
     run_deployment(
         deployment,
         parameters=t.parameters,
         timeout=0,
         flow_run_name=t.name,
-        tags=[study_tag, f"binac-run:{t.key}"],
+        tags=[study_tag, f"binac-run:{t.key}", *([liveness.TAG] if watched else [])],
         idempotency_key=f"{t.key}-{n_before}",
+        **({"job_variables": liveness.job_variables()} if watched else {}),
     )
     t.submitted += 1
     t.state, t.started = "queued", None

@@ -48,6 +48,7 @@ from binac_core.runs.runlock import flow_run_claim, run_lock
 from binac_core.store import tracking
 from binac_core.store.identity import RunIdentity
 from flows.bookkeeping import IterationLog
+from flows.exclusive import across_hosts, run_slot
 from flows.reporting import closing_artifact, refuse
 from flows.stages import PrefectStages
 from tasks.bank import build_bank, frozen_bank, score_bank, store_bank
@@ -175,8 +176,9 @@ def _train(req: TrainRequest) -> dict:
         ws.run_dir(f"{method}-s{seed}-{key}"),
         f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}",
     )
-    # One process per run: a duplicate waits; a study tells a killed run from a live one (binac_core/runs/runlock.py).
-    with run_lock(ws.home, key, flow_run.get_id()):
+    # One process per run: a duplicate waits; a study tells a killed run from a live one (binac_core/runs/runlock.py);
+    # with an object store, across hosts through a Prefect concurrency limit (flows/exclusive.py).
+    with run_slot(key, flow_run.get_id(), across_hosts()), run_lock(ws.home, key, flow_run.get_id()):
         base = build_base_model(cfg_d)
         weights = base_weights(base)
         check_built(req.base_sha256, weights, base.path)  # a hub or smol base is only there once built

@@ -44,6 +44,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from flows.liveness import ensure_crash_automation, heartbeat_env
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
@@ -204,6 +206,7 @@ def spawn_worker(name: str, env: dict, device: str | None = None, pool: str = PO
     """A process worker on `pool` taking `BINAC_WORKER_LIMIT` (default 1) flow runs at a time; with `device`, it
     and its flow runs see that GPU alone (`CUDA_VISIBLE_DEVICES`, recorded in `<name>.device`)."""
     (state_dir() / f"{name}.device").unlink(missing_ok=True)
+    env = {**env, **heartbeat_env()}  # flows/liveness.py: its flow runs send heartbeats every 30 s
     if device is not None:
         env = {**env, "CUDA_VISIBLE_DEVICES": device}
         (state_dir() / f"{name}.device").write_text(device + "\n")
@@ -365,6 +368,7 @@ def start() -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
+        ensure_crash_automation(env=env)  # flows/liveness.py: a watched run whose heartbeats stop is CRASHED
         workers = spawn_workers(env)
         subprocess.run(
             [str(BIN / "prefect"), "--no-prompt", "deploy", "--all"],
