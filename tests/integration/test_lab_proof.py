@@ -180,8 +180,8 @@ def new_host(lab: dict, name: str, **extra: str) -> Host:
     root = lab["tmp"] / f"host-{name}"
     root.mkdir()
     env = bare_env(PREFECT_WORKER_QUERY_SECONDS="1", BINAC_TORCH_THREADS="1", **extra)
-    for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):  # the copy's compiled files show what ran
-        env.pop(name, None)
+    for var in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):  # the copy's compiled files show what ran
+        env.pop(var, None)
     return Host(name, root, REPO, lab["file"], env, [lab["home"], lab["tmp"] / "submitter-home"])
 
 
