@@ -274,6 +274,8 @@ def proof(lab) -> dict:
         seen["wall_s"] = time.time() - t0
         seen["log"] = (lab["tmp"] / "study.log").read_text()
         seen["trains"] = [(r["name"], r["state_type"], r["state"]["message"]) for r in train_flow_runs(lab)]
+        reports = sorted((lab["tmp"] / "submitter-home" / "reports").glob("study-*/report.md"))
+        seen["report"] = reports[0].read_text() if reports else None
         seen["worker logs"] = {n: h.worker_log() for n, h in hosts.items()}
         seen["compiled"] = {n: list(h.code.glob("binac_core/rl/__pycache__/loop.*.pyc")) for n, h in hosts.items()}
     finally:
@@ -285,7 +287,8 @@ def proof(lab) -> dict:
     for host in hosts.values():
         shutil.rmtree(host.root)  # its code copy; its home was a tmpfs of its namespace, gone with it
     seen["hosts"] = hosts
-    print(f"study: {seen['wall_s']:.0f} s, host a lost at {seen['paused_at_s']:.0f} s")
+    resumed = flow_runs(lab, f"binac-run:{seen['lost run']}")[-1]["labels"].get("prefect.worker.name")
+    print(f"study: {seen['wall_s']:.0f} s, host a lost at {seen['paused_at_s']:.0f} s, its run resumed by {resumed}")
     return seen
 
 
@@ -293,7 +296,7 @@ def proof(lab) -> dict:
 
 
 def test_the_study_exits_0_with_every_run_finished_within_10_minutes(proof):
-    assert proof["rc"] == 0, proof["log"][-4000:]
+    assert proof["rc"] == 0, (proof["log"][-4000:], proof["worker logs"])
     assert f"{RUNS}/{RUNS} runs finished" in proof["log"], proof["log"][-4000:]
     assert "stopped sending heartbeats (worker lost?); resubmitting" in proof["log"]
     states = sorted(state for _, state, _ in proof["trains"])
@@ -408,6 +411,8 @@ def test_the_report_and_the_archive_read_every_row_and_metric_from_the_servers_a
     done = binac(proof["env"], "study", str(proof["file"]), "--report-only", "--archive", str(archive))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"{RUNS}/{RUNS} runs finished" in done.stdout and f"archived {RUNS} more finished run(s)" in done.stdout
+    [report] = (Path(proof["env"]["BINAC_HOME"]) / "reports").glob("study-*/report.md")
+    assert report.read_text() == proof["report"], "the same report, the hosts gone"
     c, _, children = mlflow_runs(lab)
     by_key = {r.data.tags["binac.run_key"]: r for r in children}
     for folder in (archive / "runs").iterdir():
