@@ -5,13 +5,14 @@ The module's fixture `proof` starts the object store (`moto_server`) and the lab
 server on a free 127.0.0.1 port, its home here), then two worker hosts (tests/integration/lab_hosts.py: each in its
 own mount, pid and host-name namespaces, over its own code copy and an empty tmpfs home, seeing neither the other
 host's files, the submitter's, nor the submitter's checkout). Host `a` pauses the first run it takes right after
-that run's iteration 1 rows are stored (`BINAC_FAULT=shard:train@1:pause`); the submitter runs `binac study` on a
-micro study (two methods, two seeds, two iterations) with `--archive`; once `a` has paused, its namespace is
-SIGKILLed (the host is lost, the run's flow run left RUNNING) and host `c` starts with an empty home. The study
-must end by itself: Prefect's automation marks the lost flow run CRASHED (flows/liveness.py), the study resubmits
-it, and the run's concurrency slot (flows/exclusive.py) is free once the lost holder's lease expires. Then the
-hosts end and their code copies are deleted (their homes were tmpfs mounts of their namespaces), and each test
-below checks one item of what must hold, from the servers and the store alone."""
+that run's iteration 1 rows are stored (`BINAC_FAULT=shard:train@1:pause`), and host `b` holds its first run after
+iteration 2 (so that the lost run goes to the new host); the submitter runs `binac study` on a micro study (two
+methods, two seeds, two iterations) with `--archive`; once `a` has paused, its namespace is SIGKILLed (the host is
+lost, the run's flow run left RUNNING) and host `c` starts with an empty home; once `c` has taken the lost run, `b`
+goes on. The study must end by itself: Prefect's automation marks the lost flow run CRASHED (flows/liveness.py),
+the study resubmits it, and the run's concurrency slot (flows/exclusive.py) is free once the lost holder's lease
+expires. Then the hosts end and their code copies are deleted (their homes were tmpfs mounts of their namespaces),
+and each test below checks one item of what must hold, from the servers and the store alone."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_tool("namespaces")]
 
 BUCKET, PREFIX = "proof", "lab"
 PAUSE = "shard:train@1"
+"""Where host a pauses its run (after iteration 1's training rows are stored) until it is lost."""
+HOLD = "shard:train@2"
+"""Where host b holds its first run (after iteration 2's rows) until host c has taken the lost run."""
 STUDY = {
     "name": "lab-proof",
     "preset": "micro",
@@ -226,8 +230,17 @@ def what_host_sees(host: Host, lab: dict) -> dict:
     return seen
 
 
-def study_log(lab: dict) -> str:
-    return (lab["tmp"] / "study.log").read_text()[-4000:]
+def taken_by(lab: dict, key: str, host: str) -> bool:
+    """Whether run `key`'s newest flow run is running or completed on `host`'s worker (its name holds the host's)."""
+    newest = flow_runs(lab, f"binac-run:{key}")[-1]
+    worker = newest["labels"].get("prefect.worker.name", "")
+    return newest["state_type"] in ("RUNNING", "COMPLETED") and f"-{host}-" in worker
+
+
+def alive(study: subprocess.Popen, lab: dict) -> bool:
+    """True while the study runs; a study that ended before it should have fails the wait, with its output."""
+    assert study.poll() is None, (lab["tmp"] / "study.log").read_text()[-4000:]
+    return True
 
 
 def lose_a_host_mid_study(lab: dict, hosts: dict, study: subprocess.Popen, t0: float) -> dict:
@@ -235,7 +248,7 @@ def lose_a_host_mid_study(lab: dict, hosts: dict, study: subprocess.Popen, t0: f
     a = hosts["a"]
 
     def paused() -> bool:
-        assert study.poll() is None, study_log(lab)
+        alive(study, lab)
         found = a.path(a.faults / f"{PAUSE}.paused")
         return found is not None and found.exists()
 
@@ -256,7 +269,10 @@ def proof(lab) -> dict:
     study_file.write_text(yaml.safe_dump(STUDY, sort_keys=False))
     env = submitter_env(lab)
     seen: dict = {"file": study_file, "archive": lab["tmp"] / "archive", "env": env}
-    hosts = {"a": new_host(lab, "a", BINAC_FAULT=f"{PAUSE}:pause"), "b": new_host(lab, "b")}
+    hosts = {
+        "a": new_host(lab, "a", BINAC_FAULT=f"{PAUSE}:pause"),
+        "b": new_host(lab, "b", BINAC_FAULT=f"{HOLD}:pause"),
+    }
     study = None
     try:
         for host in hosts.values():
@@ -270,6 +286,8 @@ def proof(lab) -> dict:
                 argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         seen |= lose_a_host_mid_study(lab, hosts, study, t0)
+        until("host c took the lost run", lambda: alive(study, lab) and taken_by(lab, seen["lost run"], "host-c"), 900)
+        hosts["b"].path(hosts["b"].faults / f"{HOLD}.resume").touch()  # b goes on
         seen["rc"] = study.wait(timeout=1800)
         seen["wall_s"] = time.time() - t0
         seen["log"] = (lab["tmp"] / "study.log").read_text()
@@ -289,6 +307,7 @@ def proof(lab) -> dict:
     seen["hosts"] = hosts
     resumed = flow_runs(lab, f"binac-run:{seen['lost run']}")[-1]["labels"].get("prefect.worker.name")
     print(f"study: {seen['wall_s']:.0f} s, host a lost at {seen['paused_at_s']:.0f} s, its run resumed by {resumed}")
+    print(f"flow runs: {seen['trains']}")
     return seen
 
 
@@ -317,15 +336,15 @@ def test_each_host_ran_its_own_code_copy_and_saw_no_other_hosts_files(proof):
     assert not any(host.root.exists() for host in proof["hosts"].values()), "code copies deleted"
 
 
-def test_the_lost_runs_flow_runs_read_crashed_then_completed_on_another_host(lab, proof):
+def test_the_lost_runs_flow_runs_read_crashed_then_completed_on_the_new_host(lab, proof):
     runs = flow_runs(lab, f"binac-run:{proof['lost run']}")
     assert [r["state_type"] for r in runs] == ["CRASHED", "COMPLETED"], runs
     assert runs[0]["state"]["message"] == liveness.CRASH_MESSAGE
     workers = [r["labels"].get("prefect.worker.name", "") for r in runs]
-    assert "-host-a-" in workers[0] and "-host-a-" not in workers[1], workers
+    assert "-host-a-" in workers[0] and "-host-c-" in workers[1], workers
 
 
-def test_the_resumed_run_took_the_stages_finished_before_the_loss_from_the_cache(lab, proof):
+def test_the_new_host_took_the_stages_finished_before_the_loss_from_the_cache(lab, proof):
     lost, resumed = flow_runs(lab, f"binac-run:{proof['lost run']}")
 
     def stages(flow_run: dict, state_name: str) -> collections.Counter:
