@@ -75,8 +75,9 @@ def editable_root() -> Path | None:
         text = distribution("binac").read_text("direct_url.json")
     except PackageNotFoundError:
         return None
-    url = json.loads(text or "{}").get("url", "")
-    return Path(url.removeprefix("file://")) if url.startswith("file://") else None
+    found = json.loads(text or "{}")
+    url, editable = found.get("url", ""), found.get("dir_info", {}).get("editable", False)
+    return Path(url.removeprefix("file://")) if editable and url.startswith("file://") else None
 
 
 class Host:
