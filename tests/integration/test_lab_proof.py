@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -257,6 +258,7 @@ def lose_a_host_mid_study(lab: dict, hosts: dict, study: subprocess.Popen, t0: f
     [lock] = [p.stem for p in a.path(a.home / "locks").glob("*.lock")]
     seen["lost run"] = lock
     a.kill()
+    seen["lost at"] = time.time()
     hosts["c"] = new_host(lab, "c").start()
     until("host c's worker started", hosts["c"].started, 120)
     return seen
@@ -305,8 +307,13 @@ def proof(lab) -> dict:
     for host in hosts.values():
         shutil.rmtree(host.root)  # its code copy; its home was a tmpfs of its namespace, gone with it
     seen["hosts"] = hosts
-    resumed = flow_runs(lab, f"binac-run:{seen['lost run']}")[-1]["labels"].get("prefect.worker.name")
-    print(f"study: {seen['wall_s']:.0f} s, host a lost at {seen['paused_at_s']:.0f} s, its run resumed by {resumed}")
+    lost, resumed = flow_runs(lab, f"binac-run:{seen['lost run']}")
+    after = lambda at: datetime.fromisoformat(at).timestamp() - seen["lost at"]  # noqa: E731
+    print(
+        f"study: {seen['wall_s']:.0f} s; host a lost at {seen['paused_at_s']:.0f} s; its flow run CRASHED "
+        f"{after(lost['state']['timestamp']):.0f} s later; resumed by {resumed['labels'].get('prefect.worker.name')} "
+        f"{after(resumed['start_time']):.0f} s after the loss, COMPLETED {after(resumed['end_time']):.0f} s after it"
+    )
     print(f"flow runs: {seen['trains']}")
     return seen
 
