@@ -16,8 +16,8 @@ per worker process). Prefect schedules; this module only decides what to submit 
   itself marks a flow run whose heartbeats stopped CRASHED;
 - a flow run marked CRASHED by that automation is submitted again like one found dead above (not counted against
   the retries);
-- a FAILED, CRASHED or CANCELLED flow run is submitted again, at most `retries` times per invocation; after
-  that the run counts as failed and the study reports it;
+- a FAILED, CRASHED or CANCELLED flow run is submitted again (said in one line with its state's message), at
+  most `retries` times per invocation; after that the run counts as failed and the study reports it;
 - a look that the Prefect server answers with a server error (5xx: its SQLite database answers 503 "database is
   locked" on a loaded machine, seen while 80 runs were submitted beside a test run) or a dropped connection is
   said in one line and taken again at the next poll, up to `TRANSIENT_LOOKS` looks in a row; a submission cut
@@ -196,6 +196,9 @@ def _advance(
         t.notes.append(f"flow run {fr.id} ended {state}{why}; not resubmitted (retries spent)")
         say(f"[study] {t.name}: {state} again; giving up on it (see flow run {fr.id}){why}")
     else:
+        if fr is not None and not killed:  # ended badly, or completed without finishing: said, then a retry
+            why = f": {fr.state.message}" if fr.state and fr.state.message else ""
+            say(f"[study] {t.name}: flow run {fr.id} ended {state}{why}; submitting it again")
         _submit(deployment, t, study_tag, n_before=len(flow_runs))
 
 

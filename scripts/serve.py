@@ -204,7 +204,8 @@ def spawn(name: str, argv: list[str], env: dict) -> subprocess.Popen:
 
 def spawn_worker(name: str, env: dict, device: str | None = None, pool: str = POOL) -> subprocess.Popen:
     """A process worker on `pool` taking `BINAC_WORKER_LIMIT` (default 1) flow runs at a time; with `device`, it
-    and its flow runs see that GPU alone (`CUDA_VISIBLE_DEVICES`, recorded in `<name>.device`)."""
+    and its flow runs see that GPU alone (`CUDA_VISIBLE_DEVICES`, recorded in `<name>.device`). Its name on the
+    server (`worker_name`) holds this host's name, so workers of several hosts on one pool stay apart."""
     (state_dir() / f"{name}.device").unlink(missing_ok=True)
     env = {**env, **heartbeat_env()}  # flows/liveness.py: its flow runs send heartbeats every 30 s
     if device is not None:
@@ -219,11 +220,18 @@ def spawn_worker(name: str, env: dict, device: str | None = None, pool: str = PO
         "--type",
         "process",
         "--name",
-        f"binac-{os.getpid()}-{name.rsplit('-', 1)[1]}",
+        worker_name(name),
         "--limit",
         os.environ.get("BINAC_WORKER_LIMIT", "1"),
     ]
     return spawn(name, argv, env)
+
+
+def worker_name(name: str) -> str:
+    """The Prefect worker name of `prefect-worker-<n>`: `binac-<host name>-<pid of this script>-<n>` (the server
+    tells workers, and a flow run's `prefect.worker.name` label its worker, by this name; pids alone repeat across
+    hosts)."""
+    return f"binac-{socket.gethostname()}-{os.getpid()}-{name.rsplit('-', 1)[1]}"
 
 
 def http_ok(url: str, data: bytes | None = None) -> bytes | None:

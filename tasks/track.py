@@ -8,6 +8,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from binac_core.foundation import stage_objects
 from binac_core.foundation.workspace import workspace
 from binac_core.model.stage_io import AdapterRef, AdapterRole
 from binac_core.store import storage, tracking
@@ -33,4 +34,13 @@ def finish_run(run_id: str, status: str = "FINISHED") -> None:
 @task(name="finalize-run", cache_policy=NO_CACHE)
 def finalize_run(run_id: str, cfg_d: dict, actor: AdapterRef, critic: AdapterRef) -> None:
     """Artifacts (config, final adapters, a sample of trajectories as a table), then mark the run FINISHED."""
-    tracking.finalize_run(workspace(), run_id, cfg_d, {AdapterRole.ACTOR: actor.path, AdapterRole.CRITIC: critic.path})
+    folders = {AdapterRole.ACTOR: adapter_folder(actor), AdapterRole.CRITIC: adapter_folder(critic)}
+    tracking.finalize_run(workspace(), run_id, cfg_d, folders)
+
+
+def adapter_folder(ref: AdapterRef) -> str:
+    """The adapter's folder on this host: with an object store, one another host wrote (a cached stage's, such as
+    the initial critic a method never trains) is fetched by its key first, digest checked; without one, its path."""
+    if stage_objects.enabled():
+        return str(stage_objects.get_folder(ref.path, ref.key, ref.digest))
+    return ref.path

@@ -286,6 +286,10 @@ def _prefect_settings_stay_in_their_test():
 SYSTEM_TOOLS = {
     "bwrap": ("a working bubblewrap", "apt-get install bubblewrap"),
     "chromium": ("Debian's chromium", "apt-get install chromium"),
+    "namespaces": (
+        "root, with util-linux's unshare making mount, pid and UTS namespaces",
+        "sudo; apt-get install util-linux",
+    ),
 }
 """The system tools some tests need (`@pytest.mark.needs_tool(name)`): what is needed, and its install command."""
 REQUIRE_SYSTEM_TOOLS = os.environ.get("BINAC_REQUIRE_SYSTEM_TOOLS") == "1"
@@ -294,7 +298,14 @@ REQUIRE_SYSTEM_TOOLS = os.environ.get("BINAC_REQUIRE_SYSTEM_TOOLS") == "1"
 
 def tool_works(name: str) -> bool:
     """Whether system tool `name` (SYSTEM_TOOLS) works here: bwrap as the sandbox's probe finds it (it can be
-    installed and still refused by the kernel), chromium on the PATH."""
+    installed and still refused by the kernel), chromium on the PATH, namespaces as `unshare` makes them (the lab
+    proof's hosts, tests/integration/lab_hosts.py)."""
+    if name == "namespaces":
+        argv = ["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child", "true"]
+        try:
+            return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
     if name == "bwrap":
         from binac_core.grading.sandbox.isolation import SandboxError, isolation
 

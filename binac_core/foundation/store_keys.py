@@ -10,8 +10,9 @@ A file is named by where it lies relative to one of three roots, the first that 
 `portable(inputs, ws)` is what a stage's cache key hashes (`tasks/_common.py`): its inputs with every stage file
 (anything with a `path` and a `digest`, `binac_core.foundation.files.StageFile` and its kind) named by its key and
 digest, and every string that is an absolute path under a root by its key (a stage's `out_dir`). A stage file
-outside the roots (a base found in a `BINAC_BASE_PATH` folder) is named by its digest alone: its content is what
-the stage reads. Nothing touches the disk: paths are compared as written (the workspace's are absolute and
+outside this host's roots is named by the store key its writer recorded in it (`key`, with `BINAC_STORE`: another
+host's output, taken from Prefect's cache), or else by its digest alone (a base found in a `BINAC_BASE_PATH`
+folder): its content is what the stage reads. Nothing touches the disk: paths are compared as written (the workspace's are absolute and
 resolved, `binac_core.foundation.workspace`)."""
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def _portable(obj: Any, where: tuple[tuple[str, PurePath], ...], other: Callable
         out = {f.name: _portable(getattr(obj, f.name), where, other) for f in fields}
         if {"path", "digest"} <= {f.name for f in fields}:  # a stage file: by key and digest, or by digest alone
             path = PurePath(obj.path)
-            out["path"] = _key(path, where) if path.is_absolute() else obj.path
+            # another host's file (a cached stage's output, its path under that host's home): the store key its
+            # writer recorded, which is what its path's key was there
+            out["path"] = (_key(path, where) or out.get("key")) if path.is_absolute() else obj.path
             out.pop("key", None)  # where it is in the object store: its path's key already, or nothing
         return {"__type__": type(obj).__qualname__, **out}
     if other is None:

@@ -187,12 +187,14 @@ def finish(ws: Workspace, run_id: str, status: str = "FINISHED") -> None:
 
 def finalize_run(ws: Workspace, run_id: str, config: dict, adapters: dict[str, str]) -> None:
     """Artifacts (the config, the final adapters {name: folder}, a sample of the run's trajectories as a table),
-    then mark the run FINISHED. Parts already there are skipped, so a re-run does not append a second copy."""
+    then mark the run FINISHED. Parts already there are skipped (each adapter on its own: a re-run after one was
+    logged logs the other), so a re-run does not append a second copy."""
     have = {a.path for a in client(ws).list_artifacts(run_id)}
     if "config.json" not in have:
         log_json(ws, run_id, config, "config.json")
-    if "adapters" not in have:
-        for name, folder in adapters.items():
+    logged = {a.path for a in client(ws).list_artifacts(run_id, "adapters")} if "adapters" in have else set()
+    for name, folder in adapters.items():
+        if f"adapters/{name}" not in logged:
             log_path(ws, run_id, folder, f"adapters/{name}")
     if "trajectories_sample.json" not in have:
         from binac_core.store.storage import run_sample

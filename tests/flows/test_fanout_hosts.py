@@ -119,3 +119,13 @@ def test_the_automation_watches_tagged_flow_runs_heartbeats_and_crashes_without_
     assert (
         liveness.WITHIN_S > liveness.HEARTBEAT_S == int(liveness.heartbeat_env()["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"])
     )
+
+
+def test_a_failed_flow_run_is_said_with_its_message_and_submitted_again(monkeypatch, tmp_path, store):
+    failed = flow_run("fr-1", "FAILED", "FileNotFoundError: adapters/critic")
+    looks = [{"k1": [failed]}, {"k1": [failed, flow_run("fr-2", "COMPLETED")]}]
+    run, submitted, _, said, _ = fan_out(monkeypatch, tmp_path, looks, submitted_before=0)
+    assert run.state == "done" and [kw["idempotency_key"] for kw in submitted] == ["k1-1"]
+    assert (
+        "[study] grpo-s0: flow run fr-1 ended FAILED: FileNotFoundError: adapters/critic; submitting it again" in said
+    )

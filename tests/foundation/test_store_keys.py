@@ -75,3 +75,15 @@ def test_a_value_of_an_unknown_type_needs_a_fallback(ws):
     with pytest.raises(TypeError, match="no portable form for a object"):
         portable({"x": object()}, ws)
     assert portable({"x": object()}, ws, other=lambda v: "hashed") == {"x": "hashed"}
+
+
+def test_a_file_another_host_wrote_is_named_by_the_key_its_writer_recorded(ws):
+    """A cached stage's output comes back with its writer's path (under that host's home) and the key it was put
+    into the object store under: here it is named as it was there, so the stages downstream keep their keys."""
+    there, here = Workspace(Path("/hosts/a/home")), ws
+    written = AdapterRef(AdapterRole.ACTOR, "/hosts/a/home/runs/init-k-s0/actor", "cc", key="runs/init-k-s0/actor")
+    local = AdapterRef(AdapterRole.ACTOR, "/h/one/runs/init-k-s0/actor", "cc")
+    assert portable(written, here) == portable(written, there) == portable(local, here)
+    problems = StageFile("/hosts/a/home/data/synthetic-ab/train.json", "00ff", key="data/synthetic-ab/train.json")
+    assert inputs_digest({"train": problems, "step": 1}, here) == inputs_digest({"train": problems, "step": 1}, there)
+    assert portable(StageFile("/hosts/a/home/x.json", "00ff"), here)["path"] is None, "no key: by its digest alone"

@@ -94,3 +94,12 @@ def test_the_lab_deploys_every_deployment_of_prefect_yaml_on_its_pool(tmp_path, 
         d["work_pool"]["job_variables"] == {"env": {"TOKENIZERS_PARALLELISM": "false"}} for d in spec["deployments"]
     )
     assert spec["pull"] == original["pull"]
+
+
+def test_a_workers_name_holds_its_hosts_name_so_workers_of_two_hosts_stay_apart(monkeypatch):
+    names = {}
+    for host in ("host-a", "host-b"):  # two hosts whose scripts have the same pid (each in its own pid namespace)
+        monkeypatch.setattr(serve.socket, "gethostname", lambda host=host: host)
+        monkeypatch.setattr(serve.os, "getpid", lambda: 2)
+        names[host] = serve.worker_name("prefect-worker-1")
+    assert names == {"host-a": "binac-host-a-2-1", "host-b": "binac-host-b-2-1"}
