@@ -13,6 +13,7 @@ os.environ.setdefault("BINAC_DATA_DIR", str(_beside if _beside.exists() else Pat
 import contextlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -101,6 +102,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def until(what: str, check, timeout: float, every: float = 0.5):
+    """`check()`'s first truthy value, polled every `every` s; fails naming `what` after `timeout` s (a deadline
+    on a condition, never a wait standing in for one)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if got := check():
+            return got
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout:g} s: {what}")
+
+
 def _healthy(url: str) -> bool:
     import urllib.request
 
@@ -117,7 +129,6 @@ def server_process(argv: list[str], health_url: str, log: Path, env: dict | None
     answers 200; stopped at the end by its process group, the one started here (never by name): SIGTERM, then
     SIGKILL after 30 s."""
     import signal
-    import time
 
     with open(log, "ab") as out:
         server = subprocess.Popen(

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import MODEL_CACHE, REPO
+from conftest import MODEL_CACHE, REPO, until
 from lab_hosts import Host, editable_root
 
 from flows import liveness
@@ -85,16 +85,6 @@ def bare_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in DROPPED and not k.startswith(("PREFECT_", "BINAC_"))}
     env["BINAC_DATA_DIR"] = os.environ["BINAC_DATA_DIR"]
     return {**env, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", **extra}
-
-
-def until(what: str, check, timeout: float, every: float = 0.5):
-    """`check()`'s first truthy value, polled every `every` s; fails naming `what` after `timeout` s."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if got := check():
-            return got
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
 
 
 # --------------------------------------------------------------------------- the servers and the store

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, _free_port, server_process
+from conftest import REPO, _free_port, server_process, until
 
 from flows import liveness
 from flows.exclusive import limit_name
@@ -149,16 +149,6 @@ def flow_run(server: dict, flow_run_id: str) -> dict:
     r = httpx.get(f"{server['PREFECT_API_URL']}/flow_runs/{flow_run_id}", timeout=30)
     r.raise_for_status()
     return r.json()
-
-
-def until(what: str, check, timeout: float, every: float = 1.0):
-    """`check()`'s first truthy value, polled every `every` s; fails naming `what` after `timeout` s."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if got := check():
-            return got
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
 
 
 def test_the_automation_is_created_once_and_updated_in_place(server):
