@@ -23,12 +23,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from prefect import flow
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 from binac_core.errors import BinacError
+from binac_core.foundation.config import Config
+from binac_core.foundation.files import StageFile
 from binac_core.foundation.provenance import stage_code_digest
 from binac_core.foundation.timing import phase_metrics, timed
 from binac_core.foundation.workspace import workspace
@@ -151,132 +154,206 @@ class TrainRequest:
 
 
 def _train(req: TrainRequest) -> dict:
-    """The body of `train` (its docstring says what it does)."""
-    method, seed, fresh, label = req.method, req.seed, req.fresh, req.label
+    """The body of `train` (its docstring says what it does): checks, then the run under its slot and lock."""
     try:
-        # A worker on other stage code than the study's: one line naming both digests, before anything runs.
-        check_stage_code(req.stage_code, stage_code_digest())
-        cfg, spec, iterations = plan(req.preset, method, req.steps, seed, req.overrides, req.budget)
-        # The study's base, fetched by its weights hash where there is a store; another base here refuses.
-        check_submitted(cfg, workspace(), req.base_sha256)
-        # A base named by its weights that is missing, or a resumed run's base that is there with other weights.
-        check_train(cfg, workspace(), method, seed, iterations, req.parent_key, fresh)
+        cfg, spec, iterations = _checked_plan(req)
     except BinacError as exc:  # a deployment run with a bad parameter: the CLI's one line as its state message
         return refuse(exc)
     accept(cfg.grading.sandbox)  # process-wide: the sandbox refuses an isolation the run does not accept
-    isolation = isolation_used(cfg)
-    # quote: Prefect then passes the config to tasks as it is, without visiting each field for futures (about
-    # 0.7 ms per task call); cache keys still hash it whole.
-    ws, cfg_d = workspace(), quote(cfg.model_dump(mode="json"))
     # The code that computes the stages is part of the run's identity: after a library edit the same command is
     # a new run (new MLflow run, new stage folders); `fresh` does the same without an edit.
     code = stage_code_digest()
-    key = train_run_key(cfg, method, seed, iterations, req.parent_key, code, fresh)
-    run_dir, run_name = (
-        ws.run_dir(f"{method}-s{seed}-{key}"),
-        f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}",
-    )
+    key = train_run_key(cfg, req.method, req.seed, iterations, req.parent_key, code, req.fresh)
     # One process per run: a duplicate waits; a study tells a killed run from a live one (binac_core/runs/runlock.py);
     # with an object store, across hosts through a Prefect concurrency limit (flows/exclusive.py).
-    with run_slot(key, flow_run.get_id(), across_hosts()), run_lock(ws.home, key, flow_run.get_id()):
-        base = build_base_model(cfg_d)
-        weights = base_weights(base)
-        check_built(req.base_sha256, weights, base.path)  # a hub or smol base is only there once built
-        # A resumed run keeps the base weights it started on (binac_core/runs/bases.py), before any stage runs.
-        check_run(ws, key, weights, f"run {run_name} ({key})")
-        # The initial adapters, shared by the runs of one config and base, live in a folder named by both.
-        init_key = hashlib.sha256(f"{cfg.digest()}|{weights}|{code}|{fresh}".encode()).hexdigest()[:16]
-        shared = ws.run_dir(f"init-{init_key}-s{seed}")
-        data = (prepare_data.with_options(refresh_cache=True) if fresh else prepare_data)(cfg_d)
-        # The critic's fixed attempt bank, sampled once per base and settings (binac_core/rl/bank.py).
-        bank = build_bank(cfg_d, base, weights, seed) if banked(cfg, spec.train_critic) else None
-        tags, params = _run_tags(req, cfg, spec, iterations), _run_params(req, cfg, iterations, code, isolation)
-        run_id = start_run(key, run_name, tags, params | {PARAM: weights}, req.parent_run_id)
-        per_iteration = spec.actor_train_samples_per_iteration(cfg)
-        gen_per_iteration = spec.generated_samples_per_iteration(cfg)
-        # The per-iteration counts ride in the run's identity to the rows: their `actor_samples`,
-        # `generated_samples` columns hold step x each (binac_core/store/records.py).
-        run = RunIdentity(
-            run_id=run_id,
-            method=method,
-            feedback=spec.feedback,
-            preset=cfg.name,
-            seed=seed,
-            benchmark=cfg.task.benchmark,
-            parent_run_id=req.parent_run_id,
-            actor_samples_per_iteration=per_iteration,
-            generated_samples_per_iteration=gen_per_iteration,
-            alternation=spec.alternation(cfg),
-        )
+    with run_slot(key, flow_run.get_id(), across_hosts()), run_lock(workspace().home, key, flow_run.get_id()):
+        setup = _set_up(req, cfg, spec, iterations, code, key)
         try:
-            adapters = init_adapters(cfg_d, base, seed, str(shared))
-            actor, critic = adapters[AdapterRole.ACTOR], adapters[AdapterRole.CRITIC]
-            log_metrics(run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
-            greedy = greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark)
-            evaluation_point = partial(
-                _evaluation_point,
-                cfg_d,
-                base,
-                data["eval"],
-                spec=spec,
-                run=run,
-                verdict=cfg.critic.verdict,
-                greedy=greedy,
-                bank=bank,
-            )
-            information: dict[int, dict[str, float]] = {}
-            evals = {0: evaluation_point(actor=actor, critic=critic, at=StepContext(seed, 0, str(shared)))}
-            alternation = spec.alternation(cfg)
-            log = IterationLog(
-                f"{method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration, alternation
-            )
-            eval_at = _evaluation_steps(req, cfg, iterations, per_iteration, gen_per_iteration, alternation)
-            stages = PrefectStages(cfg, cfg_d, base, data["train"], _stream_splits(cfg))
-            history: list[tuple[int, float]] = []  # the problem stream's (difficulty, training accuracy)
-            for step in range(1, iterations + 1):
-                log.begin()
-                difficulty = difficulty_at(cfg, spec, history)
-                at = StepContext(seed, step, str(run_dir / f"step-{step:05d}"), difficulty)
-                res = run_iteration(stages, cfg, spec, at, actor, critic)
-                actor, critic, timings = res.actor, res.critic, dict(res.timings)
-                extra = log.metrics(_update_metrics(res), [res.attempts, res.feedback, res.refined, res.lookahead])
-                with timed("storage", timings):
-                    metrics = store_train_step(run, step, res, extra=extra)
-                information[step] = {k: metrics[f"train/{k}"] for k in CRITIC_INFORMATION if f"train/{k}" in metrics}
-                if difficulty is not None:
-                    history.append((difficulty, metrics["train/reward_first"]))
-                    log_metrics(run_id, {"train/difficulty": difficulty}, step)
-                if step in eval_at:
-                    with timed("evaluation", timings):
-                        evals[step] = evaluation_point(
-                            actor=actor, critic=critic, at=at, samples=log.samples, generated=log.generated
-                        )
-                log_metrics(run_id, phase_metrics(timings), step)
-                log.progress(step, metrics, evals)
-            finalize_run(run_id, cfg_d, actor, critic)
+            trained = _iterate(req, setup, iterations)
+            finalize_run(setup.run.run_id, setup.cfg_d, trained.actor, trained.critic)
         except BaseException:
-            finish_run(run_id, "FAILED")
+            finish_run(setup.run.run_id, "FAILED")
             raise
         closing_artifact(
-            f"train-{method}-{cfg.name}-s{seed}",
-            f"train {method} on {cfg.name}, seed {seed}",
-            _evals_table(evals, per_iteration, gen_per_iteration, spec.alternation(cfg)),
-            run_id,
+            f"train-{req.method}-{cfg.name}-s{req.seed}",
+            f"train {req.method} on {cfg.name}, seed {req.seed}",
+            _evals_table(
+                trained.evals,
+                setup.run.actor_samples_per_iteration,
+                setup.run.generated_samples_per_iteration,
+                setup.run.alternation,
+            ),
+            setup.run.run_id,
         )
-        return {
-            "run_id": run_id,
-            "method": method,
-            "seed": seed,
-            "evals": evals,
-            "feedback_source": spec.eval_feedback,
-            "samples_per_iteration": per_iteration,
-            "generated_per_iteration": gen_per_iteration,
-            **({"alternation": list(alternation)} if alternation else {}),
-            "actor": actor,
-            "critic": critic,
-            "isolation": isolation,
-            "critic_information": {step: m for step, m in information.items() if m},
-        }
+        return _result(setup, trained)
+
+
+def _checked_plan(req: TrainRequest):
+    """The run's config, method spec and iterations, after the checks that refuse it in one line before any
+    compute (`BinacError`): the stage code, the study's base, the base a resumed run recorded."""
+    # A worker on other stage code than the study's: one line naming both digests, before anything runs.
+    check_stage_code(req.stage_code, stage_code_digest())
+    cfg, spec, iterations = plan(req.preset, req.method, req.steps, req.seed, req.overrides, req.budget)
+    # The study's base, fetched by its weights hash where there is a store; another base here refuses.
+    check_submitted(cfg, workspace(), req.base_sha256)
+    # A base named by its weights that is missing, or a resumed run's base that is there with other weights.
+    check_train(cfg, workspace(), req.method, req.seed, iterations, req.parent_key, req.fresh)
+    return cfg, spec, iterations
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run's iterations need, made once under its lock: the config (typed and as passed to tasks), the
+    method, the base and its weights hash, the data splits, the attempt bank (None: none), the run's identity
+    (with its MLflow run id), its stage folder, the shared folder of its initial adapters and the grading
+    isolation used (`isolation_used`)."""
+
+    cfg: Config
+    cfg_d: quote
+    spec: MethodSpec
+    base: StageFile
+    weights: str
+    data: dict
+    bank: StageFile | None
+    run: RunIdentity
+    run_dir: Path
+    shared: Path
+    isolation: str
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A run's iterations done: the final adapters, the evaluations by step and the critic's reward information
+    logged per iteration."""
+
+    actor: object
+    critic: object
+    evals: dict[int, dict]
+    information: dict[int, dict[str, float]]
+
+
+def _set_up(req: TrainRequest, cfg: Config, spec: MethodSpec, iterations: int, code: str, key: str) -> RunSetup:
+    """Under the run's lock: the base (checked against the study's and the run's recorded weights), the data, the
+    attempt bank, and the MLflow run started with its tags and parameters."""
+    ws = workspace()
+    # quote: Prefect then passes the config to tasks as it is, without visiting each field for futures (about
+    # 0.7 ms per task call); cache keys still hash it whole.
+    cfg_d = quote(cfg.model_dump(mode="json"))
+    method, seed, label = req.method, req.seed, req.label
+    run_name = f"{method}{'-' + label if label else ''}-{cfg.name}-s{seed}"
+    base = build_base_model(cfg_d)
+    weights = base_weights(base)
+    check_built(req.base_sha256, weights, base.path)  # a hub or smol base is only there once built
+    # A resumed run keeps the base weights it started on (binac_core/runs/bases.py), before any stage runs.
+    check_run(ws, key, weights, f"run {run_name} ({key})")
+    # The initial adapters, shared by the runs of one config and base, live in a folder named by both.
+    init_key = hashlib.sha256(f"{cfg.digest()}|{weights}|{code}|{req.fresh}".encode()).hexdigest()[:16]
+    data = (prepare_data.with_options(refresh_cache=True) if req.fresh else prepare_data)(cfg_d)
+    # The critic's fixed attempt bank, sampled once per base and settings (binac_core/rl/bank.py).
+    bank = build_bank(cfg_d, base, weights, seed) if banked(cfg, spec.train_critic) else None
+    isolation = isolation_used(cfg)
+    tags, params = _run_tags(req, cfg, spec, iterations), _run_params(req, cfg, iterations, code, isolation)
+    run_id = start_run(key, run_name, tags, params | {PARAM: weights}, req.parent_run_id)
+    # The per-iteration counts ride in the run's identity to the rows: their `actor_samples`,
+    # `generated_samples` columns hold step x each (binac_core/store/records.py).
+    run = RunIdentity(
+        run_id=run_id,
+        method=method,
+        feedback=spec.feedback,
+        preset=cfg.name,
+        seed=seed,
+        benchmark=cfg.task.benchmark,
+        parent_run_id=req.parent_run_id,
+        actor_samples_per_iteration=spec.actor_train_samples_per_iteration(cfg),
+        generated_samples_per_iteration=spec.generated_samples_per_iteration(cfg),
+        alternation=spec.alternation(cfg),
+    )
+    return RunSetup(
+        cfg=cfg,
+        cfg_d=cfg_d,
+        spec=spec,
+        base=base,
+        weights=weights,
+        data=data,
+        bank=bank,
+        run=run,
+        run_dir=ws.run_dir(f"{method}-s{seed}-{key}"),
+        shared=ws.run_dir(f"init-{init_key}-s{seed}"),
+        isolation=isolation,
+    )
+
+
+def _iterate(req: TrainRequest, setup: RunSetup, iterations: int) -> TrainedRun:
+    """The initial adapters and evaluation, then `iterations` of `run_iteration` over the cached tasks, each stored
+    and logged, with an evaluation at every step of `_evaluation_steps`."""
+    cfg, cfg_d, spec, run, seed = setup.cfg, setup.cfg_d, setup.spec, setup.run, req.seed
+    per_iteration, gen_per_iteration = run.actor_samples_per_iteration, run.generated_samples_per_iteration
+    adapters = init_adapters(cfg_d, setup.base, seed, str(setup.shared))
+    actor, critic = adapters[AdapterRole.ACTOR], adapters[AdapterRole.CRITIC]
+    log_metrics(run.run_id, {"train/actor_samples": 0, "train/generated_samples": 0}, 0)
+    greedy = greedy_evaluated(cfg.generation.eval_greedy, cfg.task.benchmark)
+    evaluation_point = partial(
+        _evaluation_point,
+        cfg_d,
+        setup.base,
+        setup.data["eval"],
+        spec=spec,
+        run=run,
+        verdict=cfg.critic.verdict,
+        greedy=greedy,
+        bank=setup.bank,
+    )
+    information: dict[int, dict[str, float]] = {}
+    evals = {0: evaluation_point(actor=actor, critic=critic, at=StepContext(seed, 0, str(setup.shared)))}
+    alternation = run.alternation
+    log = IterationLog(
+        f"{req.method} {cfg.name} seed {seed}", iterations, per_iteration, gen_per_iteration, alternation
+    )
+    eval_at = _evaluation_steps(req, cfg, iterations, per_iteration, gen_per_iteration, alternation)
+    stages = PrefectStages(cfg, cfg_d, setup.base, setup.data["train"], _stream_splits(cfg))
+    history: list[tuple[int, float]] = []  # the problem stream's (difficulty, training accuracy)
+    for step in range(1, iterations + 1):
+        log.begin()
+        difficulty = difficulty_at(cfg, spec, history)
+        at = StepContext(seed, step, str(setup.run_dir / f"step-{step:05d}"), difficulty)
+        res = run_iteration(stages, cfg, spec, at, actor, critic)
+        actor, critic, timings = res.actor, res.critic, dict(res.timings)
+        extra = log.metrics(_update_metrics(res), [res.attempts, res.feedback, res.refined, res.lookahead])
+        with timed("storage", timings):
+            metrics = store_train_step(run, step, res, extra=extra)
+        information[step] = {k: metrics[f"train/{k}"] for k in CRITIC_INFORMATION if f"train/{k}" in metrics}
+        if difficulty is not None:
+            history.append((difficulty, metrics["train/reward_first"]))
+            log_metrics(run.run_id, {"train/difficulty": difficulty}, step)
+        if step in eval_at:
+            with timed("evaluation", timings):
+                evals[step] = evaluation_point(
+                    actor=actor, critic=critic, at=at, samples=log.samples, generated=log.generated
+                )
+        log_metrics(run.run_id, phase_metrics(timings), step)
+        log.progress(step, metrics, evals)
+    return TrainedRun(actor=actor, critic=critic, evals=evals, information=information)
+
+
+def _result(setup: RunSetup, trained: TrainedRun) -> dict:
+    """`train`'s return value: run id, method, seed, evaluations, counts per iteration, final adapters, grading
+    isolation and the critic's reward information by step."""
+    run = setup.run
+    alternation = run.alternation
+    return {
+        "run_id": run.run_id,
+        "method": run.method,
+        "seed": run.seed,
+        "evals": trained.evals,
+        "feedback_source": setup.spec.eval_feedback,
+        "samples_per_iteration": run.actor_samples_per_iteration,
+        "generated_per_iteration": run.generated_samples_per_iteration,
+        **({"alternation": list(alternation)} if alternation else {}),
+        "actor": trained.actor,
+        "critic": trained.critic,
+        "isolation": setup.isolation,
+        "critic_information": {step: m for step, m in trained.information.items() if m},
+    }
 
 
 def _run_tags(req: TrainRequest, cfg, spec: MethodSpec, iterations: int) -> dict[str, str]:
