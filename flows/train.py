@@ -136,19 +136,20 @@ def train(
 
 @dataclass(frozen=True, kw_only=True)
 class TrainRequest:
-    """`train`'s parameters as one value (its docstring says what each is)."""
+    """`train`'s parameters as one value (its docstring says what each is): the first four required, the others
+    with `train`'s defaults."""
 
     preset: str
     method: str
     steps: int
     seed: int
-    overrides: dict | None
-    budget: int | None
-    parent_run_id: str | None
-    parent_key: str
-    fresh: str
-    shared_samples: list[int] | None
-    label: str
+    overrides: dict | None = None
+    budget: int | None = None
+    parent_run_id: str | None = None
+    parent_key: str = ""
+    fresh: str = ""
+    shared_samples: list[int] | None = None
+    label: str = ""
     stage_code: str = ""
     base_sha256: str = ""
 

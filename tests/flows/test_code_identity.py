@@ -45,20 +45,7 @@ def test_the_train_flow_refuses_before_any_compute(monkeypatch):
         monkeypatch.setattr(flows.train, name, computed)
     monkeypatch.setattr(flows.train, "refuse", lambda exc: ("Failed", str(exc)))
     monkeypatch.setattr(flows.train, "stage_code_digest", lambda: WORKER_CODE)
-    request = flows.train.TrainRequest(
-        preset="micro",
-        method="grpo",
-        steps=1,
-        seed=0,
-        overrides=None,
-        budget=None,
-        parent_run_id=None,
-        parent_key="",
-        fresh="",
-        shared_samples=None,
-        label="",
-        stage_code=STUDY_CODE,
-    )
+    request = flows.train.TrainRequest(preset="micro", method="grpo", steps=1, seed=0, stage_code=STUDY_CODE)
     assert flows.train._train(request) == ("Failed", REFUSAL)
 
 

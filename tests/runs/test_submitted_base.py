@@ -66,20 +66,7 @@ def test_the_train_flow_refuses_another_base_before_any_compute(store, tmp_path,
     for name in ("check_train", "build_base_model", "run_lock", "start_run"):
         monkeypatch.setattr(flows.train, name, computed)
     monkeypatch.setattr(flows.train, "refuse", lambda exc: ("Failed", str(exc)))
-    request = flows.train.TrainRequest(
-        preset="micro",
-        method="grpo",
-        steps=1,
-        seed=0,
-        overrides=None,
-        budget=None,
-        parent_run_id=None,
-        parent_key="",
-        fresh="",
-        shared_samples=None,
-        label="",
-        base_sha256=H1,
-    )
+    request = flows.train.TrainRequest(preset="micro", method="grpo", steps=1, seed=0, base_sha256=H1)
     line = f"this worker's base {here.resolve()} has weights sha256 {H2}, the study's has {H1}; {SUBMITTED_HINT}"
     assert flows.train._train(request) == ("Failed", line)
 
