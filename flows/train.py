@@ -268,6 +268,7 @@ def _set_up(req: TrainRequest, cfg: Config, spec: MethodSpec, iterations: int, c
         actor_samples_per_iteration=spec.actor_train_samples_per_iteration(cfg),
         generated_samples_per_iteration=spec.generated_samples_per_iteration(cfg),
         alternation=spec.alternation(cfg),
+        variant=label or None,
     )
     return RunSetup(
         cfg=cfg,

@@ -1,6 +1,7 @@
 -- Question: per run, the fourth edition's primary endpoint (studies/sparse-feedback-v4.design.md), recomputed from
 -- the stored attempt-bank rows by this file's own SQL; each value equals what the study report reads from MLflow
--- (binac_core/studies/critic_margin.py):
+-- (binac_core/studies/critic_margin.py). A run is named by its method, its variant label (a study arm's, e.g.
+-- `chosen`, `reference`; NULL: none, or rows stored before the column), its seed and its run id.
 --   critic_margin        the run's critic's discrimination minus the frozen base critic's on the same bank half,
 --                        averaged over the window's evaluations; discrimination = hits_first_error − false_alarm
 --   hits_margin          the same difference in first-error hits alone (over attempts with a wrong written step,
@@ -28,7 +29,7 @@
 CREATE OR REPLACE TEMP MACRO share(k, n) AS CASE WHEN n = 0 THEN NULL ELSE k / n END;
 
 CREATE OR REPLACE TEMP TABLE counts AS
-SELECT run_id, any_value(method) AS method, any_value(seed) AS seed, step, protocol,
+SELECT run_id, any_value(method) AS method, any_value(variant) AS variant, any_value(seed) AS seed, step, protocol,
        count(*) FILTER (WHERE first_wrong_step IS NOT NULL AND feedback_step = first_wrong_step)::DOUBLE AS hits,
        count(*) FILTER (WHERE first_wrong_step IS NOT NULL)::DOUBLE AS stepped_wrong,
        count(*) FILTER (WHERE first_wrong_step IS NULL AND feedback_step IS NOT NULL)::DOUBLE AS alarms,
@@ -41,7 +42,7 @@ WHERE split = 'bank_' || $split AND protocol IN ('bank', 'bank_frozen') AND meth
 GROUP BY run_id, step, protocol;
 
 CREATE OR REPLACE TEMP TABLE per_step AS
-SELECT run_id, any_value(method) AS method, any_value(seed) AS seed, step,
+SELECT run_id, any_value(method) AS method, any_value(variant) AS variant, any_value(seed) AS seed, step,
        any_value(share(hits, stepped_wrong)) FILTER (WHERE protocol = 'bank') AS critic_hits,
        any_value(share(alarms, stepped_right)) FILTER (WHERE protocol = 'bank') AS critic_alarm,
        any_value(share(hits, stepped_wrong)) FILTER (WHERE protocol = 'bank_frozen') AS frozen_hits,
@@ -49,11 +50,11 @@ SELECT run_id, any_value(method) AS method, any_value(seed) AS seed, step,
 FROM counts
 GROUP BY run_id, step;
 
-SELECT $comparison AS comparison, method, seed, run_id,
+SELECT $comparison AS comparison, method, variant, seed, run_id,
        avg((critic_hits - critic_alarm) - (frozen_hits - frozen_alarm)) AS critic_margin,
        avg(critic_hits - frozen_hits) AS hits_margin,
        avg(critic_alarm - frozen_alarm) AS false_alarm_margin,
        count(*) AS window_evaluations
 FROM per_step
-GROUP BY method, seed, run_id
-ORDER BY method, seed, run_id;
+GROUP BY method, variant, seed, run_id
+ORDER BY method, variant NULLS FIRST, seed, run_id;

@@ -42,8 +42,11 @@ CREATE TABLE trajectory_rows (
     parent_run_id   VARCHAR,           -- MLflow run id of the comparison or study (the parent run) this run belongs
                                        -- to; NULL for a standalone `binac train` / `binac evaluate` (and in rows
                                        -- of a shard without this column)
-    feedback_verdict VARCHAR           -- the feedback's verdict on the attempt: correct | incorrect | none (none: no
+    feedback_verdict VARCHAR,          -- the feedback's verdict on the attempt: correct | incorrect | none (none: no
                                        -- verdict, or a contradictory one; binac_core/benchmarks/verdict.py). NULL without
                                        -- feedback, for a fixed instruction (no critic wrote it), and in rows of a
                                        -- shard without this column
+    variant         VARCHAR            -- the run's variant label among runs of the same method (a study arm's
+                                       -- `label`, e.g. chosen | reference; the MLflow tag `variant`); NULL for a run
+                                       -- without one, and in rows of a shard without this column
 );

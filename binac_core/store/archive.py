@@ -196,7 +196,8 @@ def import_run(ws: Workspace, c, exp: str, folder: Path, parent_run_id: str) -> 
             c.log_batch(run_id, metrics=metrics[i : i + BATCH])
         fault_point("restore:metrics", 0)
         if (folder / "trajectories.parquet").is_file():
-            _write_shards(ws, con, folder / "trajectories.parquet", run_id, parent_run_id)
+            variant = record["tags"].get("variant")
+            _write_shards(ws, con, folder / "trajectories.parquet", run_id, parent_run_id, variant)
         fault_point("restore:shards", 0)
     finally:
         con.close()
@@ -205,11 +206,14 @@ def import_run(ws: Workspace, c, exp: str, folder: Path, parent_run_id: str) -> 
     return run_id
 
 
-def _write_shards(ws: Workspace, con, rows: Path, run_id: str, parent_run_id: str) -> None:
+def _write_shards(ws: Workspace, con, rows: Path, run_id: str, parent_run_id: str, variant: str | None) -> None:
     """The archived rows back as one Parquet file per shard, in their order, ids rewritten; each written atomically,
-    and put in the object store when there is one (`shard_store.upload`)."""
+    and put in the object store when there is one (`shard_store.upload`). Rows archived before the `variant` column
+    existed get the run's `variant` tag in it (NULL without one), so SQL tells a restored study's arms apart."""
     source = f"read_parquet({sql_string(rows)})"
     names = [r[0] for r in con.execute(f"SELECT DISTINCT _shard FROM {source} ORDER BY 1").fetchall()]
+    archived = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+    label = "" if "variant" in archived else f", {sql_string(variant) if variant else 'NULL::VARCHAR'} AS variant"
     where = shard_store.store()
     for name in names:
         path = ws.shards / run_id / f"{name}.parquet"
@@ -217,7 +221,7 @@ def _write_shards(ws: Workspace, con, rows: Path, run_id: str, parent_run_id: st
             con.execute(
                 f"COPY (SELECT * EXCLUDE (_shard, _row) REPLACE ({sql_string(run_id)} AS run_id, "
                 f"CASE WHEN parent_run_id IS NULL THEN NULL ELSE {sql_string(parent_run_id)} END AS parent_run_id) "
-                f"FROM {source} WHERE _shard = ? ORDER BY _row) TO {sql_string(tmp)} (FORMAT parquet)",
+                f"{label} FROM {source} WHERE _shard = ? ORDER BY _row) TO {sql_string(tmp)} (FORMAT parquet)",
                 [name],
             )
         shard_store.upload(ws, path, where)

@@ -37,9 +37,12 @@ class RunIdentity:
     alternation: tuple[int, int] | None = None
     """The method's `train.alternation` (`MethodSpec.alternation`): its critic iterations add no actor training
     samples (`schedule.actor_iterations_through`); None: every iteration adds them."""
+    variant: str | None = None
+    """The run's variant label among runs of the same method (`train`'s `label`: a study arm's, e.g. `chosen`);
+    None: none."""
 
     def columns(self) -> dict:
-        """The identity columns of a stored row: run_id, method, preset, seed, benchmark, parent_run_id."""
+        """The identity columns of a stored row: run_id, method, preset, seed, benchmark, parent_run_id, variant."""
         return {
             "run_id": self.run_id,
             "method": self.method,
@@ -47,4 +50,5 @@ class RunIdentity:
             "seed": self.seed,
             "benchmark": self.benchmark,
             "parent_run_id": self.parent_run_id,
+            "variant": self.variant,
         }

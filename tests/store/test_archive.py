@@ -13,6 +13,7 @@ import subprocess
 import sys
 from datetime import datetime
 
+import duckdb
 import pytest
 from conftest import REPO
 from trajectory_rows import trajectory_row
@@ -308,3 +309,28 @@ def test_a_bases_attempt_banks_are_archived_and_restored_once(tmp_path):
     assert restore_banks(fresh, archive) == [f"{frozen}.json", f"{mine}.json"]
     assert (fresh.models_root / "banks" / f"{mine}.json").read_text() == mine
     assert restore_banks(fresh, archive) == []
+
+
+@pytest.mark.parametrize(("tag", "expected"), [("chosen", "chosen"), (None, None)])
+def test_rows_archived_before_the_variant_column_get_the_runs_variant_tag(exported, tmp_path, tag, expected):
+    """An archive written before `variant` existed (its rows lack the column): the restored rows read the run's
+    `variant` tag there, NULL without one."""
+    _, _, folder, _ = exported
+    run_dir = archive.run_folder(folder, "k1")
+    record = json.loads((run_dir / "run.json").read_text())
+    record["tags"] |= {"variant": tag} if tag else {}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    rows = run_dir / "trajectories.parquet"
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t AS SELECT * EXCLUDE (variant) FROM read_parquet({storage.sql_string(rows)})")
+    con.execute(f"COPY t TO {storage.sql_string(rows)} (FORMAT parquet)")
+    con.close()
+    ws_b = _ws(tmp_path / "b")
+    assert archive.restore_runs(ws_b, folder, _study_parent(ws_b), ["k1"]) == ["k1"]
+    (run_b,) = _active(ws_b, "k1")
+    con = storage.connect(ws_b)
+    try:
+        got = con.execute("SELECT DISTINCT variant FROM trajectories WHERE run_id = ?", [run_b.info.run_id]).fetchall()
+    finally:
+        con.close()
+    assert got == [(expected,)]
