@@ -3,6 +3,7 @@
 -- the bank measures recomputed from the stored bank rows, each with its 95 % interval. The definitions are stated
 -- once, in binac_core/reports/bank_measures.py and binac_core/reports/measures.py; each value and bound equals the
 -- MLflow metric bank_<split>/<critic>_<measure> (and its _lo, _hi) of the run at that step.
+-- A run is named by its method, variant label (a study arm's; NULL: none), seed and run id.
 --   hits_first_error           over attempts with a wrong written step, the share whose feedback names it
 --   false_alarm                over attempts whose every written step is right, the share whose feedback names one
 --   approves_wrong             over attempts with a wrong written step, the share whose feedback approves
@@ -27,7 +28,7 @@ CREATE OR REPLACE TEMP MACRO wilson_hi(k, n) AS CASE WHEN n = 0 THEN NULL ELSE l
 CREATE OR REPLACE TEMP MACRO share(k, n) AS CASE WHEN n = 0 THEN NULL ELSE k / n END;
 
 CREATE OR REPLACE TEMP TABLE counts AS
-SELECT run_id, any_value(method) AS method, any_value(seed) AS seed, step,
+SELECT run_id, any_value(method) AS method, any_value(variant) AS variant, any_value(seed) AS seed, step,
        replace(split, 'bank_', '') AS bank_split,
        CASE WHEN protocol = 'bank' THEN 'critic' ELSE 'frozen_critic' END AS critic,
        count(*) FILTER (WHERE first_wrong_step IS NOT NULL AND feedback_step = first_wrong_step)::DOUBLE AS hits,
@@ -47,7 +48,7 @@ WHERE split IN ('bank_val', 'bank_eval') AND method LIKE $method
   AND ($comparison = 'all' OR parent_run_id = $comparison)
 GROUP BY run_id, step, split, protocol;
 
-SELECT $comparison AS comparison, method, seed, run_id, step, bank_split, critic,
+SELECT $comparison AS comparison, method, variant, seed, run_id, step, bank_split, critic,
        share(hits, stepped_wrong) AS hits_first_error, wilson_lo(hits, stepped_wrong) AS hits_first_error_lo,
        wilson_hi(hits, stepped_wrong) AS hits_first_error_hi, stepped_wrong::INTEGER AS hits_first_error_n,
        share(alarms, stepped_right) AS false_alarm, wilson_lo(alarms, stepped_right) AS false_alarm_lo,
@@ -63,4 +64,4 @@ SELECT $comparison AS comparison, method, seed, run_id, step, bank_split, critic
        (wilson_hi(caught, verdict_wrong) + wilson_hi(kept, verdict_right)) / 2 AS verdict_balanced_accuracy_hi,
        (verdict_wrong + verdict_right)::INTEGER AS verdict_balanced_accuracy_n
 FROM counts
-ORDER BY method, seed, run_id, step, bank_split DESC, critic;
+ORDER BY method, variant NULLS FIRST, seed, run_id, step, bank_split DESC, critic;

@@ -1,6 +1,7 @@
 -- Question: per run of one study (the latest by default), the third edition's endpoints
 -- (studies/sparse-feedback-v3.design.md), recomputed from the stored held-out rows by this file's own SQL; each
--- equals what the study report reads from MLflow (binac_core/studies/hypotheses_v3.py, run_values.area):
+-- equals what the study report reads from MLflow (binac_core/studies/hypotheses_v3.py, run_values.area). A run is
+-- named by its method, variant label (a study arm's; NULL: none), seed and run id:
 --   difficulty                the run's task difficulty: the operations in its prompts (synthetic task)
 --   last_step                 the run's last evaluation
 --   acc_single_0, _last       held-out single-turn accuracy (pass@1: the mean reward of the `single` rows) at
@@ -33,7 +34,7 @@
 -- @param eval_every = 10
 --   the study's evaluation interval (its study file's `eval_every`): the grid of the areas
 CREATE OR REPLACE TEMP TABLE held_out AS
-SELECT run_id, method, seed, step, protocol, attempt_reward, refined_reward, first_wrong_step, feedback_step,
+SELECT run_id, method, variant, seed, step, protocol, attempt_reward, refined_reward, first_wrong_step, feedback_step,
        feedback_approves, feedback_verdict,
        length(prompt) - length(replace(replace(prompt, '+', ''), '-', '')) AS operations
 FROM trajectories
@@ -74,7 +75,8 @@ SELECT run_id, protocol, step,
            / 2 AS balanced_accuracy
 FROM held_out WHERE protocol IN ('feedback', 'feedback_frozen') GROUP BY ALL;
 
-SELECT $comparison AS comparison, any_value(h.method) AS method, any_value(h.seed) AS seed, l.difficulty, h.run_id, l.last_step,
+SELECT $comparison AS comparison, any_value(h.method) AS method, any_value(h.variant) AS variant,
+       any_value(h.seed) AS seed, l.difficulty, h.run_id, l.last_step,
        round(100 * any_value(a0.acc), 1) AS acc_single_0, round(100 * any_value(al.acc), 1) AS acc_single_last,
        round(100 * any_value(s.area), 2) AS acc_single_area,
        round(100 * any_value(g.area), 2) AS acc_single_greedy_area,
@@ -98,4 +100,4 @@ LEFT JOIN critic c0 ON c0.run_id = h.run_id AND c0.protocol = 'feedback' AND c0.
 LEFT JOIN critic cl ON cl.run_id = h.run_id AND cl.protocol = 'feedback' AND cl.step = l.last_step
 LEFT JOIN critic fl ON fl.run_id = h.run_id AND fl.protocol = 'feedback_frozen' AND fl.step = l.last_step
 GROUP BY h.run_id, l.difficulty, l.last_step
-ORDER BY l.difficulty, method, seed;
+ORDER BY l.difficulty, method, variant NULLS FIRST, seed;
