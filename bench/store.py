@@ -151,6 +151,7 @@ def rows_of(run: int, step: int, n: int, rnd: random.Random) -> list[dict]:
                 "generated_samples": step * 48,
                 "parent_run_id": f"parent{run % 3}",
                 "feedback_verdict": rnd.choice(["correct", "incorrect", "none"]) if fb else None,
+                "variant": None,
             }
         )
     return out
