@@ -9,9 +9,8 @@ never a part). The schema shard (`trajectories/_schema/empty-<sha8>.parquet`, no
 glob matches at least one object in an empty store.
 
 Readers (`storage.connect`: `binac sql`, the reports, the archive's export) query the objects in place with DuckDB's
-`httpfs` extension (https://duckdb.org/docs/stable/core_extensions/httpfs/s3api), installed offline from the pinned
-PyPI package `duckdb-extension-httpfs` (`duckdb_extensions.import_extension`, as for `fts`) into
-`$BINAC_HOME/duckdb_extensions`, with a temporary secret (never written to disk) holding the store's endpoint,
+`httpfs` extension (https://duckdb.org/docs/stable/core_extensions/httpfs/s3api), loaded from its pinned PyPI
+package (`binac_core.store.extensions`), with a temporary secret (never written to disk) holding the store's endpoint,
 region and the credentials boto3's chain finds. S3's own checksums guard the transfer; the sha256 check of
 `objects.ObjectStore.get_file` is for files that are fetched whole: the feedback index, which indexes files on
 disk, reads digest-checked local copies of the store's shards (`local_copies`).
@@ -29,8 +28,8 @@ import duckdb
 from binac_core.foundation.objects import ObjectStore, store_from_env
 from binac_core.foundation.store_keys import store_key
 from binac_core.foundation.workspace import Workspace
+from binac_core.store import extensions
 
-EXTENSION = "httpfs"
 SECRET = "binac_store"
 """The name of the connection's temporary S3 secret."""
 _SCHEMA_UP: set[tuple[str, str]] = set()
@@ -92,23 +91,10 @@ def local_copies(ws: Workspace, where: ObjectStore) -> list[Path]:
     return out
 
 
-def extension_config(ws: Workspace, config: dict | None) -> dict:
-    """`config` with an extension folder under `$BINAC_HOME` and no automatic install (both unless given)."""
-    ext = ws.home / "duckdb_extensions"
-    ext.mkdir(parents=True, exist_ok=True)
-    return {"extension_directory": str(ext), "autoinstall_known_extensions": False, **(config or {})}
-
-
 def attach(con: duckdb.DuckDBPyConnection, where: ObjectStore) -> None:
-    """Load `httpfs` into `con` (installed from its PyPI package, offline) and give it a temporary secret for the
-    store's bucket: its endpoint (path-style addresses), region and credentials."""
-    try:
-        con.execute(f"LOAD {EXTENSION}")
-    except duckdb.Error:
-        import duckdb_extensions
-
-        duckdb_extensions.import_extension(EXTENSION, con=con)
-        con.execute(f"LOAD {EXTENSION}")
+    """Load `httpfs` into `con` (from its PyPI package, offline: `extensions.load`) and give it a temporary secret
+    for the store's bucket: its endpoint (path-style addresses), region and credentials."""
+    extensions.load(con, extensions.Extension.HTTPFS)
     key_id, secret, token = where.credentials()
     options = {
         "TYPE": "s3",

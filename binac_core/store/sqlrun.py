@@ -2,8 +2,8 @@
 
 A query runs in a private in-memory DuckDB connection that defines the same `trajectories` view as
 `trajectories.duckdb` (over the Parquet shards), so it never takes a lock on the store and works while training
-runs are still writing. The full-text-search extension is installed from the pinned PyPI package
-(`duckdb-extension-fts`), offline, into `$BINAC_HOME/duckdb_extensions`.
+runs are still writing. The full-text-search extension is loaded from its pinned PyPI package
+(`binac_core.store.extensions`).
 
 Query files declare parameters in comments, `-- @param name = default`; `$name` in the SQL refers to them. A value
 given for a parameter whose default is a number must be a number of that kind (checked before the query runs).
@@ -30,7 +30,7 @@ import duckdb
 
 from binac_core.errors import BinacError
 from binac_core.foundation.workspace import Workspace
-from binac_core.store import feedback_index, storage
+from binac_core.store import extensions, feedback_index, storage
 
 FEEDBACK_INDEX_RE = re.compile(r"\bfeedback_(docs|terms|stats)\b")  # a query that reads the feedback index
 PARAM_RE = re.compile(r"^--\s*@param\s+(\w+)\s*=\s*(.*?)\s*$", re.M)
@@ -40,26 +40,17 @@ RECENT = 3  # how many of the most recent comparisons an unknown comparison id's
 
 def connect(ws: Workspace) -> duckdb.DuckDBPyConnection:
     """`storage.connect` (in memory, no lock on the store) with the full-text-search extension loaded, persistent
-    secrets and extension auto-installs off (both write files), join keys pushed into scans up to
+    secrets and extension installs off (both write files), join keys pushed into scans up to
     `feedback_index.DYNAMIC_OR_FILTERS` values, and the configuration locked (`ALLOWED`)."""
-    ext_dir = ws.home / "duckdb_extensions"
-    ext_dir.mkdir(parents=True, exist_ok=True)
     con = storage.connect(
         ws,
         {
-            "extension_directory": str(ext_dir),
+            **extensions.CONFIG,
             "allow_persistent_secrets": False,
-            "autoinstall_known_extensions": False,
             "dynamic_or_filter_threshold": feedback_index.DYNAMIC_OR_FILTERS,
         },
     )
-    try:
-        con.execute("LOAD fts")
-    except duckdb.Error:
-        import duckdb_extensions
-
-        duckdb_extensions.import_extension("fts", con=con)
-        con.execute("LOAD fts")
+    extensions.load(con, extensions.Extension.FTS)
     con.execute("SET lock_configuration = true")  # a query cannot change a setting (the extension folder, say)
     return con
 

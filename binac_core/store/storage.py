@@ -30,7 +30,7 @@ import duckdb
 from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import atomic_path
 from binac_core.foundation.workspace import Workspace
-from binac_core.store import shard_store
+from binac_core.store import extensions, shard_store
 
 
 def _sql_dir() -> Path:
@@ -215,7 +215,7 @@ def connect(ws: Workspace, config: dict | None = None) -> duckdb.DuckDBPyConnect
     if where is None:
         con = duckdb.connect(config=config or {})
     else:
-        con = duckdb.connect(config=shard_store.extension_config(ws, config))
+        con = duckdb.connect(config={**extensions.CONFIG, **(config or {})})
         shard_store.attach(con, where)
     con.execute(view_sql(ws, where))
     return con
