@@ -114,13 +114,17 @@ def feedback_text(rnd: random.Random) -> str | None:
 
 
 def rows_of(run: int, step: int, n: int, rnd: random.Random) -> list[dict]:
+    """`n` rows shaped like a tiny-preset step's, every schema column present (`storage.columns()`; None where
+    not set here)."""
+    empty = dict.fromkeys(storage.columns())
     method = ("binac", "fixed_critic", "critic_only", "self_correct")[run % 4]
     when = datetime(2026, 1, 1, run % 24, step % 60)
     out = []
     for i in range(n):
         fb = feedback_text(rnd)
         out.append(
-            {
+            empty
+            | {
                 "run_id": f"run{run:04d}",
                 "method": method,
                 "preset": "tiny",
@@ -139,19 +143,15 @@ def rows_of(run: int, step: int, n: int, rnd: random.Random) -> list[dict]:
                 "feedback": fb,
                 "refined": "Answer: 1234" if fb else None,
                 "refined_reward": float(rnd.random() < 0.6) if fb else None,
-                "critic_reward": None,
                 "attempt_tokens": 40,
                 "feedback_tokens": 12 if fb else None,
                 "refined_tokens": 20 if fb else None,
                 "created_at": when,
                 "first_wrong_step": rnd.choice([None, 1, 2, 3]),
-                "feedback_step": None,
-                "feedback_approves": None,
                 "actor_samples": step * 16,
                 "generated_samples": step * 48,
                 "parent_run_id": f"parent{run % 3}",
                 "feedback_verdict": rnd.choice(["correct", "incorrect", "none"]) if fb else None,
-                "variant": None,
             }
         )
     return out
