@@ -5,7 +5,8 @@ The packages are `duckdb-extension-fts` and `duckdb-extension-httpfs`, in the la
 `duckdb_extensions.import_extension` reads (https://pypi.org/project/duckdb-extensions/). `LOAD '<file>'` reads the
 package's signed extension file where it lies: nothing is downloaded, nothing is copied into an extension folder
 (an `INSTALL` would write a 12-21 MB copy into every `$BINAC_HOME`), and the code loaded is the pinned package's,
-whatever copy DuckDB may have installed elsewhere. `CONFIG` turns DuckDB's automatic installs off, so a query never fetches or writes an extension either."""
+whatever copy DuckDB may have installed elsewhere. `CONFIG` turns DuckDB's automatic installs off, so a query never
+fetches or writes an extension either."""
 
 from __future__ import annotations
 
