@@ -10,9 +10,12 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 _beside = Path(__file__).resolve().parents[2] / "shared" / "data"
 os.environ.setdefault("BINAC_DATA_DIR", str(_beside if _beside.exists() else Path("/work/shared/data")))
 
+import atexit  # noqa: E402
 import contextlib  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import pytest  # noqa: E402
@@ -20,8 +23,20 @@ import pytest  # noqa: E402
 from binac_core.rl.methods import METHODS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-# One folder of tiny base models for the whole session: each workspace would otherwise pretrain its own copy.
-MODEL_CACHE = Path(os.environ.get("BINAC_TEST_MODEL_CACHE") or __import__("tempfile").mkdtemp(prefix="binac-models-"))
+
+
+def _model_cache() -> Path:
+    """One folder of tiny base models (and the converted smol model, ~0.5 GB) for the session's process: each
+    workspace would otherwise pretrain its own copy. `BINAC_TEST_MODEL_CACHE` names one to keep; else a temporary
+    folder, removed when the process exits (each session otherwise left one behind on /tmp)."""
+    if os.environ.get("BINAC_TEST_MODEL_CACHE"):
+        return Path(os.environ["BINAC_TEST_MODEL_CACHE"])
+    folder = Path(tempfile.mkdtemp(prefix="binac-models-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+MODEL_CACHE = _model_cache()
 ALL_METHODS = ",".join(METHODS)  # every method, from the specs (binac_core/rl/methods.py)
 
 
@@ -223,8 +238,6 @@ def micro_base(micro_compare) -> Path:
 def home_with_micro_base(tmp_path_factory, name: str, micro_compare: dict) -> Path:
     """A fresh $BINAC_HOME whose runs skip pretraining: they find the micro base model that `micro_compare` built
     in the shared BINAC_MODEL_CACHE (binac_env), or, where it was built inside its workspace, in a copy here."""
-    import shutil
-
     home = tmp_path_factory.mktemp(name)
     if (micro_compare["home"] / "models").exists():
         shutil.copytree(micro_compare["home"] / "models", home / "models")
@@ -324,8 +337,6 @@ def tool_works(name: str) -> bool:
             return isolation() == "bwrap"
         except SandboxError:
             return False
-    import shutil
-
     return bool(shutil.which("chromium") or shutil.which("chromium-browser"))
 
 
