@@ -25,13 +25,50 @@ from binac_core.rl.methods import METHODS  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
+MODEL_CACHE_PREFIX = "binac-models-"
+MODEL_CACHE_OWNER = "owner.pid"  # the pid of the process that made a temporary model cache
+STALE_WITHOUT_OWNER_S = 24 * 3600  # a cache with no owner recorded, untouched this long, is an earlier session's
+
+
+def remove_stale_model_caches(root: Path) -> list[Path]:
+    """Remove the temporary model caches under `root` that no running session owns: those whose owner process is
+    gone, and those with no owner recorded left untouched for a day (a session killed before its exit handler ran
+    leaves its cache behind). Returns the folders removed."""
+    removed = []
+    for folder in sorted(root.glob(f"{MODEL_CACHE_PREFIX}*")):
+        try:
+            owner = int((folder / MODEL_CACHE_OWNER).read_text())
+        except (OSError, ValueError):
+            owner = None
+        try:
+            stale = _gone(owner) if owner else time.time() - folder.stat().st_mtime > STALE_WITHOUT_OWNER_S
+        except OSError:  # removed meanwhile by another session
+            continue
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    return False
+
+
 def _model_cache() -> Path:
     """One folder of tiny base models (and the converted smol model, ~0.5 GB) for the session's process: each
     workspace would otherwise pretrain its own copy. `BINAC_TEST_MODEL_CACHE` names one to keep; else a temporary
-    folder, removed when the process exits (each session otherwise left one behind on /tmp)."""
+    folder with its owner's pid, removed when the process exits, after the stale ones of earlier sessions."""
     if os.environ.get("BINAC_TEST_MODEL_CACHE"):
         return Path(os.environ["BINAC_TEST_MODEL_CACHE"])
-    folder = Path(tempfile.mkdtemp(prefix="binac-models-"))
+    remove_stale_model_caches(Path(tempfile.gettempdir()))
+    folder = Path(tempfile.mkdtemp(prefix=MODEL_CACHE_PREFIX))
+    (folder / MODEL_CACHE_OWNER).write_text(str(os.getpid()))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
 
