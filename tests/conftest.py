@@ -27,13 +27,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 MODEL_CACHE_PREFIX = "binac-models-"
 MODEL_CACHE_OWNER = "owner.pid"  # the pid of the process that made a temporary model cache
-STALE_WITHOUT_OWNER_S = 24 * 3600  # a cache with no owner recorded, untouched this long, is an earlier session's
+STALE_WITHOUT_OWNER_S = 3600  # a cache with no owner recorded, untouched this long, is an earlier session's
 
 
 def remove_stale_model_caches(root: Path) -> list[Path]:
     """Remove the temporary model caches under `root` that no running session owns: those whose owner process is
-    gone, and those with no owner recorded left untouched for a day (a session killed before its exit handler ran
-    leaves its cache behind). Returns the folders removed."""
+    gone (a session killed before its exit handler ran), and those with no owner recorded left untouched for an hour
+    (made by test code that recorded none; a folder is touched whenever a base lands in it). Returns the folders
+    removed."""
     removed = []
     for folder in sorted(root.glob(f"{MODEL_CACHE_PREFIX}*")):
         try:
