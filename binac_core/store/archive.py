@@ -50,7 +50,7 @@ from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import atomic_path, write_atomic
 from binac_core.foundation.workspace import Workspace
 from binac_core.model import weights
-from binac_core.store import extensions, shard_store, tracking
+from binac_core.store import shard_store, tracking
 from binac_core.store.storage import sql_string
 
 RESTORE_TAG = "binac.restore"
@@ -123,7 +123,7 @@ def export_run(ws: Workspace, c, run, folder: Path) -> Path:
             for m in c.get_metric_history(run.info.run_id, key)
         ]
         where = shard_store.store()
-        con = _connect(where)
+        con = shard_store.connect(where)
         try:
             con.execute("CREATE TABLE metrics (key VARCHAR, step BIGINT, value DOUBLE, timestamp BIGINT)")
             if points:
@@ -225,15 +225,6 @@ def _write_shards(ws: Workspace, con, rows: Path, run_id: str, parent_run_id: st
                 [name],
             )
         shard_store.upload(ws, path, where)
-
-
-def _connect(where) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection; with an object store, one that reads its shards (`shard_store.attach`)."""
-    if where is None:
-        return duckdb.connect()
-    con = duckdb.connect(config=extensions.CONFIG)
-    shard_store.attach(con, where)
-    return con
 
 
 def weights_index(archive: Path) -> dict[str, str]:

@@ -91,6 +91,16 @@ def local_copies(ws: Workspace, where: ObjectStore) -> list[Path]:
     return out
 
 
+def connect(where: ObjectStore | None, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection with `config`; with an object store, one that reads its shards (`attach`, automatic
+    extension installs off: `extensions.CONFIG`)."""
+    if where is None:
+        return duckdb.connect(config=config or {})
+    con = duckdb.connect(config={**extensions.CONFIG, **(config or {})})
+    attach(con, where)
+    return con
+
+
 def attach(con: duckdb.DuckDBPyConnection, where: ObjectStore) -> None:
     """Load `httpfs` into `con` (from its PyPI package, offline: `extensions.load`) and give it a temporary secret
     for the store's bucket: its endpoint (path-style addresses), region and credentials."""

@@ -30,7 +30,7 @@ import duckdb
 from binac_core.foundation.faults import fault_point
 from binac_core.foundation.files import atomic_path
 from binac_core.foundation.workspace import Workspace
-from binac_core.store import extensions, shard_store
+from binac_core.store import shard_store
 
 
 def _sql_dir() -> Path:
@@ -212,11 +212,7 @@ def connect(ws: Workspace, config: dict | None = None) -> duckdb.DuckDBPyConnect
     object store, the view reads the store's shards over `httpfs` (`shard_store.attach`)."""
     ensure_schema_shard(ws)
     where = shard_store.store()
-    if where is None:
-        con = duckdb.connect(config=config or {})
-    else:
-        con = duckdb.connect(config={**extensions.CONFIG, **(config or {})})
-        shard_store.attach(con, where)
+    con = shard_store.connect(where, config)
     con.execute(view_sql(ws, where))
     return con
 
